@@ -1,0 +1,109 @@
+"""Text-level types of the engine: requests in, text events out.
+
+The engine's core (`engine.generate`) speaks token ids only; `engine.service.TextEngine`
+tokenizes requests and turns token events into these text events. The language server,
+the websocket daemon and the benches all speak these types (they are JSON-friendly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+StopKind = Literal["none", "line", "dedent", "brace", "blank_line"]
+EventKind = Literal["draft", "edit", "done", "error"]
+DoneReason = Literal["end_of_middle", "stop_rule", "budget", "cancelled", "superseded", "deadline", "error"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to generate: a token budget and a text-level stop rule.
+
+    stop:
+      "none"       - until end-of-middle or budget;
+      "line"       - the middle is at most one line: cut before the first newline;
+      "dedent"     - cut before the first non-blank line indented less than `indent`
+                     (the block's body ended);
+      "brace"      - cut after the brace that closes the scope opened before the cursor
+                     (the line holding it is kept only if `keep_closer`), or when
+                     brackets opened in the completion are closed and a dedent follows;
+      "blank_line" - cut at the first blank line (statements).
+    max_lines: 0 for unlimited, else cut after this many lines.
+    """
+
+    max_tokens: int = 64
+    stop: StopKind = "none"
+    indent: str = ""
+    max_lines: int = 0
+    keep_closer: bool = False
+    preset: str | None = None  # a policy preset name ("speedy", "quality", ...); None = engine default
+    first_token_prefix: str = ""  # token healing: the generated text must start with this
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Plan:
+        known = set(cls.__dataclass_fields__)
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown plan fields: {sorted(unknown)}")
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    request_id: str
+    doc_key: str  # requests with the same key supersede each other; also keys the prompt cache
+    prefix: str
+    suffix: str
+    plan: Plan = field(default_factory=Plan)
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    """Replace text[start:end] (character offsets into the previous event's text)."""
+
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    kind: EventKind
+    request_id: str
+    text: str  # the whole middle as it stands now, already cut at the stop rule
+    edits: tuple[TextEdit, ...] = ()  # against the previous event's text
+    step: int = 0  # forwards so far
+    draft_complete: bool = False  # every position of the span is committed: show it
+    reason: DoneReason | None = None  # set on "done"
+    error: str | None = None  # set on "error"
+    stats: dict[str, Any] | None = None  # on "done": forwards, tokens, tpf, prefill_tokens,
+    # reused_tokens, queue_ms, first_draft_ms, total_ms
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["edits"] = [asdict(e) for e in self.edits]
+        return d
+
+
+def diff_edits(old: str, new: str) -> tuple[TextEdit, ...]:
+    """The smallest single edit that turns `old` into `new` (common prefix and suffix kept)."""
+    if old == new:
+        return ()
+    n = min(len(old), len(new))
+    i = 0
+    while i < n and old[i] == new[i]:
+        i += 1
+    j = 0
+    while j < n - i and old[len(old) - 1 - j] == new[len(new) - 1 - j]:
+        j += 1
+    return (TextEdit(i, len(old) - j, new[i: len(new) - j]),)
+
+
+def apply_edits(text: str, edits: tuple[TextEdit, ...] | list[TextEdit]) -> str:
+    """Apply edits given against the same base text (applied from the end)."""
+    for e in sorted(edits, key=lambda e: e.start, reverse=True):
+        text = text[: e.start] + e.text + text[e.end:]
+    return text

@@ -1,0 +1,368 @@
+"""Block-diffusion decoding over an exact KV cache, as small functions (schedule, execute, update).
+
+A `Sequence` is one request's state: its prompt, a middle canvas of [MASK] tokens decoded
+block by block, and its cache row. Each forward feeds the clean tokens the cache still
+lacks (the prompt, or the block just finished: causal, written for good) together with a
+noisy copy of the active block (bidirectional inside the block, reading the clean tokens
+before it). `prepare` says what one sequence feeds, `execute` runs one batched forward for
+any number of sequences, `update` applies a policy to the logits and returns token events.
+`generate` is the loop for a single sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+import kernels
+from engine.model import CLEAN, INVALID, NOISY, SpecialTokens, Transformer, layout_mask
+from engine.policies import BlockView, Policy
+
+StopFn = Callable[[list[int]], int | None]  # committed middle prefix -> cut index (or None)
+Reason = Literal["end_of_middle", "stop_rule", "budget", "cancelled"]
+
+
+@dataclass
+class TokenEvent:
+    kind: Literal["step", "edit_pass", "done"]
+    step: int  # forwards spent so far
+    fills: list[tuple[int, int]] = field(default_factory=list)  # (middle index, token)
+    edits: list[tuple[int, int, int]] = field(default_factory=list)  # (middle index, old, new)
+    complete: bool = False  # every position of the span is committed
+    reason: Reason | None = None
+    middle: list[int] | None = None  # on done: the final middle, cut at its end
+
+
+@dataclass
+class Feed:
+    ids: list[int]
+    pos: list[int]
+    slots: list[int]
+    kind: list[int]
+    blk: list[int]
+    logits_at: list[int]  # indices into the feed whose logits the update needs
+    kv_len: int
+
+    @classmethod
+    def empty(cls) -> Feed:
+        return cls([], [], [], [], [], [], 0)
+
+    def add(self, token: int, pos: int, slot: int, kind: int, blk: int) -> None:
+        self.ids.append(token)
+        self.pos.append(pos)
+        self.slots.append(slot)
+        self.kind.append(kind)
+        self.blk.append(blk)
+
+
+class Sequence:
+    """One request's decoding state. Middle index i sits at absolute position P + i."""
+
+    def __init__(self, prompt: list[int], special: SpecialTokens, policy: Policy, block: int,
+                 max_new_tokens: int, shift: bool, row: int = 0, reused: int = 0,
+                 first_allowed: Tensor | None = None, stop_fn: StopFn | None = None,
+                 max_len: int = 2048) -> None:
+        if not prompt:
+            raise ValueError("empty prompt")
+        self.prompt, self.sp, self.policy, self.b, self.shift = prompt, special, policy, block, shift
+        self.P = len(prompt)
+        self.max_new = max_new_tokens
+        self.cap = -(-max_new_tokens // block) * block
+        if self.P + 2 * self.cap + 1 > max_len:
+            raise ValueError(f"prompt of {self.P} tokens + {self.cap} new exceeds the cache ({max_len})")
+        self.middle = torch.full((self.cap,), special.mask, dtype=torch.long)
+        self.committed = torch.zeros(self.cap, dtype=torch.bool)
+        self.row = row
+        # a full prompt-cache hit still re-feeds the last prompt token for its logits
+        self.clean_len = min(reused, self.P - 1) if shift else min(reused, self.P)
+        self.reused = self.clean_len
+        self.block_start = 0  # middle index of the active block
+        self.block_step = 0
+        self.masked_at_start = block
+        self.edit_pass = 0  # edit-only passes run on the active block
+        self.head: Tensor | None = None  # logits predicting the active block's first token
+        self.first_head: Tensor | None = None  # the same for block 0 (multi-block passes)
+        self.end: int | None = None  # middle index where the completion ends
+        self.reason: Reason | None = None
+        self.forwards = 0
+        self.multi_pass = 0
+        self.phase: Literal["draft", "edit", "multi", "done"] = "draft"
+        self.first_allowed, self.stop_fn = first_allowed, stop_fn
+
+    # -- views ---------------------------------------------------------------------------
+    def live_limit(self) -> int:
+        return self.end if self.end is not None else self.cap
+
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    def final_middle(self) -> list[int]:
+        return self.middle[: self.live_limit()].tolist()
+
+    def _block(self) -> slice:
+        return slice(self.block_start, self.block_start + self.b)
+
+    # -- schedule ------------------------------------------------------------------------
+    def prepare(self) -> Feed:
+        """What the next forward feeds for this sequence."""
+        P, b = self.P, self.b
+        if self.phase == "multi":
+            return self._prepare_multi()
+        s = P + self.block_start
+        ids: list[int] = [*self.prompt, *self.middle.tolist()]
+        f = Feed.empty()
+        for p in range(self.clean_len, s):
+            f.add(ids[p], p, p, CLEAN, -1)
+        n_clean = len(f.ids)
+        for i in range(b):
+            f.add(ids[s + i], s + i, s + i, NOISY, s)
+        if self.shift:
+            head = [n_clean - 1] if n_clean else []
+            f.logits_at = head + list(range(n_clean, n_clean + b - 1))
+        else:
+            f.logits_at = list(range(n_clean, n_clean + b))
+        f.kv_len = s + b
+        return f
+
+    def _prepare_multi(self) -> Feed:
+        """Clean rewrite of the whole middle and a noisy copy of each of its blocks."""
+        P, b, n = self.P, self.b, self.live_limit()
+        nb = -(-n // b)
+        f = Feed.empty()
+        mid = self.middle.tolist()
+        for i in range(nb * b):
+            f.add(mid[i], P + i, P + i, CLEAN, -1)
+        base = P + nb * b
+        for k in range(nb):
+            for i in range(b):
+                j = k * b + i
+                f.add(mid[j], P + j, base + j, NOISY, P + k * b)
+            if self.shift:
+                f.logits_at += ([k * b - 1] if k else []) + [nb * b + k * b + i for i in range(b - 1)]
+            else:
+                f.logits_at += [nb * b + k * b + i for i in range(b)]
+        f.kv_len = base + nb * b
+        return f
+
+    # -- update --------------------------------------------------------------------------
+    def update(self, logits: Tensor) -> TokenEvent:
+        """Apply the policy to this forward's logits [K, V] (rows as in `logits_at`)."""
+        self.forwards += 1
+        if self.phase == "multi":
+            return self._update_multi(logits)
+        P = self.P
+        n_clean_fed = P + self.block_start - self.clean_len
+        self.clean_len = P + self.block_start
+        if self.shift:
+            if n_clean_fed:
+                self.head, logits = logits[0], logits[1:]
+                if self.block_start == 0:
+                    self.first_head = self.head
+            assert self.head is not None
+            logits = torch.cat([self.head[None], logits], 0)
+        ev = self._apply(logits, self._block(), edit_only=self.phase == "edit")
+        self._advance(ev)
+        return ev
+
+    def _apply(self, logits: Tensor, where: slice, edit_only: bool) -> TokenEvent:
+        sl = where
+        cur = self.middle[sl]
+        n = cur.shape[0]
+        idx = torch.arange(sl.start, sl.start + n)
+        masked = ~self.committed[sl]
+        live = idx < self.live_limit()
+        editable = self.committed[sl] & (cur != self.sp.end_of_middle)
+        if self.first_allowed is not None and sl.start == 0:
+            logits = logits.clone()
+            logits[0, ~self.first_allowed] = float("-inf")
+        conf = kernels.confidence(logits, torch.where(masked, -1, cur))
+        assert conf.cur_prob is not None
+        view = BlockView(masked=masked, editable=editable, live=live, current=cur, top_id=conf.top_id.cpu(),
+                         top_prob=conf.top_prob.cpu(), cur_prob=conf.cur_prob.cpu(), step=self.block_step,
+                         masked_at_start=self.masked_at_start)
+        if edit_only:
+            commit, edit = masked & False, self.policy.edit_only(view)
+        else:
+            d = self.policy.decide(view)
+            commit, edit = d.commit & masked & live, d.edit & editable & live
+        ev = TokenEvent("edit_pass" if edit_only else "step", self.forwards)
+        for i in edit.nonzero().flatten().tolist():
+            old, new = int(cur[i]), int(view.top_id[i])
+            ev.edits.append((sl.start + i, old, new))
+        for i in commit.nonzero().flatten().tolist():
+            ev.fills.append((sl.start + i, int(view.top_id[i])))
+        for j, new in ev.fills:
+            self.middle[j], self.committed[j] = new, True
+        for j, _, new in ev.edits:
+            self.middle[j] = new
+        self.block_step += 1
+        self._find_end()
+        return ev
+
+    def _find_end(self) -> None:
+        """The completion ends at the first committed end-of-middle with no mask before it,
+        or where the stop rule cuts the committed prefix."""
+        unc = (~self.committed).nonzero()
+        first_mask = int(unc[0]) if unc.numel() else self.cap
+        prefix = self.middle[:first_mask]
+        eom = (prefix == self.sp.end_of_middle).nonzero()
+        end, reason = None, None
+        if eom.numel():
+            end, reason = int(eom[0]), "end_of_middle"
+        if self.stop_fn is not None:
+            cut = self.stop_fn(prefix[: end if end is not None else first_mask].tolist())
+            if cut is not None and (end is None or cut < end):
+                end, reason = cut, "stop_rule"
+        if end is not None:
+            self.end, self.reason = end, reason  # type: ignore[assignment]
+        elif self.end is not None and self.reason in ("end_of_middle", "stop_rule"):
+            self.end, self.reason = None, None  # an edit removed the end: keep going
+
+    def _advance(self, ev: TokenEvent) -> None:
+        if self.phase == "draft":
+            blk = self._block()
+            live = torch.arange(blk.start, blk.stop) < self.live_limit()
+            if bool((~self.committed[blk] & live).any()):
+                return
+            if self.policy.edit_passes == 0:
+                self._finish_block()
+            else:
+                self.phase, self.edit_pass = "edit", 0
+        elif self.phase == "edit":
+            self.edit_pass += 1
+            if not ev.edits or self.edit_pass >= self.policy.edit_passes:
+                self._finish_block()
+        ev.complete = self.phase != "draft" and self._is_last_block()
+
+    def _is_last_block(self) -> bool:
+        lim = self.live_limit()
+        return lim <= self.block_start + self.b or self.block_start + self.b >= self.cap
+
+    def _finish_block(self) -> None:
+        if self._is_last_block():
+            if self.end is None:
+                self.end, self.reason = min(self.cap, self.max_new), "budget"
+            if self.end > self.max_new:
+                self.end, self.reason = self.max_new, "budget"
+            multi = getattr(getattr(self.policy, "config", None), "multi_block", False)
+            if multi and self.end > self.b and self.policy.edit_passes > 0:
+                self.phase, self.multi_pass = "multi", 0
+            else:
+                self.phase = "done"
+            return
+        self.block_start += self.b
+        self.block_step, self.edit_pass, self.phase = 0, 0, "draft"
+        self.masked_at_start = int((torch.arange(self.block_start, self.block_start + self.b) < self.live_limit()).sum())
+
+    def _update_multi(self, logits: Tensor) -> TokenEvent:
+        n, b = self.live_limit(), self.b
+        nb = -(-n // b)
+        if self.shift:
+            assert self.first_head is not None
+            logits = torch.cat([self.first_head[None], logits], 0)
+        ev = self._apply(logits[: nb * b], slice(0, nb * b), edit_only=True)
+        ev.complete = True
+        self.multi_pass += 1
+        self.clean_len = self.P  # the rewrite is redone each pass
+        if not ev.edits or self.multi_pass >= self.policy.edit_passes or self.end is None:
+            if self.end is None:
+                self.end, self.reason = min(self.cap, self.max_new), "budget"
+            self.phase = "done"
+        return ev
+
+    def remask(self, positions: list[int], reused: int) -> None:
+        """Send middle `positions` back to [MASK] and resume decoding from the earliest one's
+        block. `reused`: clean prompt tokens valid in the cache row (the rest is re-fed)."""
+        positions = [p for p in positions if 0 <= p < self.cap]
+        for p in positions:
+            self.middle[p], self.committed[p] = self.sp.mask, False
+        first = min(positions) if positions else max(0, self.live_limit() - 1)
+        self.block_start = (first // self.b) * self.b
+        self.clean_len = min(reused, self.P - 1) if self.shift else min(reused, self.P)
+        self.end, self.reason, self.head = None, None, None
+        self.phase, self.block_step, self.edit_pass = "draft", 0, 0
+        blk = self._block()
+        self.masked_at_start = int((~self.committed[blk]).sum())
+        self._find_end()
+
+    def finish_event(self, reason: Reason | None = None) -> TokenEvent:
+        if reason is not None:
+            self.reason, self.phase = reason, "done"
+        return TokenEvent("done", self.forwards, complete=True, reason=self.reason, middle=self.final_middle())
+
+
+def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_attrs: list[Tensor]) -> list[Tensor]:
+    """One batched forward for several sequences; returns each one's logits rows [K_i, V].
+
+    slot_attrs[i]: [3, max_len] long (kind, pos, blk) of sequence i's cache row, updated here.
+    """
+    dev = model.output.weight.device
+    B = len(seqs)
+    T = max(len(f.ids) for f in feeds)
+    K = max(len(f.logits_at) for f in feeds)
+    S = max(f.kv_len for f in feeds)
+    ids = torch.zeros((B, T), dtype=torch.long)
+    pos = torch.zeros((B, T), dtype=torch.long)
+    scratch = slot_attrs[0].shape[1] - 1  # the last slot absorbs padding writes
+    slots = torch.full((B, T), scratch, dtype=torch.long)
+    qk = torch.full((B, T), CLEAN, dtype=torch.long)
+    qb = torch.full((B, T), -1, dtype=torch.long)
+    at = torch.zeros((B, K), dtype=torch.long)
+    keys = torch.zeros((B, 3, S), dtype=torch.long)
+    for r, (seq, f) in enumerate(zip(seqs, feeds, strict=True)):
+        n = len(f.ids)
+        ids[r, :n] = torch.tensor(f.ids)
+        pos[r, :n] = torch.tensor(f.pos)
+        slots[r, :n] = torch.tensor(f.slots)
+        qk[r, :n] = torch.tensor(f.kind)
+        qb[r, :n] = torch.tensor(f.blk)
+        at[r, : len(f.logits_at)] = torch.tensor(f.logits_at, dtype=torch.long)
+        attrs = slot_attrs[r]
+        attrs[0, seq.clean_len if seq.phase != "multi" else seq.P:] = INVALID
+        sl = torch.tensor(f.slots)
+        attrs[0, sl] = qk[r, :n]
+        attrs[1, sl] = pos[r, :n]
+        attrs[2, sl] = qb[r, :n]
+        keys[r] = attrs[:, :S]
+    bidir = model.config.attention == "bidirectional"
+    mask = layout_mask(qk, pos, qb, keys[:, 0], keys[:, 1], keys[:, 2], bidirectional=bidir)
+    for r, f in enumerate(feeds):  # padding queries read slot 0 (no NaN rows)
+        mask[r, 0, len(f.ids):, 0] = True
+    rows = torch.tensor([s.row for s in seqs], dtype=torch.long)
+    with torch.inference_mode():
+        logits = model(ids.to(dev), pos.to(dev), mask.to(dev), rows=rows.to(dev), slots=slots.to(dev),
+                       kv_len=S, logits_at=at.to(dev))
+    return [logits[r, : len(f.logits_at)] for r, f in enumerate(feeds)]
+
+
+def new_slot_attrs(max_len: int, clean_len: int) -> Tensor:
+    a = torch.zeros((3, max_len), dtype=torch.long)
+    a[0, :clean_len] = CLEAN
+    a[1] = torch.arange(max_len)
+    a[2] = -1
+    return a
+
+
+def generate(model: Transformer, seq: Sequence, cancel: Callable[[], bool] | None = None,
+             on_prefilled: Callable[[Sequence], None] | None = None) -> Iterator[TokenEvent]:
+    """Decode one sequence on cache row `seq.row`; yields an event per forward, then done.
+
+    `cancel` is checked before every forward; `on_prefilled` runs once the prompt's KV is
+    in the cache (the prompt cache stores it)."""
+    attrs = new_slot_attrs(model.layers[0].attention.kv_cache.k.shape[1], seq.clean_len)  # type: ignore[union-attr]
+    while not seq.done():
+        if cancel is not None and cancel():
+            yield seq.finish_event("cancelled")
+            return
+        feed = seq.prepare()
+        (logits,) = execute(model, [seq], [feed], [attrs])
+        first = seq.forwards == 0
+        ev = seq.update(logits)
+        if first and on_prefilled is not None:
+            on_prefilled(seq)
+        yield ev
+    yield seq.finish_event()

@@ -1,0 +1,270 @@
+"""The native block-diffusion transformer (one file, gpt-fast style).
+
+RMSNorm, rotary embeddings, grouped-query attention and SwiGLU. Attention is described by
+one integer per position, its *block id*: a query may read a key whose block id is lower or
+equal. A causal token's block id is its own position; every token of a diffusion block
+shares the block's start position. So the prompt and the committed blocks are causal (an
+exact, prefix-reusable KV cache) while the active block is bidirectional and reads all of the
+clean context before it. `attention="bidirectional"` lets every position read every other.
+
+With `shift_logits=True` (the embedded model, Dream) the logits at position i predict the
+token at position i + 1, as in an autoregressive model; otherwise (LLaDA) they predict the
+token at position i itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Named special token ids of one model: no magic numbers elsewhere."""
+
+    mask: int
+    end_of_text: int
+    end_of_middle: int
+    pad: int
+    fim_prefix: int
+    fim_suffix: int
+    fim_middle: int
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 4096
+    n_layer: int = 6
+    n_head: int = 8
+    n_kv_head: int = 2
+    dim: int = 256
+    intermediate_size: int = 704
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    max_seq_len: int = 2048
+    block_size: int = 16
+    attention: str = "block_causal"  # or "bidirectional"
+    shift_logits: bool = True
+    tie_embeddings: bool = True
+    special: SpecialTokens = field(
+        default_factory=lambda: SpecialTokens(
+            mask=4, end_of_text=1, end_of_middle=2, pad=0, fim_prefix=5, fim_suffix=6, fim_middle=3
+        )
+    )
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_head
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in d.items() if k in known}
+        if isinstance(kw.get("special"), dict):
+            kw["special"] = SpecialTokens(**kw["special"])
+        return cls(**kw)
+
+
+# Named presets. The embedded model's special ids follow its tokenizer's added tokens.
+PRESETS: dict[str, ModelConfig] = {
+    "tiny-code": ModelConfig(),
+    "test-tiny": ModelConfig(
+        vocab_size=64, n_layer=2, n_head=4, n_kv_head=2, dim=32, intermediate_size=64,
+        max_seq_len=256, block_size=4,
+    ),
+    "small-code": ModelConfig(n_layer=12, n_head=12, n_kv_head=4, dim=768, intermediate_size=2048,
+                              vocab_size=4096, max_seq_len=4096, block_size=32),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    return replace(PRESETS[name], **overrides)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * self.weight.float()).type_as(x)
+
+
+def rope_tables(head_dim: int, max_len: int, base: float) -> tuple[Tensor, Tensor]:
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    ang = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)
+    return torch.cos(ang), torch.sin(ang)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x: [B, T, H, D]; cos/sin: [B, T, D/2] gathered at each token's position."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    c, s = cos[:, :, None, :], sin[:, :, None, :]
+    return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).type_as(x)
+
+
+class KVCache(nn.Module):
+    """Static per-layer key/value storage, [batch, max_len, kv_heads, head_dim]."""
+
+    def __init__(self, batch: int, max_len: int, n_kv: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
+        shape = (batch, max_len, n_kv, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, rows: Tensor, slots: Tensor, k: Tensor, v: Tensor, kv_len: int) -> tuple[Tensor, Tensor]:
+        """Write k/v [B, T, H, D] at cache rows `rows` [B] and slots [B, T]; read back [B, kv_len]."""
+        self.k[rows[:, None], slots] = k.to(self.k.dtype)
+        self.v[rows[:, None], slots] = v.to(self.v.dtype)
+        if rows.numel() == self.k.shape[0] and bool((rows == torch.arange(rows.numel(), device=rows.device)).all()):
+            return self.k[:, :kv_len], self.v[:, :kv_len]
+        return self.k[rows, :kv_len], self.v[rows, :kv_len]
+
+
+class Attention(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.c = c
+        hd = c.head_dim
+        self.wqkv = nn.Linear(c.dim, (c.n_head + 2 * c.n_kv_head) * hd, bias=False)
+        self.wo = nn.Linear(c.n_head * hd, c.dim, bias=False)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+                cache_at: tuple[Tensor, Tensor, int] | None) -> Tensor:
+        c, (B, T, _) = self.c, x.shape
+        hd = c.head_dim
+        q, k, v = self.wqkv(x).split([c.n_head * hd, c.n_kv_head * hd, c.n_kv_head * hd], dim=-1)
+        q = apply_rope(q.view(B, T, c.n_head, hd), cos, sin)
+        k = apply_rope(k.view(B, T, c.n_kv_head, hd), cos, sin)
+        v = v.view(B, T, c.n_kv_head, hd)
+        if self.kv_cache is not None and cache_at is not None:
+            k, v = self.kv_cache.update(cache_at[0], cache_at[1], k, v, cache_at[2])
+        rep = c.n_head // c.n_kv_head
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        y = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask)
+        return self.wo(y.transpose(1, 2).reshape(B, T, c.n_head * hd))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.w13 = nn.Linear(c.dim, 2 * c.intermediate_size, bias=False)
+        self.w2 = nn.Linear(c.intermediate_size, c.dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(c.dim, c.norm_eps)
+        self.attention = Attention(c)
+        self.ffn_norm = RMSNorm(c.dim, c.norm_eps)
+        self.feed_forward = FeedForward(c)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+                cache_at: tuple[Tensor, Tensor, int] | None) -> Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin, mask, cache_at)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.tok_embeddings = nn.Embedding(c.vocab_size, c.dim)
+        self.layers = nn.ModuleList(Block(c) for _ in range(c.n_layer))
+        self.norm = RMSNorm(c.dim, c.norm_eps)
+        self.output = nn.Linear(c.dim, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        self._rope: tuple[Tensor, Tensor] | None = None  # built on first use, on the right device
+        self.cache_batch = 0
+
+    def rope(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        if self._rope is None or self._rope[0].device != device:
+            c = self.config
+            cos, sin = rope_tables(c.head_dim, c.max_seq_len, c.rope_base)
+            self._rope = (cos.to(device), sin.to(device))
+        return self._rope
+
+    def init_weights(self, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith(("wo.weight", "w2.weight")) else 0.02
+                with torch.no_grad():
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+
+    def setup_cache(self, batch: int, max_len: int | None = None) -> None:
+        c = self.config
+        dev, dt = self.output.weight.device, self.output.weight.dtype
+        for layer in self.layers:
+            layer.attention.kv_cache = KVCache(batch, max_len or c.max_seq_len, c.n_kv_head, c.head_dim, dt, dev)
+        self.cache_batch = batch
+
+    def drop_cache(self) -> None:
+        for layer in self.layers:
+            layer.attention.kv_cache = None
+        self.cache_batch = 0
+
+    def forward(self, idx: Tensor, pos: Tensor, mask: Tensor | None = None, *,
+                rows: Tensor | None = None, slots: Tensor | None = None, kv_len: int | None = None,
+                logits_at: Tensor | None = None) -> Tensor:
+        """idx, pos: [B, T] token ids and rotary positions. mask: bool [B, 1, T, S] (True = may
+        attend) or None (everything). With a cache set up and `rows` given, keys/values are
+        written at cache `rows` [B] / `slots` [B, T] (default: pos) and attention reads each
+        row's first `kv_len` slots (S = kv_len); otherwise S = T. `logits_at` [B, K] projects
+        only those positions to the vocabulary (a prefill needs one row, not thousands)."""
+        x = self.tok_embeddings(idx)
+        rc, rs = self.rope(idx.device)
+        cos, sin = rc[pos], rs[pos]
+        cache_at = None
+        if rows is not None:
+            cache_at = (rows, slots if slots is not None else pos, kv_len or int(pos.max()) + 1)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, cache_at)
+        if logits_at is not None:
+            x = torch.gather(x, 1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))
+        return self.output(self.norm(x)).float()
+
+
+# Slot kinds of the attention layout (training batches and decode steps share it).
+INVALID, CLEAN, NOISY = 0, 1, 2
+
+
+def layout_mask(q_kind: Tensor, q_pos: Tensor, q_blk: Tensor,
+                k_kind: Tensor, k_pos: Tensor, k_blk: Tensor, bidirectional: bool = False) -> Tensor:
+    """[B, 1, T, S] attention of queries over keys, from per-token kind/position/block start.
+
+    Clean tokens are causal; a noisy (diffusion) token reads the clean tokens before its
+    block's start and the noisy tokens of its own block. Bidirectional: all valid keys.
+    Every query may read itself, so padding rows never produce NaN.
+    """
+    qk, kk = q_kind[:, :, None], k_kind[:, None, :]
+    if bidirectional:
+        m = (kk != INVALID) & (qk != INVALID)
+    else:
+        qp, kp = q_pos[:, :, None], k_pos[:, None, :]
+        qb, kb = q_blk[:, :, None], k_blk[:, None, :]
+        m = ((qk == CLEAN) & (kk == CLEAN) & (kp <= qp)) \
+            | ((qk == NOISY) & (kk == CLEAN) & (kp < qb)) \
+            | ((qk == NOISY) & (kk == NOISY) & (kb == qb))
+    return m[:, None]

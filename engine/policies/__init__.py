@@ -1,0 +1,46 @@
+"""Decoding policies: an explicit registry of names and presets, each with a typed config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from engine.policies.base import BlockView, Decision, Policy
+from engine.policies.draft_edit import QUALITY, SPEEDY, DraftEdit, DraftEditConfig
+from engine.policies.low_confidence import LowConfidence, LowConfidenceConfig
+from engine.policies.one_per_step import OnePerStep, OnePerStepConfig
+from engine.policies.threshold import Threshold, ThresholdConfig
+
+# name -> (config class, factory)
+POLICIES: dict[str, tuple[type, Callable[[Any], Policy]]] = {
+    "one_per_step": (OnePerStepConfig, OnePerStep),
+    "low_confidence": (LowConfidenceConfig, LowConfidence),
+    "threshold": (ThresholdConfig, Threshold),
+    "draft_edit": (DraftEditConfig, DraftEdit),
+}
+
+# preset name -> (policy name, config)
+PRESETS: dict[str, tuple[str, Any]] = {
+    "speedy": ("draft_edit", SPEEDY),
+    "quality": ("draft_edit", QUALITY),
+    "one_per_step": ("one_per_step", OnePerStepConfig()),
+    "low_confidence": ("low_confidence", LowConfidenceConfig()),
+    "threshold": ("threshold", ThresholdConfig()),
+}
+
+
+def make_policy(name: str, **overrides: Any) -> Policy:
+    """A policy by preset or policy name; keyword overrides replace config fields."""
+    if name in PRESETS:
+        pname, cfg = PRESETS[name]
+    elif name in POLICIES:
+        pname, cfg = name, POLICIES[name][0]()
+    else:
+        raise ValueError(f"unknown policy or preset {name!r}; known: {sorted(set(PRESETS) | set(POLICIES))}")
+    if overrides:
+        cfg = replace(cfg, **overrides)
+    return POLICIES[pname][1](cfg)
+
+
+__all__ = ["BlockView", "Decision", "Policy", "POLICIES", "PRESETS", "make_policy"]

@@ -1,0 +1,47 @@
+"""LLaDA2.1's draft-then-edit rule: M2T commits above a mask threshold, T2T edits above an
+edit threshold, then edit-only passes until a fixed point.
+
+Speedy drafts with a low mask threshold and relies on edits; Quality drafts carefully.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from engine.policies.base import BlockView, Decision, at_least_one
+
+
+@dataclass(frozen=True)
+class DraftEditConfig:
+    mask_threshold: float = 0.5
+    edit_threshold: float = 0.8
+    edit_passes: int = 3  # edit-only passes after the block's masks are gone
+    multi_block: bool = False  # final edit passes reach back over the whole completion
+
+
+SPEEDY = DraftEditConfig(mask_threshold=0.5, edit_threshold=0.8, edit_passes=3)
+QUALITY = DraftEditConfig(mask_threshold=0.9, edit_threshold=0.9, edit_passes=2)
+
+
+def edits_of(view: BlockView, threshold: float) -> Tensor:
+    return view.editable & view.live & (view.top_id != view.current) & (view.top_prob >= threshold)
+
+
+class DraftEdit:
+    name = "draft_edit"
+
+    def __init__(self, config: DraftEditConfig | None = None) -> None:
+        self.config = config or SPEEDY
+
+    @property
+    def edit_passes(self) -> int:
+        return self.config.edit_passes
+
+    def decide(self, view: BlockView) -> Decision:
+        commit = view.masked & view.live & (view.top_prob >= self.config.mask_threshold)
+        return Decision(at_least_one(commit, view), edits_of(view, self.config.edit_threshold))
+
+    def edit_only(self, view: BlockView) -> Tensor:
+        return edits_of(view, self.config.edit_threshold)

@@ -1,0 +1,29 @@
+"""Fast-dLLM's confidence-threshold rule: commit every masked position at or above it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from engine.policies.base import BlockView, Decision, at_least_one, no_edits
+
+
+@dataclass(frozen=True)
+class ThresholdConfig:
+    threshold: float = 0.9
+
+
+class Threshold:
+    name = "threshold"
+    edit_passes = 0
+
+    def __init__(self, config: ThresholdConfig | None = None) -> None:
+        self.config = config or ThresholdConfig()
+
+    def decide(self, view: BlockView) -> Decision:
+        commit = view.masked & view.live & (view.top_prob >= self.config.threshold)
+        return Decision(at_least_one(commit, view), no_edits(view))
+
+    def edit_only(self, view: BlockView) -> Tensor:
+        return no_edits(view)

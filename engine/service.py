@@ -1,0 +1,201 @@
+"""The text-level engine: tokenizes requests, decodes, and turns token events into text events.
+
+`TextEngine.complete` is a synchronous generator that runs the model in the calling thread
+(one request at a time; the daemon's scheduler batches many). It checks `cancel` between
+forwards. Text never crosses the stop rule: the tokens after it are not reported.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.api import CompletionRequest, EngineEvent, Plan, diff_edits
+from engine.checkpoint import EMBEDDED_DIR, load_checkpoint
+from engine.decode import Sequence, TokenEvent, generate
+from engine.policies import make_policy
+from engine.prompt_cache import PromptCache
+from engine.stops import cut_text, stop_index
+from engine.tokenizer import load_tokenizer
+
+DEFAULT_MAX_PROMPT = 1024
+
+
+def default_model_dir() -> Path:
+    return Path(os.environ.get("LLADA_MODEL", str(EMBEDDED_DIR)))
+
+
+class Healing:
+    """Token healing: back off a prompt's partial last token and constrain the first new one."""
+
+    def __init__(self, vocab_texts: list[str], n_special: int) -> None:
+        self.texts = vocab_texts
+        self.n_special = n_special
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def allowed(self, partial: str) -> torch.Tensor | None:
+        if partial in self._cache:
+            return self._cache[partial]
+        ok = torch.tensor([i >= self.n_special and t.startswith(partial) for i, t in enumerate(self.texts)])
+        longer = ok & torch.tensor([len(t) > len(partial) for t in self.texts])
+        res = ok if bool(longer.any()) else None
+        self._cache[partial] = res  # type: ignore[assignment]
+        return res
+
+
+class TextEngine:
+    def __init__(self, model_dir: str | Path | None = None, *, mode: str = "speedy", device: str = "cpu",
+                 max_len: int = 2048, prompt_cache_entries: int = 4,
+                 max_prompt_tokens: int = DEFAULT_MAX_PROMPT, threads: int | None = None) -> None:
+        if threads:
+            torch.set_num_threads(threads)
+        self.model_dir = Path(model_dir) if model_dir else default_model_dir()
+        if not (self.model_dir / "config.json").exists():
+            raise FileNotFoundError(f"no model at {self.model_dir} (config.json missing)")
+        self.model = load_checkpoint(self.model_dir, device=device)
+        self.config = self.model.config
+        self.max_len = min(max_len, self.config.max_seq_len)
+        self.model.setup_cache(1, self.max_len)
+        self.tok = load_tokenizer(self.model_dir)
+        self.sp = self.config.special
+        self.mode = mode
+        self.max_prompt_tokens = max_prompt_tokens
+        self.prompt_cache = PromptCache(prompt_cache_entries)
+        n_special = 1 + max(self.sp.__dict__.values())
+        texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
+        self.healing = Healing(texts, n_special)
+        self._lock = threading.Lock()
+        self.last: tuple[CompletionRequest, Sequence, str] | None = None
+
+    def info(self) -> dict[str, Any]:
+        return {"model": self.model_dir.name, "path": str(self.model_dir), "block_size": self.config.block_size,
+                "vocab_size": self.config.vocab_size, "mode": self.mode, "max_prompt_tokens": self.max_prompt_tokens,
+                "params": sum(p.numel() for p in self.model.parameters())}
+
+    # -- prompt ----------------------------------------------------------------------------
+    def encode(self, prefix: str, suffix: str, heal: bool = True) -> tuple[list[int], str, torch.Tensor | None]:
+        """Suffix-first FIM prompt, trimmed to the budget; returns (ids, healed text, allowed)."""
+        sp = self.sp
+        pre = self.tok.encode(prefix[-self.max_prompt_tokens * 6:]).ids if prefix else []
+        suf = self.tok.encode(suffix[: self.max_prompt_tokens * 6]).ids if suffix else []
+        budget = self.max_prompt_tokens - 3
+        suf = suf[: max(0, min(len(suf), budget // 4, budget - len(pre)))]
+        pre = pre[-(budget - len(suf)):] if budget - len(suf) > 0 else []
+        partial, allowed = "", None
+        if heal and pre:
+            last = self.tok.decode([pre[-1]])
+            if last and (last.strip() == "" or last.replace("_", "a").isalnum() or last.lstrip().isidentifier()):
+                allowed = self.healing.allowed(last)
+                if allowed is not None:
+                    partial, pre = last, pre[:-1]
+        ids = [sp.fim_suffix, *suf, sp.fim_prefix, *pre, sp.fim_middle]
+        return ids, partial, allowed
+
+    # -- decoding ---------------------------------------------------------------------------
+    def complete(self, req: CompletionRequest, cancel: threading.Event | None = None) -> Iterator[EngineEvent]:
+        with self._lock:
+            yield from self._complete(req, cancel)
+
+    def _complete(self, req: CompletionRequest, cancel: threading.Event | None) -> Iterator[EngineEvent]:
+        t0 = time.perf_counter()
+        plan = req.plan
+        ids, partial, allowed = self.encode(req.prefix, req.suffix)
+        policy = make_policy(plan.preset or self.mode)
+        reused = self.prompt_cache.restore(self.model, 0, req.doc_key, ids)
+        max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - 2) // 2))
+        seq = Sequence(ids, self.sp, policy, self.config.block_size, max_new, self.config.shift_logits,
+                       row=0, reused=reused, first_allowed=allowed,
+                       stop_fn=self._stop_fn(plan, partial), max_len=self.max_len)
+        yield from self._run(req, seq, partial, t0, reused, cancel)
+
+    def _stop_fn(self, plan: Plan, partial: str):  # noqa: ANN202 - a closure over the tokenizer
+        if plan.stop == "none" and plan.max_lines == 0:
+            return None
+
+        def fn(tokens: list[int]) -> int | None:
+            text = self.tok.decode(tokens)[len(partial):]
+            if stop_index(text, plan) is None:
+                return None
+            for k in range(1, len(tokens) + 1):  # the first token whose text reaches the cut
+                if stop_index(self.tok.decode(tokens[:k])[len(partial):], plan) is not None:
+                    return k
+            return len(tokens)
+        return fn
+
+    def _text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+        unc = (~seq.committed).nonzero()
+        upto = int(unc[0]) if unc.numel() else seq.cap
+        upto = min(upto, seq.live_limit())
+        toks = [t for t in seq.middle[:upto].tolist() if t != self.sp.end_of_middle]
+        text = self.tok.decode(toks)
+        text = text[len(partial):] if text.startswith(partial) else text
+        return cut_text(text, plan)[0]
+
+    def _run(self, req: CompletionRequest, seq: Sequence, partial: str, t0: float, reused: int,
+             cancel: threading.Event | None) -> Iterator[EngineEvent]:
+        plan, rid = req.plan, req.request_id
+        prev, first_draft_ms = "", None
+        prompt = seq.prompt
+
+        def store(s: Sequence) -> None:
+            self.prompt_cache.store(self.model, s.row, req.doc_key, prompt)
+
+        queue_ms = (time.perf_counter() - t0) * 1000
+        ev: TokenEvent
+        for ev in generate(self.model, seq, cancel=(cancel.is_set if cancel else None), on_prefilled=store):
+            text = self._text(seq, plan, partial) if ev.kind != "done" else self._final_text(seq, plan, partial)
+            if ev.kind == "done":
+                total = (time.perf_counter() - t0) * 1000
+                n_tok = len(seq.final_middle())
+                stats = {"forwards": seq.forwards, "tokens": n_tok, "tpf": n_tok / max(1, seq.forwards),
+                         "prefill_tokens": len(prompt) - reused, "reused_tokens": reused,
+                         "queue_ms": queue_ms, "first_draft_ms": first_draft_ms if first_draft_ms is not None else total,
+                         "total_ms": total}
+                self.last = (req, seq, partial)
+                yield EngineEvent("done", rid, text, diff_edits(prev, text), seq.forwards, True,
+                                  reason=ev.reason, stats=stats)
+                return
+            if first_draft_ms is None and ev.complete:
+                first_draft_ms = (time.perf_counter() - t0) * 1000
+                yield EngineEvent("draft", rid, text, diff_edits(prev, text), ev.step, True)
+                prev = text
+            elif first_draft_ms is None:
+                if text != prev:
+                    yield EngineEvent("draft", rid, text, diff_edits(prev, text), ev.step, False)
+                    prev = text
+            elif text != prev:
+                yield EngineEvent("edit", rid, text, diff_edits(prev, text), ev.step, True)
+                prev = text
+
+    def _final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+        toks = [t for t in seq.final_middle() if t != self.sp.end_of_middle]
+        text = self.tok.decode(toks)
+        text = text[len(partial):] if text.startswith(partial) else text
+        return cut_text(text, plan)[0]
+
+    def remask(self, request_id: str, spans: list[tuple[int, int]],
+               cancel: threading.Event | None = None) -> Iterator[EngineEvent]:
+        """Send the tokens overlapping character `spans` of the last completion's text back to
+        [MASK] and decode them again (the syntax-guided edit of the language server)."""
+        with self._lock:
+            if self.last is None or self.last[0].request_id != request_id:
+                yield EngineEvent("error", request_id, "", error="unknown or expired request id")
+                return
+            req, seq, partial = self.last
+            toks = seq.final_middle()
+            positions, off = [], -len(partial)
+            for i, t in enumerate(toks):
+                n = len(self.tok.decode([t]))
+                if any(off < e and off + n > s for s, e in spans):
+                    positions.append(i)
+                off += n
+            t0 = time.perf_counter()
+            reused = self.prompt_cache.restore(self.model, seq.row, req.doc_key, seq.prompt)
+            seq.remask(positions, reused)
+            yield from self._run(req, seq, partial, t0, reused, cancel)

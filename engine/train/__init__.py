@@ -1,0 +1,1 @@
+"""Training recipe of the embedded default model (tokenizer, data, block-diffusion objective)."""

@@ -1,0 +1,81 @@
+"""The training corpus: Python source that is on every machine, split by whole files.
+
+The standard library (with its own tests) plus the pure-Python files of a few pinned
+packages from the project's environment. The held-out split is fixed by a seed over the
+files' relative paths and listed in `heldout.txt`; training never reads those files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+HELDOUT_LIST = Path(__file__).with_name("heldout.txt")
+SPLIT_SEED = "llada-lsp-split-v1"
+HELDOUT_PERCENT = 4
+MAX_FILE_BYTES = 200_000
+# Pure-Python packages from the dev environment (pinned by the lock of the run's venv).
+EXTRA_PACKAGES = ("transformers", "pygls", "lsprotocol", "websockets", "pygments", "rich", "tqdm")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    key: str  # "stdlib/<rel>" or "pkg/<rel>": stable across machines of the same versions
+    path: Path
+
+
+def _roots() -> list[tuple[str, Path]]:
+    roots = [("stdlib", Path(sysconfig.get_paths()["stdlib"]))]
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    for name in EXTRA_PACKAGES:
+        if (purelib / name).is_dir():
+            roots.append(("pkg", purelib / name))
+    return roots
+
+
+def all_files() -> list[SourceFile]:
+    out: list[SourceFile] = []
+    for label, root in _roots():
+        for p in sorted(root.rglob("*.py")):
+            rel = p.relative_to(root.parent if label == "pkg" else root).as_posix()
+            if label == "stdlib" and rel.startswith(("site-packages/", "dist-packages/")):
+                continue
+            try:
+                size = p.stat().st_size
+            except OSError:
+                continue
+            if 0 < size <= MAX_FILE_BYTES:
+                out.append(SourceFile(f"{label}/{rel}", p))
+    return out
+
+
+def is_heldout(key: str) -> bool:
+    h = hashlib.sha256(f"{SPLIT_SEED}:{key}".encode()).digest()
+    return int.from_bytes(h[:4], "big") % 100 < HELDOUT_PERCENT
+
+
+def split() -> tuple[list[SourceFile], list[SourceFile]]:
+    files = all_files()
+    train = [f for f in files if not is_heldout(f.key)]
+    held = [f for f in files if is_heldout(f.key)]
+    return train, held
+
+
+def write_heldout_list(held: list[SourceFile]) -> None:
+    HELDOUT_LIST.write_text("".join(f"{f.key}\n" for f in held))
+
+
+def heldout_files() -> list[SourceFile]:
+    """The held-out files that exist on this machine (stdlib ones always do)."""
+    wanted = set(HELDOUT_LIST.read_text().split()) if HELDOUT_LIST.exists() else None
+    return [f for f in all_files() if (wanted is None and is_heldout(f.key)) or (wanted and f.key in wanted)]
+
+
+def read_text(f: SourceFile) -> str | None:
+    try:
+        text = f.path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    return text if "\x00" not in text else None

@@ -1,0 +1,146 @@
+"""Train the embedded model: autoregressive warm-up, then block diffusion with T2T noise.
+
+    python -m engine.train.train --out runs/embedded --steps 4000
+
+Both phases keep the next-token loss on the clean (causal) stream; the second adds the
+block-diffusion loss on noisy copies of the middle blocks. Deterministic from --seed;
+`--resume` continues from `OUT/state.pt` (model, optimizer, data and noise generators).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from engine.checkpoint import save_checkpoint
+from engine.model import ModelConfig, Transformer, preset
+from engine.tokenizer import load_tokenizer, special_tokens_of
+from engine.train.corpus import read_text, split
+from engine.train.data import Batch, Encoded, ExampleStream, make_batch
+
+
+def load_texts() -> tuple[list[str], list[float], list[str]]:
+    train, held = split()
+    texts, weights = [], []
+    for f in train:
+        t = read_text(f)
+        if t is not None and t.strip():
+            texts.append(t)
+            weights.append(2.0 if f.key.startswith("stdlib/") else 1.0)
+    held_texts = [t for f in held if f.key.startswith("stdlib/") and (t := read_text(f))]
+    return texts, weights, held_texts
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def losses(model: Transformer, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = model(b.idx, b.pos, b.mask)
+    T = b.n_clean
+    ce = F.cross_entropy(logits[:, :T].flatten(0, 1), b.ar_target.flatten(), reduction="none", ignore_index=-100)
+    ar = (ce * b.ar_weight.flatten()).sum() / b.ar_weight.sum().clamp_min(1)
+    if b.noisy_target.shape[1] == 0:
+        return ar, torch.zeros(())
+    ce2 = F.cross_entropy(logits[:, T:].flatten(0, 1), b.noisy_target.flatten(), reduction="none", ignore_index=-100)
+    diff = (ce2 * b.noisy_weight.flatten()).sum() / b.noisy_weight.shape[0]
+    return ar, diff
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tokenizer", type=Path, required=True)
+    ap.add_argument("--preset", default="tiny-code")
+    ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--ar-steps", type=int, default=1200, help="steps of autoregressive warm-up")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--warmup", type=int, default=150)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save-every", type=int, default=250)
+    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    tok = load_tokenizer(args.tokenizer)
+    sp = special_tokens_of(tok)
+    cfg: ModelConfig = preset(args.preset, vocab_size=tok.get_vocab_size(), special=sp)
+    model = Transformer(cfg)
+    model.init_weights(args.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    texts, weights, held_texts = load_texts()
+    stream = ExampleStream(texts, weights, tok, sp, cfg.block_size, seed=args.seed)
+    noise = torch.Generator().manual_seed(args.seed + 1)
+    held_stream = ExampleStream(held_texts, [1.0] * len(held_texts), tok, sp, cfg.block_size, seed=1234)
+    held_rows: list[Encoded] = [held_stream.next() for _ in range(32)]
+    held_noise_seed = 4321
+    args.out.mkdir(parents=True, exist_ok=True)
+    step, tokens = 0, 0
+    state_path = args.out / "state.pt"
+    if args.resume and state_path.exists():
+        st = torch.load(state_path, weights_only=False)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        step, tokens = st["step"], st["tokens"]
+        stream.rng.setstate(st["data_rng"])
+        noise.set_state(st["noise_rng"])
+        print(f"resumed at step {step}")
+    log = (args.out / "log.jsonl").open("a")
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"params {n_params / 1e6:.2f}M, train texts {len(texts)}, held-out texts {len(held_texts)}")
+    t0 = time.time()
+    bar = tqdm(total=args.steps, initial=step, desc="train")
+    while step < args.steps:
+        model.train()
+        diffusion = step >= args.ar_steps
+        rows = [stream.next() for _ in range(args.batch)]
+        b = make_batch(rows, sp, cfg.vocab_size, cfg.block_size, noise, diffusion)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+        ar, diff = losses(model, b)
+        loss = ar + diff
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens += int(b.ar_weight.gt(0).sum())
+        bar.update(1)
+        bar.set_postfix(ar=f"{ar.item():.3f}", diff=f"{diff.item():.3f}", tok=f"{tokens / 1e6:.2f}M")
+        rec = {"step": step, "tokens": tokens, "ar": round(ar.item(), 4), "diff": round(diff.item(), 4),
+               "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1)}
+        if step % args.eval_every == 0 or step == args.steps:
+            model.eval()
+            with torch.no_grad():
+                hb = make_batch(held_rows, sp, cfg.vocab_size, cfg.block_size,
+                                torch.Generator().manual_seed(held_noise_seed), True)
+                har, hdiff = losses(model, hb)
+            rec |= {"held_ar": round(har.item(), 4), "held_diff": round(hdiff.item(), 4)}
+        log.write(json.dumps(rec) + "\n")
+        log.flush()
+        if step % args.save_every == 0 or step == args.steps:
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                        "tokens": tokens, "data_rng": stream.rng.getstate(),
+                        "noise_rng": noise.get_state(), "args": vars(args)}, state_path)
+            save_checkpoint(model, args.out / "latest", args.tokenizer / "tokenizer.json")
+            save_checkpoint(model, args.out / f"snap-{step:06d}", args.tokenizer / "tokenizer.json")
+    bar.close()
+
+
+if __name__ == "__main__":
+    random.seed(0)
+    main()

@@ -1,0 +1,129 @@
+"""Decode-loop contracts on a tiny random model: determinism, events, cancel, stop, budget."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.decode import Sequence, TokenEvent, generate
+from engine.model import Transformer
+from engine.policies import PRESETS, make_policy
+from tests.engine.conftest import prompt_of
+
+
+def run(model: Transformer, name: str, max_new: int = 10, **kw: object) -> tuple[Sequence, list[TokenEvent]]:
+    cfg = model.config
+    prompt = prompt_of(cfg, list(range(10, 30)), list(range(40, 45)))
+    seq = Sequence(prompt, cfg.special, make_policy(name), cfg.block_size, max_new, cfg.shift_logits,
+                   max_len=512, **kw)  # type: ignore[arg-type]
+    return seq, list(generate(model, seq, cancel=kw.pop("cancel", None) if "cancel" in kw else None))
+
+
+def replay(events: list[TokenEvent], cap: int, mask: int) -> list[int]:
+    canvas = [mask] * cap
+    for ev in events:
+        for i, tok in ev.fills:
+            assert canvas[i] == mask, "a fill lands on a masked position"
+            canvas[i] = tok
+        for i, old, new in ev.edits:
+            assert canvas[i] == old, "an edit names the token it replaces"
+            canvas[i] = new
+    return canvas
+
+
+def test_deterministic(tiny: Transformer) -> None:
+    for name in PRESETS:
+        a, _ = run(tiny, name)
+        b, _ = run(tiny, name)
+        assert a.final_middle() == b.final_middle() and a.forwards == b.forwards
+
+
+def test_events_reconstruct_the_final_canvas(tiny: Transformer) -> None:
+    for name in PRESETS:
+        seq, evs = run(tiny, name, max_new=14)
+        assert evs[-1].kind == "done" and evs[-1].middle == seq.final_middle()
+        canvas = replay(evs[:-1], seq.cap, tiny.config.special.mask)
+        assert canvas[: len(seq.final_middle())] == seq.final_middle()
+
+
+def test_one_per_step_spends_one_forward_per_token(tiny: Transformer) -> None:
+    seq, evs = run(tiny, "one_per_step", max_new=12)
+    steps = [e for e in evs if e.kind == "step"]
+    assert all(len(e.fills) == 1 for e in steps)
+    assert seq.forwards == len(steps) == seq.cap  # budget 12 = 3 blocks of 4
+
+
+def test_threshold_zero_fills_a_block_per_forward(tiny: Transformer) -> None:
+    cfg = tiny.config
+    prompt = prompt_of(cfg, list(range(10, 20)), [])
+    seq = Sequence(prompt, cfg.special, make_policy("threshold", threshold=0.0), cfg.block_size, 12,
+                   cfg.shift_logits, max_len=512)
+    list(generate(tiny, seq))
+    assert seq.forwards == 3 and seq.reason == "budget" and len(seq.final_middle()) == 12
+
+
+def test_cancel_stops_within_one_step(tiny: Transformer) -> None:
+    calls = {"n": 0}
+
+    def cancel() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 2
+
+    cfg = tiny.config
+    seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("one_per_step"), cfg.block_size,
+                   12, cfg.shift_logits, max_len=512)
+    evs = list(generate(tiny, seq, cancel=cancel))
+    assert seq.forwards == 2 and evs[-1].reason == "cancelled"
+
+
+def test_stop_callback_trims(tiny: Transformer) -> None:
+    cfg = tiny.config
+    seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("one_per_step"), cfg.block_size,
+                   12, cfg.shift_logits, max_len=512, stop_fn=lambda toks: 3 if len(toks) >= 3 else None)
+    evs = list(generate(tiny, seq))
+    assert evs[-1].reason == "stop_rule" and len(evs[-1].middle or []) == 3
+    assert seq.forwards == 3  # one token per forward; nothing after the cut is decoded
+
+
+def test_end_of_middle_ends_the_completion(tiny: Transformer) -> None:
+    cfg = tiny.config
+    eom = cfg.special.end_of_middle
+    prompt = prompt_of(cfg, [11, 12, 13], [])
+    seq = Sequence(prompt, cfg.special, make_policy("one_per_step"), cfg.block_size, 12, cfg.shift_logits,
+                   max_len=512)
+    # force the model's choice: the second generated token is end-of-middle
+    orig = seq._apply
+
+    def forced(logits: torch.Tensor, where: slice, edit_only: bool) -> TokenEvent:
+        if where.start == 0 and not edit_only:
+            logits = logits.clone()
+            logits[1, :] = -1e9
+            logits[1, eom] = 1e9
+        return orig(logits, where, edit_only)
+
+    seq._apply = forced  # type: ignore[method-assign]
+    evs = list(generate(tiny, seq))
+    assert evs[-1].reason == "end_of_middle" and len(seq.final_middle()) == 1
+
+
+def test_draft_edit_edit_passes_stop_at_fixed_point(tiny: Transformer) -> None:
+    seq, evs = run(tiny, "speedy", max_new=8)
+    passes = [e for e in evs if e.kind == "edit_pass"]
+    limit = seq.policy.edit_passes
+    # per block: passes continue only while the previous one changed something
+    for i, e in enumerate(passes[:-1]):
+        nxt = passes[i + 1]
+        if nxt.step == e.step + 1:
+            assert e.edits, "an edit pass followed one that changed nothing"
+    assert len(passes) <= limit * (seq.cap // tiny.config.block_size)
+
+
+def test_remask_redecodes_chosen_positions(tiny: Transformer) -> None:
+    seq, _ = run(tiny, "threshold", max_new=8)
+    before = seq.final_middle()
+    seq.remask([5, 6], reused=0)
+    assert seq.middle[5] == tiny.config.special.mask and not seq.committed[5]
+    evs = list(generate(tiny, seq))
+    assert evs[-1].kind == "done"
+    after = seq.final_middle()
+    assert after[:4] == before[:4]  # the first block is untouched
+    assert sorted(i for e in evs for i, _ in e.fills) == [5, 6]
