@@ -8,6 +8,7 @@ forwards. Text never crosses the stop rule: the tokens after it are not reported
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,9 @@ from engine.prompt_cache import PromptCache
 from engine.stops import cut_text, stop_index
 from engine.tokenizer import load_tokenizer
 
-DEFAULT_MAX_PROMPT = 1024
+DEFAULT_MAX_PROMPT = 448  # the embedded model trained on <= 128 suffix + 320 prefix tokens
+SUFFIX_SHARE = 0.28
+HEALABLE = re.compile(r" ?[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_]+")  # a word fragment at the cursor
 
 
 def default_model_dir() -> Path:
@@ -85,33 +88,42 @@ class TextEngine:
         pre = self.tok.encode(prefix[-self.max_prompt_tokens * 6:]).ids if prefix else []
         suf = self.tok.encode(suffix[: self.max_prompt_tokens * 6]).ids if suffix else []
         budget = self.max_prompt_tokens - 3
-        suf = suf[: max(0, min(len(suf), budget // 4, budget - len(pre)))]
+        suf = suf[: max(0, min(len(suf), int(budget * SUFFIX_SHARE)))]
         pre = pre[-(budget - len(suf)):] if budget - len(suf) > 0 else []
         partial, allowed = "", None
         if heal and pre:
-            last = self.tok.decode([pre[-1]])
-            if last and (last.strip() == "" or last.replace("_", "a").isalnum() or last.lstrip().isidentifier()):
-                allowed = self.healing.allowed(last)
-                if allowed is not None:
-                    partial, pre = last, pre[:-1]
+            # back off the trailing word fragment (up to 3 tokens) if some token extends it
+            for k in range(min(3, len(pre)), 0, -1):
+                tail = self.tok.decode(pre[-k:])
+                if 0 < len(tail) <= 24 and HEALABLE.fullmatch(tail):
+                    allowed = self.healing.allowed(tail)
+                    if allowed is not None:
+                        partial, pre = tail, pre[:-k]
+                        break
         ids = [sp.fim_suffix, *suf, sp.fim_prefix, *pre, sp.fim_middle]
         return ids, partial, allowed
 
     # -- decoding ---------------------------------------------------------------------------
+    def prepare(self, req: CompletionRequest, row: int) -> tuple[Sequence, str, int]:
+        """Encode `req`, restore its longest cached prompt prefix into cache `row` and build
+        its decoding state; returns (sequence, healed partial token text, reused tokens)."""
+        plan = req.plan
+        ids, partial, allowed = self.encode(req.prefix, req.suffix)
+        policy = make_policy(plan.preset or self.mode)
+        reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids)
+        max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - 2) // 2))
+        seq = Sequence(ids, self.sp, policy, self.config.block_size, max_new, self.config.shift_logits,
+                       row=row, reused=reused, first_allowed=allowed,
+                       stop_fn=self._stop_fn(plan, partial), max_len=self.max_len)
+        return seq, partial, reused
+
     def complete(self, req: CompletionRequest, cancel: threading.Event | None = None) -> Iterator[EngineEvent]:
         with self._lock:
             yield from self._complete(req, cancel)
 
     def _complete(self, req: CompletionRequest, cancel: threading.Event | None) -> Iterator[EngineEvent]:
         t0 = time.perf_counter()
-        plan = req.plan
-        ids, partial, allowed = self.encode(req.prefix, req.suffix)
-        policy = make_policy(plan.preset or self.mode)
-        reused = self.prompt_cache.restore(self.model, 0, req.doc_key, ids)
-        max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - 2) // 2))
-        seq = Sequence(ids, self.sp, policy, self.config.block_size, max_new, self.config.shift_logits,
-                       row=0, reused=reused, first_allowed=allowed,
-                       stop_fn=self._stop_fn(plan, partial), max_len=self.max_len)
+        seq, partial, reused = self.prepare(req, 0)
         yield from self._run(req, seq, partial, t0, reused, cancel)
 
     def _stop_fn(self, plan: Plan, partial: str):  # noqa: ANN202 - a closure over the tokenizer
@@ -139,45 +151,37 @@ class TextEngine:
 
     def _run(self, req: CompletionRequest, seq: Sequence, partial: str, t0: float, reused: int,
              cancel: threading.Event | None) -> Iterator[EngineEvent]:
-        plan, rid = req.plan, req.request_id
-        prev, first_draft_ms = "", None
         prompt = seq.prompt
 
         def store(s: Sequence) -> None:
             self.prompt_cache.store(self.model, s.row, req.doc_key, prompt)
 
-        queue_ms = (time.perf_counter() - t0) * 1000
+        stream = TextStream(self, req, seq, partial, t0, reused, (time.perf_counter() - t0) * 1000)
         ev: TokenEvent
         for ev in generate(self.model, seq, cancel=(cancel.is_set if cancel else None), on_prefilled=store):
-            text = self._text(seq, plan, partial) if ev.kind != "done" else self._final_text(seq, plan, partial)
             if ev.kind == "done":
-                total = (time.perf_counter() - t0) * 1000
-                n_tok = len(seq.final_middle())
-                stats = {"forwards": seq.forwards, "tokens": n_tok, "tpf": n_tok / max(1, seq.forwards),
-                         "prefill_tokens": len(prompt) - reused, "reused_tokens": reused,
-                         "queue_ms": queue_ms, "first_draft_ms": first_draft_ms if first_draft_ms is not None else total,
-                         "total_ms": total}
                 self.last = (req, seq, partial)
-                yield EngineEvent("done", rid, text, diff_edits(prev, text), seq.forwards, True,
-                                  reason=ev.reason, stats=stats)
+                yield stream.finish(ev)
                 return
-            if first_draft_ms is None and ev.complete:
-                first_draft_ms = (time.perf_counter() - t0) * 1000
-                yield EngineEvent("draft", rid, text, diff_edits(prev, text), ev.step, True)
-                prev = text
-            elif first_draft_ms is None:
-                if text != prev:
-                    yield EngineEvent("draft", rid, text, diff_edits(prev, text), ev.step, False)
-                    prev = text
-            elif text != prev:
-                yield EngineEvent("edit", rid, text, diff_edits(prev, text), ev.step, True)
-                prev = text
+            out = stream.feed(ev)
+            if out is not None:
+                yield out
 
     def _final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
         toks = [t for t in seq.final_middle() if t != self.sp.end_of_middle]
         text = self.tok.decode(toks)
         text = text[len(partial):] if text.startswith(partial) else text
         return cut_text(text, plan)[0]
+
+    def positions_for(self, seq: Sequence, partial: str, spans: list[tuple[int, int]]) -> list[int]:
+        """Middle positions whose token text overlaps character `spans` of the completion."""
+        positions, off = [], -len(partial)
+        for i, t in enumerate(seq.final_middle()):
+            n = len(self.tok.decode([t]))
+            if any(off < e and off + n > s for s, e in spans):
+                positions.append(i)
+            off += n
+        return positions
 
     def remask(self, request_id: str, spans: list[tuple[int, int]],
                cancel: threading.Event | None = None) -> Iterator[EngineEvent]:
@@ -188,14 +192,47 @@ class TextEngine:
                 yield EngineEvent("error", request_id, "", error="unknown or expired request id")
                 return
             req, seq, partial = self.last
-            toks = seq.final_middle()
-            positions, off = [], -len(partial)
-            for i, t in enumerate(toks):
-                n = len(self.tok.decode([t]))
-                if any(off < e and off + n > s for s, e in spans):
-                    positions.append(i)
-                off += n
+            positions = self.positions_for(seq, partial, spans)
             t0 = time.perf_counter()
             reused = self.prompt_cache.restore(self.model, seq.row, req.doc_key, seq.prompt)
             seq.remask(positions, reused)
             yield from self._run(req, seq, partial, t0, reused, cancel)
+
+
+class TextStream:
+    """One request's text view of its token events: drafts until the first complete draft of
+    the span, then edits, then done with timings. Shared by `TextEngine` and the scheduler."""
+
+    def __init__(self, engine: TextEngine, req: CompletionRequest, seq: Sequence, partial: str,
+                 t0: float, reused: int, queue_ms: float) -> None:
+        self.engine, self.req, self.seq, self.partial = engine, req, seq, partial
+        self.t0, self.reused, self.queue_ms = t0, reused, queue_ms
+        self.prev = ""
+        self.first_draft_ms: float | None = None
+
+    def feed(self, ev: TokenEvent) -> EngineEvent | None:
+        """The text event of one forward's token event, or None when the text did not change."""
+        text = self.engine._text(self.seq, self.req.plan, self.partial)
+        rid, prev = self.req.request_id, self.prev
+        if self.first_draft_ms is None and ev.complete:
+            self.first_draft_ms = (time.perf_counter() - self.t0) * 1000
+            self.prev = text
+            return EngineEvent("draft", rid, text, diff_edits(prev, text), ev.step, True)
+        if text == prev:
+            return None
+        self.prev = text
+        kind = "draft" if self.first_draft_ms is None else "edit"
+        return EngineEvent(kind, rid, text, diff_edits(prev, text), ev.step, self.first_draft_ms is not None)
+
+    def finish(self, ev: TokenEvent, extra: dict[str, Any] | None = None) -> EngineEvent:
+        seq = self.seq
+        text = self.engine._final_text(seq, self.req.plan, self.partial)
+        total = (time.perf_counter() - self.t0) * 1000
+        n_tok = len(seq.final_middle())
+        stats = {"forwards": seq.forwards, "tokens": n_tok, "tpf": n_tok / max(1, seq.forwards),
+                 "prefill_tokens": len(seq.prompt) - self.reused, "reused_tokens": self.reused,
+                 "queue_ms": self.queue_ms,
+                 "first_draft_ms": self.first_draft_ms if self.first_draft_ms is not None else total,
+                 "total_ms": total, **(extra or {})}
+        return EngineEvent("done", self.req.request_id, text, diff_edits(self.prev, text), seq.forwards, True,
+                           reason=ev.reason, stats=stats)

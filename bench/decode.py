@@ -1,0 +1,156 @@
+"""Decode benchmark: every policy and preset on held-out infill tasks, in one run.
+
+    python bench/decode.py [--quick] [--model DIR] [--per-kind N] [--plot out.png]
+
+Per kind (single_line, multi_line, block) and policy: forwards per completion, tokens per
+forward (TPF), p50/p95 latency, exact match, edit similarity, parse validity and empty share,
+with the latency ratio against `one_per_step` from the same run. Prints a table and ends with
+one JSON line. The prompt cache is cleared before every completion (this measures decoding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.tasks import KINDS, Task, edit_similarity, exact_match, make_tasks, parses  # noqa: E402
+from engine.api import CompletionRequest, EngineEvent  # noqa: E402
+
+# (label, preset or policy, overrides)
+POLICIES: list[tuple[str, str, dict[str, object]]] = [
+    ("one_per_step", "one_per_step", {}),
+    ("low_confidence", "low_confidence", {}),
+    ("threshold", "threshold", {}),
+    ("threshold@speedy", "threshold", {"__speedy_tau__": True}),
+    ("speedy", "speedy", {}),
+    ("quality", "quality", {}),
+]
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def run_one(eng, task: Task, preset: str, overrides: dict[str, object]) -> tuple[str, dict]:  # noqa: ANN001
+    from dataclasses import replace
+
+    from engine.policies import make_policy
+
+    eng.prompt_cache.clear()
+    plan = replace(task.plan, preset=preset)
+    req = CompletionRequest("bench", "bench", task.prefix, task.suffix, plan)
+    if overrides:
+        # a policy object with overrides: swap the engine's factory for this call
+        import engine.service as svc
+
+        pol = make_policy(preset, **overrides)
+        orig = svc.make_policy
+        svc.make_policy = lambda _name: pol  # type: ignore[assignment]
+        try:
+            evs: list[EngineEvent] = list(eng.complete(req))
+        finally:
+            svc.make_policy = orig  # type: ignore[assignment]
+    else:
+        evs = list(eng.complete(req))
+    done = evs[-1]
+    return done.text, done.stats or {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--quick", action="store_true", help="a fixed subset: 8 tasks per kind")
+    ap.add_argument("--per-kind", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--plot", default="bench/out/decode.png")
+    ap.add_argument("--policies", default="", help="comma-separated labels (default: all)")
+    args = ap.parse_args()
+    from engine.policies import PRESETS
+    from engine.service import TextEngine
+
+    eng = TextEngine(args.model, threads=args.threads)
+    per_kind = 8 if args.quick else args.per_kind
+    tasks = make_tasks(per_kind, args.seed)
+    speedy_tau = PRESETS["speedy"][1].mask_threshold
+    wanted = set(filter(None, args.policies.split(",")))
+    pols = [(lab, name, ({"threshold": speedy_tau} if ov else {})) for lab, name, ov in POLICIES
+            if not wanted or lab in wanted or lab == "one_per_step"]
+    rows: dict[str, dict[str, dict[str, float]]] = {k: {} for k in KINDS}
+    t_start = time.perf_counter()
+    for lab, name, ov in pols:
+        for kind in KINDS:
+            ks = [t for t in tasks if t.kind == kind]
+            lat, fw, toks, em, es, ok, empty = [], [], [], [], [], [], 0
+            for t in ks:
+                text, st = run_one(eng, t, name, ov)
+                lat.append(st.get("total_ms", 0.0))
+                fw.append(st.get("forwards", 0))
+                toks.append(st.get("tokens", 0))
+                em.append(exact_match(text, t.middle))
+                es.append(edit_similarity(text, t.middle))
+                if text.strip():
+                    ok.append(parses(t.prefix + text + t.suffix))
+                else:
+                    empty += 1
+            n = max(1, len(ks))
+            rows[kind][lab] = {
+                "tpf": sum(toks) / max(1, sum(fw)), "forwards": sum(fw) / n,
+                "p50_ms": statistics.median(lat) if lat else 0.0, "p95_ms": pct(lat, 0.95),
+                "mean_ms": sum(lat) / n, "exact_match": sum(em) / n, "edit_sim": sum(es) / n,
+                "parse_ok": (sum(ok) / len(ok)) if ok else 0.0, "empty": empty / n,
+            }
+    for kind in KINDS:
+        base = rows[kind]["one_per_step"]
+        for r in rows[kind].values():
+            r["speedup_vs_one_per_step"] = base["mean_ms"] / r["mean_ms"] if r["mean_ms"] else 0.0
+            r["forwards_ratio_vs_one_per_step"] = base["forwards"] / r["forwards"] if r["forwards"] else 0.0
+    info = eng.info()
+    print(f"model {info['model']} ({info['params'] / 1e6:.1f}M params, block {info['block_size']}), "
+          f"{len(tasks)} tasks, {time.perf_counter() - t_start:.0f} s")
+    hdr = f"{'kind':12} {'policy':17} {'TPF':>5} {'fwd':>6} {'p50ms':>7} {'p95ms':>7} {'EM':>5} {'ES':>5} {'parse':>5} {'empty':>5} {'speedup':>7}"
+    print(hdr)
+    print("-" * len(hdr))
+    for kind in KINDS:
+        for lab, r in rows[kind].items():
+            print(f"{kind:12} {lab:17} {r['tpf']:5.2f} {r['forwards']:6.1f} {r['p50_ms']:7.1f} {r['p95_ms']:7.1f} "
+                  f"{r['exact_match']:5.2f} {r['edit_sim']:5.2f} {r['parse_ok']:5.2f} {r['empty']:5.2f} "
+                  f"{r['speedup_vs_one_per_step']:7.2f}")
+    if args.plot:
+        plot(rows, Path(args.plot))
+    out = {"model": info["model"], "tasks": len(tasks),
+           "kinds": {k: {lab: {m: round(v, 4) for m, v in r.items()} for lab, r in rows[k].items()} for k in KINDS}}
+    print(json.dumps(out))
+
+
+def plot(rows: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(rows), figsize=(5 * len(rows), 4), squeeze=False)
+    for ax, (kind, pol) in zip(axes[0], rows.items(), strict=True):
+        for lab, r in pol.items():
+            ax.scatter(r["tpf"], r["exact_match"], s=40)
+            ax.annotate(lab, (r["tpf"], r["exact_match"]), fontsize=8, xytext=(3, 3), textcoords="offset points")
+        ax.set_title(kind)
+        ax.set_xlabel("tokens per forward")
+        ax.set_ylabel("exact match")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
