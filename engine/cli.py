@@ -1,11 +1,17 @@
 """`llada-engine`: the engine's command line.
 
     llada-engine complete FILE --line N [--col C]   complete at a position, showing every step
+    llada-engine serve [--model M] [--host H] [--port N] [--token-file F] ...
+                                                    load a model and serve it (the daemon)
+    llada-engine status [--json]                    the user's daemon: address, model, load
+    llada-engine stop                               stop the user's daemon
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,6 +50,115 @@ def cmd_complete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from engine import runtime
+
+    os.environ["HF_HUB_OFFLINE"] = "1"  # never fetch anything at run time
+    try:
+        model_dir = runtime.resolve_model(args.model)
+        token = runtime.read_token(Path(args.token_file), create=True) if args.token_file else None
+    except (runtime.ModelNotFound, runtime.DaemonError) as e:
+        print(f"llada-engine: {e}", file=sys.stderr)
+        return 2
+    if not runtime.is_loopback(args.host) and not token:
+        print(f"llada-engine: refusing to listen on {args.host} without a token: pass --token-file F "
+              "(a missing file is created with a random token)", file=sys.stderr)
+        return 2
+    register = not args.no_register
+    if register:
+        live = runtime.live_daemon()
+        if live is not None:
+            print(f"llada-engine: a daemon is already running (pid {live['pid']}, {live['url']}); "
+                  "`llada-engine stop` it or pass --no-register", file=sys.stderr)
+            return 1
+    return _serve(args, model_dir, token, register)
+
+
+def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, register: bool) -> int:
+    import asyncio
+    import logging
+
+    from tqdm import tqdm
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("websockets").setLevel(logging.WARNING)
+    bar = tqdm(total=4, desc="loading", unit="step", file=sys.stderr, dynamic_ncols=True)
+    bar.set_postfix_str("importing torch")
+    from engine.server import Daemon, DaemonConfig
+    from engine.service import TextEngine
+
+    bar.update(1)
+    bar.set_postfix_str(f"reading {model_dir}")
+    try:
+        limits = {"max_prompt_tokens": args.max_prompt_tokens} if args.max_prompt_tokens else {}
+        engine = TextEngine(model_dir, mode=args.mode, device=args.device, threads=args.threads, **limits)
+    except (OSError, ValueError) as e:
+        bar.close()
+        print(f"llada-engine: cannot load the model at {model_dir}: {e}", file=sys.stderr)
+        return 2
+    bar.update(1)
+    bar.set_postfix_str(f"allocating the cache for {args.max_batch} requests")
+    cfg = DaemonConfig(host=args.host, port=args.port, token=token, max_batch=args.max_batch,
+                       max_prompt_tokens=engine.max_prompt_tokens, max_prompt_chars=args.max_prompt_chars,
+                       max_new_tokens=args.max_new_tokens,
+                       max_message_bytes=args.max_message_bytes, deadline_s=args.deadline_ms / 1000,
+                       register=register)
+    daemon = Daemon(engine, cfg)
+    if args.prompt_cache is not None:
+        engine.prompt_cache.max_entries = args.prompt_cache
+    bar.update(1)
+    bar.set_postfix_str("warming up")
+    daemon.warmup()
+    bar.update(1)
+    bar.close()
+
+    def ready(url: str) -> None:
+        print(f"llada-engine: serving {engine.info()['model']} ({model_dir}) on {url} (pid {os.getpid()}, "
+              f"max batch {args.max_batch}{', token required' if token else ''})", flush=True)
+
+    asyncio.run(daemon.serve(ready))
+    print("llada-engine: stopped", flush=True)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from engine import runtime
+
+    info = runtime.read_runtime()
+    if info is None:
+        print(f"no engine daemon is registered ({runtime.runtime_file()})")
+        return 1
+    if not runtime.pid_alive(int(info["pid"])):
+        runtime.remove_runtime(int(info["pid"]))
+        print(f"no engine daemon is running (removed the stale runtime file of pid {info['pid']})")
+        return 1
+    stats = runtime.probe(str(info["url"]), info.get("token"), kind="stats")
+    if args.json:
+        print(json.dumps({"runtime": {k: v for k, v in info.items() if k != "token"},
+                          "stats": stats and stats.get("stats")}))
+        return 0 if stats else 1
+    print(f"engine daemon pid {info['pid']} at {info['url']}: model {info.get('model')} ({info.get('model_path')})")
+    if stats is None:
+        print("  not answering (still starting, or hung)")
+        return 1
+    s = stats["stats"]
+    print(f"  up {s['uptime_s']:.0f} s, {s['connections']} connections, {s['running']}/{s['max_batch']} running; "
+          f"{s['completed']:.0f} completed, {s['cancelled']:.0f} cancelled, {s['superseded']:.0f} superseded, "
+          f"{s['busy']:.0f} busy, {s['errors']:.0f} errors; avg batch {s['avg_batch']:.2f}")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from engine import runtime
+
+    info = runtime.stop_daemon(timeout=args.timeout)
+    if info is None:
+        print("no engine daemon is running")
+        return 1
+    print(f"stopped the engine daemon (pid {info['pid']}, {info['url']})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llada-engine", description="The llada-lsp diffusion engine.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -56,6 +171,33 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-tokens", type=int, default=64)
     c.add_argument("--stop", default="none", choices=["none", "line", "dedent", "brace", "blank_line"])
     c.set_defaults(fn=cmd_complete)
+
+    s = sub.add_parser("serve", help="load a model and serve it over websockets (the resident daemon)")
+    s.add_argument("--model", help="model directory, packaged name, or Hugging Face repo id from the local "
+                   "cache (default: the embedded model)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (not loopback: --token-file needed)")
+    s.add_argument("--port", type=int, default=0, help="port (default 0: any free port, see the runtime file)")
+    s.add_argument("--token-file", help="file holding the clients' token (created with a random one if missing)")
+    s.add_argument("--mode", default="speedy", help="default preset: speedy | quality | a policy preset")
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--threads", type=int, help="torch CPU threads")
+    s.add_argument("--max-batch", type=int, default=8, help="concurrent requests (cache rows); more get busy")
+    s.add_argument("--max-prompt-tokens", type=int, help="prompt tokens kept (default: the engine's)")
+    s.add_argument("--max-prompt-chars", type=int, help="prefix + suffix characters above which a request "
+                   "is refused (default: max(16384, 32 x prompt tokens)); below it prompts are trimmed")
+    s.add_argument("--max-new-tokens", type=int, default=512, help="largest plan.max_tokens accepted")
+    s.add_argument("--max-message-bytes", type=int, default=1 << 20)
+    s.add_argument("--deadline-ms", type=int, default=30_000, help="longest a request may run")
+    s.add_argument("--prompt-cache", type=int, help="prompt cache entries (0 disables it)")
+    s.add_argument("--no-register", action="store_true", help="do not write the per-user runtime file")
+    s.set_defaults(fn=cmd_serve)
+
+    st = sub.add_parser("status", help="show the user's engine daemon")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(fn=cmd_status)
+    sp = sub.add_parser("stop", help="stop the user's engine daemon")
+    sp.add_argument("--timeout", type=float, default=20.0)
+    sp.set_defaults(fn=cmd_stop)
     return ap
 
 

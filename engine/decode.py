@@ -60,29 +60,39 @@ class Feed:
 
 
 class Sequence:
-    """One request's decoding state. Middle index i sits at absolute position P + i."""
+    """One request's decoding state. Middle index i sits at absolute position P + i.
+
+    `align=True` (LLaDA2.x) puts the diffusion blocks at absolute multiples of `block`: the
+    prompt and finished blocks are clean blocks, bidirectional inside (block ids in the
+    layout), and the prompt's last partial block is re-fed with the first, shorter middle
+    block. Needs unshifted logits; multi-block edit passes are skipped.
+    """
 
     def __init__(self, prompt: list[int], special: SpecialTokens, policy: Policy, block: int,
                  max_new_tokens: int, shift: bool, row: int = 0, reused: int = 0,
                  first_allowed: Tensor | None = None, stop_fn: StopFn | None = None,
-                 max_len: int = 2048) -> None:
+                 max_len: int = 2048, align: bool = False) -> None:
         if not prompt:
             raise ValueError("empty prompt")
+        if align and shift:
+            raise ValueError("aligned blocks need unshifted logits")
         self.prompt, self.sp, self.policy, self.b, self.shift = prompt, special, policy, block, shift
         self.P = len(prompt)
+        self.align = align
+        self.lead = self.P % block if align else 0  # prompt tokens inside the first middle block
         self.max_new = max_new_tokens
-        self.cap = -(-max_new_tokens // block) * block
+        self.cap = -(-(max_new_tokens + self.lead) // block) * block - self.lead
         if self.P + 2 * self.cap + 1 > max_len:
             raise ValueError(f"prompt of {self.P} tokens + {self.cap} new exceeds the cache ({max_len})")
         self.middle = torch.full((self.cap,), special.mask, dtype=torch.long)
         self.committed = torch.zeros(self.cap, dtype=torch.bool)
         self.row = row
         # a full prompt-cache hit still re-feeds the last prompt token for its logits
-        self.clean_len = min(reused, self.P - 1) if shift else min(reused, self.P)
+        self.clean_len = self._reusable(reused)
         self.reused = self.clean_len
         self.block_start = 0  # middle index of the active block
         self.block_step = 0
-        self.masked_at_start = block
+        self.masked_at_start = block - self.lead
         self.edit_pass = 0  # edit-only passes run on the active block
         self.head: Tensor | None = None  # logits predicting the active block's first token
         self.first_head: Tensor | None = None  # the same for block 0 (multi-block passes)
@@ -104,7 +114,20 @@ class Sequence:
         return self.middle[: self.live_limit()].tolist()
 
     def _block(self) -> slice:
+        if self.align:  # up to the next multiple of b in absolute positions
+            return slice(self.block_start, ((self.P + self.block_start) // self.b + 1) * self.b - self.P)
         return slice(self.block_start, self.block_start + self.b)
+
+    def _feed_start(self) -> int:
+        """Absolute position of the active block's first fed (noisy) token."""
+        s = self.P + self.block_start
+        return (s // self.b) * self.b if self.align else s
+
+    def _reusable(self, reused: int) -> int:
+        """Cached prompt tokens still valid: all but the logit head when shifted; whole
+        blocks before the first middle block when aligned (a block's keys read the block)."""
+        n = min(reused, self.P - 1) if self.shift else min(reused, self.P)
+        return (min(n, self.P - self.lead) // self.b) * self.b if self.align else n
 
     # -- schedule ------------------------------------------------------------------------
     def prepare(self) -> Feed:
@@ -112,19 +135,19 @@ class Sequence:
         P, b = self.P, self.b
         if self.phase == "multi":
             return self._prepare_multi()
-        s = P + self.block_start
+        s = self._feed_start()
         ids: list[int] = [*self.prompt, *self.middle.tolist()]
         f = Feed.empty()
         for p in range(self.clean_len, s):
-            f.add(ids[p], p, p, CLEAN, -1)
+            f.add(ids[p], p, p, CLEAN, (p // b) * b if self.align else -1)
         n_clean = len(f.ids)
         for i in range(b):
             f.add(ids[s + i], s + i, s + i, NOISY, s)
         if self.shift:
             head = [n_clean - 1] if n_clean else []
             f.logits_at = head + list(range(n_clean, n_clean + b - 1))
-        else:
-            f.logits_at = list(range(n_clean, n_clean + b))
+        else:  # the block's middle positions (aligned: after the prompt's tail)
+            f.logits_at = list(range(n_clean + P + self.block_start - s, n_clean + b))
         f.kv_len = s + b
         return f
 
@@ -154,9 +177,8 @@ class Sequence:
         self.forwards += 1
         if self.phase == "multi":
             return self._update_multi(logits)
-        P = self.P
-        n_clean_fed = P + self.block_start - self.clean_len
-        self.clean_len = P + self.block_start
+        n_clean_fed = self._feed_start() - self.clean_len
+        self.clean_len = self._feed_start()
         if self.shift:
             if n_clean_fed:
                 self.head, logits = logits[0], logits[1:]
@@ -239,8 +261,8 @@ class Sequence:
         ev.complete = self.phase != "draft" and self._is_last_block()
 
     def _is_last_block(self) -> bool:
-        lim = self.live_limit()
-        return lim <= self.block_start + self.b or self.block_start + self.b >= self.cap
+        lim, end = self.live_limit(), self._block().stop
+        return lim <= end or end >= self.cap
 
     def _finish_block(self) -> None:
         if self._is_last_block():
@@ -249,14 +271,15 @@ class Sequence:
             if self.end > self.max_new:
                 self.end, self.reason = self.max_new, "budget"
             multi = getattr(getattr(self.policy, "config", None), "multi_block", False)
-            if multi and self.end > self.b and self.policy.edit_passes > 0:
+            if multi and self.end > self.b and self.policy.edit_passes > 0 and not self.align:
                 self.phase, self.multi_pass = "multi", 0
             else:
                 self.phase = "done"
             return
-        self.block_start += self.b
+        self.block_start = self._block().stop
         self.block_step, self.edit_pass, self.phase = 0, 0, "draft"
-        self.masked_at_start = int((torch.arange(self.block_start, self.block_start + self.b) < self.live_limit()).sum())
+        blk = self._block()
+        self.masked_at_start = int((torch.arange(blk.start, blk.stop) < self.live_limit()).sum())
 
     def _update_multi(self, logits: Tensor) -> TokenEvent:
         n, b = self.live_limit(), self.b
@@ -281,8 +304,11 @@ class Sequence:
         for p in positions:
             self.middle[p], self.committed[p] = self.sp.mask, False
         first = min(positions) if positions else max(0, self.live_limit() - 1)
-        self.block_start = (first // self.b) * self.b
-        self.clean_len = min(reused, self.P - 1) if self.shift else min(reused, self.P)
+        if self.align:
+            self.block_start = max(0, ((first + self.lead) // self.b) * self.b - self.lead)
+        else:
+            self.block_start = (first // self.b) * self.b
+        self.clean_len = self._reusable(reused)
         self.end, self.reason, self.head = None, None, None
         self.phase, self.block_step, self.edit_pass = "draft", 0, 0
         blk = self._block()

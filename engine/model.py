@@ -257,6 +257,9 @@ def layout_mask(q_kind: Tensor, q_pos: Tensor, q_blk: Tensor,
     Clean tokens are causal; a noisy (diffusion) token reads the clean tokens before its
     block's start and the noisy tokens of its own block. Bidirectional: all valid keys.
     Every query may read itself, so padding rows never produce NaN.
+    A clean token given a block start (blk >= 0; the default -1 keeps it token-causal) also
+    reads the clean tokens of its own block: clean blocks that are bidirectional inside, as
+    LLaDA2 treats its prompt and finished blocks (blocks aligned at position 0).
     """
     qk, kk = q_kind[:, :, None], k_kind[:, None, :]
     if bidirectional:
@@ -264,7 +267,7 @@ def layout_mask(q_kind: Tensor, q_pos: Tensor, q_blk: Tensor,
     else:
         qp, kp = q_pos[:, :, None], k_pos[:, None, :]
         qb, kb = q_blk[:, :, None], k_blk[:, None, :]
-        m = ((qk == CLEAN) & (kk == CLEAN) & (kp <= qp)) \
+        m = ((qk == CLEAN) & (kk == CLEAN) & ((kp <= qp) | ((qb >= 0) & (kb == qb)))) \
             | ((qk == NOISY) & (kk == CLEAN) & (kp < qb)) \
             | ((qk == NOISY) & (kk == NOISY) & (kb == qb))
     return m[:, None]

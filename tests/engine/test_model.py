@@ -80,3 +80,27 @@ def test_checkpoint_roundtrip_and_from_pretrained(tiny: Transformer, tmp_path: P
         ref = tiny(x, pos, layout_mask(k, pos, b, k, pos, b))
         assert torch.equal(native(x, pos, layout_mask(k, pos, b, k, pos, b)), ref)
         assert torch.allclose(hf(x), ref, atol=1e-6)
+
+
+def test_multi_block_edit_pass_matches_uncached_forwards(tiny: Transformer) -> None:
+    cfg = tiny.config
+    b = cfg.block_size
+    prompt = prompt_of(cfg, list(range(10, 26)), [40, 41])
+    pol = make_policy("speedy", multi_block=True, edit_passes=2)
+    seq = Sequence(prompt, cfg.special, pol, b, 3 * b, cfg.shift_logits, max_len=512)
+    attrs = new_slot_attrs(512, 0)
+    while seq.phase != "multi" and not seq.done():
+        (lg,) = execute(tiny, [seq], [seq.prepare()], [attrs])
+        seq.update(lg)
+    assert seq.phase == "multi", "a three-block completion enters the multi-block edit phase"
+    feed = seq.prepare()
+    (got,) = execute(tiny, [seq], [feed], [attrs])
+    mid = seq.middle.tolist()
+    nb = -(-seq.live_limit() // b)
+    rows = []
+    for k in range(nb):
+        s = seq.P + k * b
+        ref = uncached_logits(tiny, [*prompt, *mid[: (k + 1) * b]], s)
+        rows.append(ref[list(range(s, s + b - 1))] if k == 0 else ref[list(range(s - 1, s + b - 1))])
+    want = torch.cat(rows, 0)
+    assert torch.allclose(got, want, atol=ATOL), (got - want).abs().max()
