@@ -256,7 +256,7 @@ def layout_mask(q_kind: Tensor, q_pos: Tensor, q_blk: Tensor,
 
     Clean tokens are causal; a noisy (diffusion) token reads the clean tokens before its
     block's start and the noisy tokens of its own block. Bidirectional: all valid keys.
-    Every query may read itself, so padding rows never produce NaN.
+    Padding queries (INVALID) read nothing: callers give them a key, or their rows are NaN.
     A clean token given a block start (blk >= 0; the default -1 keeps it token-causal) also
     reads the clean tokens of its own block: clean blocks that are bidirectional inside, as
     LLaDA2 treats its prompt and finished blocks (blocks aligned at position 0).
