@@ -86,6 +86,7 @@ class Sequence:
             raise ValueError(f"prompt of {self.P} tokens + {self.cap} new exceeds the cache ({max_len})")
         self.middle = torch.full((self.cap,), special.mask, dtype=torch.long)
         self.committed = torch.zeros(self.cap, dtype=torch.bool)
+        self.commit_conf = torch.zeros(self.cap)  # the confidence each token was committed with
         self.row = row
         # a full prompt-cache hit still re-feeds the last prompt token for its logits
         self.clean_len = self._reusable(reused)
@@ -219,6 +220,9 @@ class Sequence:
             ev.fills.append((sl.start + i, int(view.top_id[i])))
         for j, new in ev.fills:
             self.middle[j], self.committed[j] = new, True
+            self.commit_conf[j] = view.top_prob[j - sl.start]
+        for j, _, _new in ev.edits:
+            self.commit_conf[j] = view.top_prob[j - sl.start]
         for j, _, new in ev.edits:
             self.middle[j] = new
         self.block_step += 1
@@ -250,7 +254,7 @@ class Sequence:
             live = torch.arange(blk.start, blk.stop) < self.live_limit()
             if bool((~self.committed[blk] & live).any()):
                 return
-            if self.policy.edit_passes == 0:
+            if not self._needs_edit_pass(bool(ev.edits)):
                 self._finish_block()
             else:
                 self.phase, self.edit_pass = "edit", 0
@@ -259,6 +263,16 @@ class Sequence:
             if not ev.edits or self.edit_pass >= self.policy.edit_passes:
                 self._finish_block()
         ev.complete = self.phase != "draft" and self._is_last_block()
+
+    def _needs_edit_pass(self, last_step_edited: bool) -> bool:
+        if self.policy.edit_passes == 0:
+            return False
+        check = getattr(self.policy, "needs_edit_pass", None)
+        if check is None:
+            return True
+        blk = self._block()
+        live = torch.arange(blk.start, blk.stop) < self.live_limit()
+        return bool(check(self.commit_conf[blk][live], last_step_edited))
 
     def _is_last_block(self) -> bool:
         lim, end = self.live_limit(), self._block().stop

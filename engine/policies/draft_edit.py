@@ -19,6 +19,9 @@ class DraftEditConfig:
     edit_threshold: float = 0.8
     edit_passes: int = 3  # edit-only passes after the block's masks are gone
     multi_block: bool = False  # final edit passes reach back over the whole completion
+    # skip the edit-only passes of a block whose every token was committed at or above the
+    # edit threshold and whose last step edited nothing (a pass could then rarely change it)
+    skip_confident_blocks: bool = True
 
 
 SPEEDY = DraftEditConfig(mask_threshold=0.5, edit_threshold=0.8, edit_passes=3)
@@ -38,6 +41,14 @@ class DraftEdit:
     @property
     def edit_passes(self) -> int:
         return self.config.edit_passes
+
+    def needs_edit_pass(self, commit_conf: Tensor, last_step_edited: bool) -> bool:
+        """Whether a block whose tokens were committed with `commit_conf` gets edit-only passes."""
+        if self.config.edit_passes == 0:
+            return False
+        if not self.config.skip_confident_blocks or last_step_edited:
+            return True
+        return bool((commit_conf < self.config.edit_threshold).any())
 
     def decide(self, view: BlockView) -> Decision:
         commit = view.masked & view.live & (view.top_prob >= self.config.mask_threshold)
