@@ -393,7 +393,7 @@ def generate(model: Transformer, seq: Sequence, cancel: Callable[[], bool] | Non
 
     `cancel` is checked before every forward; `on_prefilled` runs once the prompt's KV is
     in the cache (the prompt cache stores it)."""
-    attrs = new_slot_attrs(model.layers[0].attention.kv_cache.k.shape[1], seq.clean_len)  # type: ignore[union-attr]
+    attrs = new_slot_attrs(model.cache_len, seq.clean_len)
     while not seq.done():
         if cancel is not None and cancel():
             yield seq.finish_event("cancelled")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +117,9 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class KVCache(nn.Module):
     """Static per-layer key/value storage, [batch, max_len, kv_heads, head_dim]."""
 
+    k: Tensor
+    v: Tensor
+
     def __init__(self, batch: int, max_len: int, n_kv: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
         super().__init__()
@@ -213,15 +216,31 @@ class Transformer(nn.Module):
                 with torch.no_grad():
                     p.copy_(torch.randn(p.shape, generator=g) * std)
 
+    def blocks(self) -> list[Block]:
+        return [cast(Block, layer) for layer in self.layers]
+
     def setup_cache(self, batch: int, max_len: int | None = None) -> None:
         c = self.config
         dev, dt = self.output.weight.device, self.output.weight.dtype
-        for layer in self.layers:
+        for layer in self.blocks():
             layer.attention.kv_cache = KVCache(batch, max_len or c.max_seq_len, c.n_kv_head, c.head_dim, dt, dev)
         self.cache_batch = batch
 
+    def kv_caches(self) -> list[KVCache]:
+        out: list[KVCache] = []
+        for layer in self.blocks():
+            c = layer.attention.kv_cache
+            if c is None:
+                raise RuntimeError("setup_cache() first")
+            out.append(c)
+        return out
+
+    @property
+    def cache_len(self) -> int:
+        return int(self.kv_caches()[0].k.shape[1])
+
     def drop_cache(self) -> None:
-        for layer in self.layers:
+        for layer in self.blocks():
             layer.attention.kv_cache = None
         self.cache_batch = 0
 

@@ -38,27 +38,23 @@ class PromptCache:
     def restore(self, model: Transformer, row: int, key: str, tokens: list[int]) -> int:
         """Copy the longest cached prefix of `tokens` into cache row `row`; returns its length."""
         best, best_key = 0, None
-        for k, e in self.entries.items():
-            n = common_prefix(e.tokens, tokens)
-            if n > best or (n == best and k == key and n > 0):
-                best, best_key = n, k
+        for name, entry in self.entries.items():
+            n = common_prefix(entry.tokens, tokens)
+            if n > best or (n == best and name == key and n > 0):
+                best, best_key = n, name
         if best_key is None or best == 0:
             return 0
         e = self.entries[best_key]
         self.entries.move_to_end(best_key)
-        for layer, k, v in zip(model.layers, e.k, e.v, strict=True):
-            c = layer.attention.kv_cache
-            assert c is not None
-            c.k[row, :best] = k[:best]
-            c.v[row, :best] = v[:best]
+        for c, ck, cv in zip(model.kv_caches(), e.k, e.v, strict=True):
+            c.k[row, :best] = ck[:best]
+            c.v[row, :best] = cv[:best]
         return best
 
     def store(self, model: Transformer, row: int, key: str, tokens: list[int]) -> None:
         n = len(tokens)
         ks, vs = [], []
-        for layer in model.layers:
-            c = layer.attention.kv_cache
-            assert c is not None
+        for c in model.kv_caches():
             ks.append(c.k[row, :n].clone())
             vs.append(c.v[row, :n].clone())
         self.entries[key] = Entry(list(tokens), ks, vs)
