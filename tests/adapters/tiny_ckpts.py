@@ -1,0 +1,145 @@
+"""Tiny random checkpoints in the public layouts of LLaDA2.x, LLaDA-8B and Dream.
+
+Config keys and tensor names are spelled out here from the published configs and modeling
+code, independently of the adapters, so a naming mistake in an adapter fails to load.
+Special tokens: ids 90.. of a 96-token vocabulary; LLaDA2's mask id comes only from the
+tokenizer files (its config has no mask_token_id), the others' from config.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+VOCAB, MASK, EOS, PAD = 96, 90, 91, 92
+SPECIALS = {MASK: "<|mask|>", EOS: "<|endoftext|>", PAD: "<|pad|>"}
+
+
+def _tokenizer(out: Path, mask_role: bool) -> None:
+    added = [{"id": i, "content": c, "special": True} for i, c in SPECIALS.items()]
+    (out / "tokenizer.json").write_text(json.dumps({"version": "1.0", "added_tokens": added}))
+    tc = {"eos_token": "<|endoftext|>", "pad_token": "<|pad|>"}
+    if mask_role:
+        tc["mask_token"] = "<|mask|>"
+    (out / "tokenizer_config.json").write_text(json.dumps(tc))
+
+
+def _save(out: Path, cfg: dict, shapes: dict[str, tuple[int, ...]], seed: int, shards: int = 1) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+    g = torch.Generator().manual_seed(seed)
+    state: dict[str, torch.Tensor] = {}
+    for name, shape in shapes.items():
+        if name.endswith(("norm.weight", "layernorm.weight")):
+            t = 1.0 + 0.1 * torch.randn(shape, generator=g)
+        elif name.endswith("expert_bias"):
+            t = 0.05 * torch.randn(shape, generator=g)
+        elif name.endswith(("embeddings.weight", "wte.weight", "embed_tokens.weight")):
+            t = torch.randn(shape, generator=g)
+        else:  # projections: sharp enough that confidences spread over (0, 1)
+            t = torch.randn(shape, generator=g) * (1.5 / shape[-1] ** 0.5)
+        state[name] = t.to(torch.bfloat16)
+    names = sorted(state)
+    if shards == 1:
+        save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for k in range(shards):
+            part = names[k::shards]
+            fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+            save_file({n: state[n] for n in part}, str(out / fname), metadata={"format": "pt"})
+            weight_map.update({n: fname for n in part})
+        (out / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return out
+
+
+def write_llada2(out: Path, seed: int = 0, shards: int = 2) -> Path:
+    D, H, KV, HD, L, FF, E, MI = 32, 4, 2, 16, 3, 64, 8, 16
+    cfg = {
+        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "vocab_size": VOCAB,
+        "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": H,
+        "num_key_value_heads": KV, "head_dim": HD, "hidden_act": "silu", "use_qkv_bias": False,
+        "use_qk_norm": True, "use_bias": False, "norm_head": False, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False, "max_position_embeddings": 512, "rope_theta": 600000,
+        "rope_scaling": None, "partial_rotary_factor": 0.5, "num_experts": E, "num_shared_experts": 1,
+        "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5,
+        "moe_intermediate_size": MI, "first_k_dense_replace": 1, "score_function": "sigmoid",
+        "norm_topk_prob": True, "moe_router_enable_expert_bias": True, "pad_token_id": PAD,
+        "output_router_logits": False, "dtype": "bfloat16",
+    }
+    shapes: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (VOCAB, D), "model.norm.weight": (D,),
+                                          "lm_head.weight": (VOCAB, D)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+                   p + "attention.query_key_value.weight": ((H + 2 * KV) * HD, D),
+                   p + "attention.query_layernorm.weight": (HD,), p + "attention.key_layernorm.weight": (HD,),
+                   p + "attention.dense.weight": (D, H * HD)}
+        if i < cfg["first_k_dense_replace"]:
+            shapes |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D),
+                       p + "mlp.down_proj.weight": (D, FF)}
+            continue
+        shapes |= {p + "mlp.gate.weight": (E, D), p + "mlp.gate.expert_bias": (E,)}
+        for e in [*(f"experts.{j}" for j in range(E)), "shared_experts"]:
+            shapes |= {p + f"mlp.{e}.gate_proj.weight": (MI, D), p + f"mlp.{e}.up_proj.weight": (MI, D),
+                       p + f"mlp.{e}.down_proj.weight": (D, MI)}
+    _save(out, cfg, shapes, seed, shards)
+    _tokenizer(out, mask_role=True)
+    return out
+
+
+def write_llada(out: Path, seed: int = 1) -> Path:
+    D, H, L, FF = 32, 4, 2, 64
+    cfg = {
+        "architectures": ["LLaDAModelLM"], "model_type": "llada", "activation_type": "silu",
+        "alibi": False, "attention_layer_norm": False, "block_type": "llama", "d_model": D,
+        "embedding_size": VOCAB, "vocab_size": VOCAB, "eos_token_id": EOS, "pad_token_id": EOS,
+        "mask_token_id": MASK, "include_bias": False, "include_qkv_bias": False, "layer_norm_type": "rms",
+        "max_sequence_length": 512, "mlp_hidden_size": FF, "mlp_ratio": 2, "n_heads": H, "n_kv_heads": H,
+        "n_layers": L, "rms_norm_eps": 1e-5, "rope": True, "rope_full_precision": True, "rope_theta": 500000.0,
+        "scale_logits": False, "weight_tying": False, "flash_attention": False, "use_cache": False,
+    }
+    shapes: dict[str, tuple[int, ...]] = {"model.transformer.wte.weight": (VOCAB, D),
+                                          "model.transformer.ln_f.weight": (D,),
+                                          "model.transformer.ff_out.weight": (VOCAB, D)}
+    for i in range(L):
+        p = f"model.transformer.blocks.{i}."
+        shapes |= {p + "attn_norm.weight": (D,), p + "ff_norm.weight": (D,), p + "q_proj.weight": (D, D),
+                   p + "k_proj.weight": (D, D), p + "v_proj.weight": (D, D), p + "attn_out.weight": (D, D),
+                   p + "ff_proj.weight": (FF, D), p + "up_proj.weight": (FF, D), p + "ff_out.weight": (D, FF)}
+    _save(out, cfg, shapes, seed)
+    _tokenizer(out, mask_role=False)
+    return out
+
+
+def write_dream(out: Path, seed: int = 2) -> Path:
+    D, H, KV, L, FF = 32, 4, 2, 2, 64
+    cfg = {
+        "architectures": ["DreamModel"], "model_type": "Dream", "hidden_act": "silu", "hidden_size": D,
+        "intermediate_size": FF, "num_attention_heads": H, "num_key_value_heads": KV, "num_hidden_layers": L,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+        "tie_word_embeddings": False, "vocab_size": VOCAB, "mask_token_id": MASK, "pad_token_id": PAD,
+        "bos_token_id": EOS, "eos_token_id": EOS, "use_sliding_window": False, "attention_dropout": 0.0,
+    }
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB, D), "model.norm.weight": (D,),
+                                          "lm_head.weight": (VOCAB, D)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        hd = D // H
+        shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+                   p + "self_attn.q_proj.weight": (H * hd, D), p + "self_attn.q_proj.bias": (H * hd,),
+                   p + "self_attn.k_proj.weight": (KV * hd, D), p + "self_attn.k_proj.bias": (KV * hd,),
+                   p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.v_proj.bias": (KV * hd,),
+                   p + "self_attn.o_proj.weight": (D, H * hd), p + "mlp.gate_proj.weight": (FF, D),
+                   p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
+    _save(out, cfg, shapes, seed)
+    _tokenizer(out, mask_role=False)
+    return out
+
+
+def prompt_ids(n: int, seed: int = 0) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(5, 80, (n,), generator=g).tolist()
