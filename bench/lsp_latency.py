@@ -1,0 +1,197 @@
+"""Editor latency benchmark: a real LSP client types a real file into llada-lsp.
+
+The client (pygls, over stdio) opens a file with one function body removed, then types the
+body back character by character at human speed (~10 chars/s, `--cps`), sending a
+didChange and an inline completion request per keystroke, as an editor does (older
+requests are not cancelled by the client: the server's newest-wins rule does it).
+
+Reports keystroke -> first suggestion and -> final refinement (p50/p95), the server's
+overhead (time outside the engine, from `llada/stats`), the suggestion cache hit rate
+(cache + type-through answers among answered requests), and the share of prompt tokens
+reused from the engine's prompt cache. Ends with one JSON line.
+
+    python bench/lsp_latency.py [--quick] [--file F] [--cps 10] [--model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types as t
+from pygls.lsp.client import LanguageClient
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_FILE = ROOT / "tests/lsp/data/shapes.py.txt"
+
+
+def _plain(obj: Any) -> Any:
+    if hasattr(obj, "_asdict"):
+        return {k: _plain(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def pick_body(text: str) -> tuple[int, str]:
+    """(offset, body): the longest function body of the file, to be typed back."""
+    lines = text.split("\n")
+    best = (0, "")
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(("def ", "fn ", "func ", "function ")) and \
+                line.rstrip().endswith((":", "{")):
+            ind = len(line) - len(line.lstrip())
+            j = i + 1
+            while j < len(lines) and (not lines[j].strip() or
+                                      len(lines[j]) - len(lines[j].lstrip()) > ind):
+                j += 1
+            body = "\n".join(lines[i + 1: j]).rstrip()
+            if len(body) > len(best[1]):
+                start = sum(len(x) + 1 for x in lines[: i + 1])
+                best = (start, body)
+    return best
+
+
+class Bench:
+    def __init__(self) -> None:
+        self.client = LanguageClient("llada-bench", "0.1")
+        self.ready = asyncio.Event()
+        self.final_at: dict[str, float] = {}
+        self.stats: dict[str, dict[str, Any]] = {}
+
+        @self.client.feature("llada/refine")
+        def _refine(ls: Any, params: Any) -> None:
+            p = _plain(params)
+            if p["final"]:
+                self.final_at[p["completionId"]] = time.perf_counter()
+
+        @self.client.feature("llada/stats")
+        def _stats(ls: Any, params: Any) -> None:
+            p = _plain(params)
+            self.stats[p["completionId"]] = p
+
+        @self.client.feature("llada/status")
+        def _status(ls: Any, params: Any) -> None:
+            if _plain(params)["state"] in ("ready", "error"):
+                self.ready.set()
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    path = Path(args.file).resolve()
+    full = path.read_text()
+    start, body = pick_body(full)
+    n_chars = min(len(body), 60 if args.quick else args.chars)
+    body = body[:n_chars]
+    text = full[:start] + full[start + len(body):]
+    uri = path.as_uri()
+    b = Bench()
+    init: dict[str, Any] = {"mode": args.mode}
+    if args.model:
+        init["model"] = args.model
+    await b.client.start_io(sys.executable, "-m", "llada_lsp")
+    await b.client.initialize_async(t.InitializeParams(
+        capabilities=t.ClientCapabilities(), initialization_options=init))
+    b.client.initialized(t.InitializedParams())
+    await asyncio.wait_for(b.ready.wait(), 300)
+    name = path.name.removesuffix(".txt")
+    lid = {".py": "python", ".ts": "typescript", ".go": "go", ".rs": "rust"}.get(
+        name[name.rfind("."):], "plaintext")
+    b.client.text_document_did_open(t.DidOpenTextDocumentParams(
+        t.TextDocumentItem(uri=uri, language_id=lid, version=1, text=text)))
+    rows: list[dict[str, Any]] = []
+    tasks = []
+    line = full[:start].count("\n")
+    col = 0
+
+    async def request(version: int, pos: t.Position, t_key: float) -> None:
+        res = await b.client.text_document_inline_completion_async(t.InlineCompletionParams(
+            text_document=t.TextDocumentIdentifier(uri), position=pos,
+            context=t.InlineCompletionContext(t.InlineCompletionTriggerKind.Automatic)))
+        t_first = time.perf_counter()
+        items = res.items if isinstance(res, t.InlineCompletionList) else []
+        cid = None
+        if items and items[0].command and items[0].command.arguments:
+            cid = str(items[0].command.arguments[0])
+        rows.append({"version": version, "t_key": t_key, "t_first": t_first, "cid": cid})
+
+    t_begin = time.perf_counter()
+    for k, ch in enumerate(body):
+        version = k + 2
+        t_key = time.perf_counter()
+        b.client.text_document_did_change(t.DidChangeTextDocumentParams(
+            t.VersionedTextDocumentIdentifier(version=version, uri=uri),
+            [t.TextDocumentContentChangePartial(
+                range=t.Range(t.Position(line, col), t.Position(line, col)), text=ch)]))
+        if ch == "\n":
+            line, col = line + 1, 0
+        else:
+            col += 1
+        tasks.append(asyncio.ensure_future(request(version, t.Position(line, col), t_key)))
+        await asyncio.sleep(max(0.0, t_begin + (k + 1) / args.cps - time.perf_counter()))
+    await asyncio.wait_for(asyncio.gather(*tasks), 120)
+    deadline = time.monotonic() + 60
+    answered = [r for r in rows if r["cid"]]
+    while time.monotonic() < deadline and any(r["cid"] not in b.stats for r in answered):
+        await asyncio.sleep(0.05)
+    try:
+        await asyncio.wait_for(b.client.shutdown_async(None), 10)
+        b.client.exit(None)
+    finally:
+        await b.client.stop()
+
+    first = [(r["t_first"] - r["t_key"]) * 1000 for r in answered]
+    final = [(b.final_at[r["cid"]] - r["t_key"]) * 1000 for r in answered
+             if r["cid"] in b.final_at]
+    st = [b.stats[r["cid"]] for r in answered if r["cid"] in b.stats]
+    overhead = [s["overheadMs"] for s in st if s["source"] == "engine"]
+    hits = sum(1 for s in st if s["cacheHit"])
+    reused = sum(s["reusedTokens"] for s in st)
+    prefill = sum(s["prefillTokens"] for s in st)
+    return {
+        "first_ms_p50": round(pct(first, 0.5), 1), "first_ms_p95": round(pct(first, 0.95), 1),
+        "final_ms_p50": round(pct(final, 0.5), 1),
+        "overhead_ms_p50": round(statistics.median(overhead), 2) if overhead else None,
+        "cache_hit_rate": round(hits / max(1, len(st)), 3),
+        "prompt_reuse": round(reused / max(1, reused + prefill), 3),
+        "requests": len(rows), "answered": len(answered), "keystrokes": len(body),
+        "file": path.name,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="type 60 characters (< 2 minutes)")
+    p.add_argument("--file", default=str(DEFAULT_FILE))
+    p.add_argument("--chars", type=int, default=300, help="characters to type (full run)")
+    p.add_argument("--cps", type=float, default=10.0, help="typing speed, characters/second")
+    p.add_argument("--model", help="model directory (default: $LLADA_MODEL or embedded)")
+    p.add_argument("--mode", default="speedy", choices=["speedy", "quality"])
+    args = p.parse_args(argv)
+    res = asyncio.run(run(args))
+    print(f"{'metric':<22}{'value':>12}")
+    for k in ("first_ms_p50", "first_ms_p95", "final_ms_p50", "overhead_ms_p50",
+              "cache_hit_rate", "prompt_reuse", "requests", "answered", "keystrokes"):
+        print(f"{k:<22}{res[k]!s:>12}")
+    print("(absolute times: this machine's CPU; a loaded machine inflates them)")
+    keys = ("first_ms_p50", "first_ms_p95", "final_ms_p50", "overhead_ms_p50",
+            "cache_hit_rate", "prompt_reuse", "requests")
+    print(json.dumps({k: res[k] for k in keys}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,3 @@
+from llada_lsp.cli import main
+
+raise SystemExit(main())

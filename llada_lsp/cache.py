@@ -1,0 +1,88 @@
+"""Suggestion cache (LRU on prefix/suffix hashes) and type-through.
+
+Type-through: after a suggestion was shown at offset `anchor`, a request at `anchor + k`
+whose document differs from the shown one only by the first k characters of the
+suggestion typed at the anchor is served the rest of the suggestion, with no engine call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+def key_of(prefix: str, suffix: str, kind: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in (kind, prefix, suffix):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+class SuggestionCache:
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._data: OrderedDict[str, str] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> str | None:
+        value = self._data.get(key)
+        if value is None:
+            self.misses += 1
+            return None
+        self._data.move_to_end(key)
+        self.hits += 1
+        return value
+
+    def put(self, key: str, value: str) -> None:
+        if self.size <= 0:
+            return
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self.size:
+            self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+@dataclass
+class Shown:
+    """The last suggestion shown for a document."""
+
+    completion_id: str
+    anchor: int  # document offset the suggestion is inserted at
+    text: str  # the suggestion as it stands now (refinements update it)
+    before_tail: str  # up to 256 characters before the anchor, when shown
+    after: str  # up to 256 characters after the anchor, when shown
+    doc_len: int  # document length when shown
+    kind: str = "line"
+
+
+TAIL = 256
+
+
+def remember(completion_id: str, doc_text: str, anchor: int, text: str, kind: str) -> Shown:
+    return Shown(completion_id, anchor, text, doc_text[max(0, anchor - TAIL):anchor],
+                 doc_text[anchor: anchor + TAIL], len(doc_text), kind)
+
+
+def type_through(shown: Shown | None, doc_text: str, offset: int) -> str | None:
+    """The rest of the shown suggestion if the user typed its first characters, else None."""
+    if shown is None or not shown.text:
+        return None
+    k = offset - shown.anchor
+    if k <= 0 or k >= len(shown.text):
+        return None
+    if len(doc_text) != shown.doc_len + k:
+        return None
+    if doc_text[shown.anchor: offset] != shown.text[:k]:
+        return None
+    if doc_text[max(0, shown.anchor - TAIL): shown.anchor] != shown.before_tail:
+        return None
+    if doc_text[offset: offset + TAIL] != shown.after:
+        return None
+    rest = shown.text[k:]
+    return rest if rest.strip() else None

@@ -1,0 +1,127 @@
+"""Open documents: text, version, language, incremental changes, and the syntax tree.
+
+The store applies LSP content changes itself (so it knows each edit's old range and can
+edit the tree-sitter tree before the text changes).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from llada_lsp.positions import Encoding, LineIndex
+from llada_lsp.syntax import SyntaxTree, normalize_language
+
+log = logging.getLogger(__name__)
+
+
+class DocumentError(ValueError):
+    """A request names a document or version the server cannot serve."""
+
+
+def looks_binary(text: str) -> bool:
+    """NUL characters or many control characters in the first 8 KiB."""
+    head = text[:8192]
+    if "\x00" in head:
+        return True
+    ctrl = sum(1 for ch in head if ord(ch) < 32 and ch not in "\t\n\r\f\v")
+    return ctrl > max(8, len(head) // 50)
+
+
+@dataclass
+class Document:
+    uri: str
+    language_id: str
+    version: int
+    text: str
+    max_bytes: int
+    tree: SyntaxTree | None = None
+    _index: LineIndex | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.language_id = normalize_language(self.language_id, self.uri)
+        self._reset_tree()
+
+    @property
+    def too_large(self) -> bool:
+        return len(self.text) > self.max_bytes  # characters >= bytes/4: cheap upper check
+
+    @property
+    def binary(self) -> bool:
+        return looks_binary(self.text)
+
+    def unservable_reason(self) -> str | None:
+        if self.too_large:
+            return f"document is larger than max_file_bytes ({self.max_bytes})"
+        if self.binary:
+            return "document looks binary"
+        return None
+
+    def _reset_tree(self) -> None:
+        self.tree = None
+        if self.unservable_reason() is None:
+            self.tree = SyntaxTree.create(self.language_id, self.text)
+
+    @property
+    def index(self) -> LineIndex:
+        if self._index is None or self._index.text is not self.text:
+            self._index = LineIndex.of(self.text)
+        return self._index
+
+    def offset_at(self, line: int, character: int, encoding: Encoding) -> int:
+        return self.index.offset(line, character, encoding)
+
+    def apply_change(self, change: Any, encoding: Encoding) -> None:
+        """One TextDocumentContentChangeEvent (incremental with `range`, or whole text)."""
+        rng = getattr(change, "range", None)
+        new_text: str = change.text
+        if rng is None:
+            self.text = new_text
+            self._reset_tree()
+            return
+        start = self.offset_at(rng.start.line, rng.start.character, encoding)
+        end = self.offset_at(rng.end.line, rng.end.character, encoding)
+        if end < start:
+            start, end = end, start
+        old = self.text
+        if self.tree is not None:
+            self.tree.edit(old, start, end, new_text)
+        self.text = old[:start] + new_text + old[end:]
+        if self.tree is None and self.unservable_reason() is None:
+            self._reset_tree()
+        elif self.tree is not None and self.too_large:
+            self.tree = None
+
+    def syntax_tree(self) -> Any:
+        """The current tree-sitter Tree, or None (no grammar, too large, binary)."""
+        if self.tree is None:
+            return None
+        return self.tree.current(self.text)
+
+
+class DocumentStore:
+    def __init__(self, max_bytes: int = 1_000_000) -> None:
+        self.max_bytes = max_bytes
+        self.docs: dict[str, Document] = {}
+
+    def open(self, uri: str, language_id: str, version: int, text: str) -> Document:
+        doc = Document(uri, language_id, version, text, self.max_bytes)
+        self.docs[uri] = doc
+        return doc
+
+    def change(self, uri: str, version: int, changes: list[Any], encoding: Encoding) -> Document:
+        doc = self.get(uri)
+        for change in changes:
+            doc.apply_change(change, encoding)
+        doc.version = version
+        return doc
+
+    def close(self, uri: str) -> None:
+        self.docs.pop(uri, None)
+
+    def get(self, uri: str) -> Document:
+        doc = self.docs.get(uri)
+        if doc is None:
+            raise DocumentError(f"unknown document {uri!r} (not opened with didOpen)")
+        return doc

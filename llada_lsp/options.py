@@ -1,0 +1,144 @@
+"""Server options: typed dataclasses filled from `initializationOptions` and
+`workspace/configuration` (section "llada"), with documented defaults (docs/lsp.md).
+
+Keys may be camelCase (as editors send them) or snake_case. Unknown keys are ignored with a
+warning; values of the wrong type raise `OptionsError` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Mode = Literal["speedy", "quality"]
+MODES: tuple[str, ...] = ("speedy", "quality")
+
+
+class OptionsError(ValueError):
+    """An option has a value of the wrong type or outside its range."""
+
+
+@dataclass
+class MaxTokens:
+    """Token budget per span kind."""
+
+    line: int = 48
+    statements: int = 96
+    block: int = 160
+
+
+@dataclass
+class ContextOptions:
+    """Characters of prefix and suffix sent to the engine (trimmed by syntactic units)."""
+
+    prefix_chars: int = 3000
+    suffix_chars: int = 1000
+    imports_chars: int = 600  # of prefix_chars, at most this much for kept imports/headers
+
+
+@dataclass
+class Options:
+    mode: Mode = "speedy"
+    max_tokens: MaxTokens = field(default_factory=MaxTokens)
+    context: ContextOptions = field(default_factory=ContextOptions)
+    # "inprocess" | "auto" | "ws://host:port" (the daemon; not yet available: falls back)
+    engine: str = "inprocess"
+    model: str | None = None  # model directory; None = $LLADA_MODEL or the embedded model
+    device: str = "cpu"  # "cpu" | "cuda" | "auto"
+    languages: list[str] = field(default_factory=lambda: ["*"])  # languageIds, "*" = all
+    debounce_ms: int = 0
+    max_file_bytes: int = 1_000_000  # larger documents get no completions (and no tree)
+    cache_size: int = 256
+    syntax_check: bool = True
+    speculative: bool = False  # after an accept, request the next completion ahead of time
+    max_lines: int = 0  # 0 = the plan's own limit
+
+    def language_enabled(self, language_id: str) -> bool:
+        return "*" in self.languages or language_id in self.languages
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _check(value: Any, expected: Any, key: str) -> Any:
+    ok: bool
+    if expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and value < 0:
+            raise OptionsError(f"option {key!r} must be >= 0, got {value}")
+    elif expected is bool:
+        ok = isinstance(value, bool)
+    elif expected is str:
+        ok = isinstance(value, str)
+    elif expected == "str|None":
+        ok = value is None or isinstance(value, str)
+    elif expected == "list[str]":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if ok:
+            value = list(value)
+    else:  # pragma: no cover - a programming error
+        raise TypeError(expected)
+    if not ok:
+        raise OptionsError(f"option {key!r} has the wrong type: {value!r}")
+    return value
+
+
+_TYPES: dict[str, Any] = {
+    "int": int, "bool": bool, "str": str, "str | None": "str|None", "list[str]": "list[str]",
+    "Mode": str,
+}
+
+
+def _merge_into(obj: Any, data: dict[str, Any], path: str, warnings: list[str]) -> None:
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    for raw_key, value in data.items():
+        key = _snake(raw_key)
+        full = f"{path}{raw_key}"
+        f = fields.get(key)
+        if f is None:
+            warnings.append(f"unknown option {full!r} ignored")
+            continue
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise OptionsError(f"option {full!r} must be an object")
+            _merge_into(current, value, full + ".", warnings)
+            continue
+        expected = _TYPES[str(f.type)]
+        setattr(obj, key, _check(value, expected, full))
+
+
+def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
+                  ) -> tuple[Options, list[str]]:
+    """Merge option dicts (later wins) over `base` (or the defaults).
+
+    Returns the options and a list of warnings (unknown keys). Raises OptionsError on a
+    bad value; the caller reports it and keeps the previous options.
+    """
+    opts = dataclasses.replace(base) if base is not None else Options()
+    if base is not None:  # deep copy the nested dataclasses
+        opts.max_tokens = dataclasses.replace(base.max_tokens)
+        opts.context = dataclasses.replace(base.context)
+        opts.languages = list(base.languages)
+    warnings: list[str] = []
+    for src in sources:
+        if not src:
+            continue
+        if not isinstance(src, dict):
+            raise OptionsError(f"options must be an object, got {type(src).__name__}")
+        src = dict(src.get("llada", src)) if isinstance(src.get("llada"), dict) else src
+        _merge_into(opts, src, "", warnings)
+    if opts.mode not in MODES:
+        raise OptionsError(f"option 'mode' must be one of {MODES}, got {opts.mode!r}")
+    if opts.device not in ("cpu", "cuda", "auto"):
+        raise OptionsError(f"option 'device' must be cpu, cuda or auto, got {opts.device!r}")
+    if not (opts.engine in ("inprocess", "auto") or opts.engine.startswith(("ws://", "wss://"))):
+        raise OptionsError(
+            f"option 'engine' must be 'inprocess', 'auto' or a ws:// URL, got {opts.engine!r}")
+    return opts, warnings

@@ -1,0 +1,264 @@
+"""The language server: one thin handler per LSP method.
+
+Custom messages (docs/lsp.md): notifications `llada/refine`, `llada/stats`, `llada/status`
+from the server; the request `llada/debugInfo` and the command `llada.acceptCompletion`
+from the client; `textDocument/didShowCompletion` and
+`textDocument/didPartiallyAcceptCompletion` (Copilot protocol style) are accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from lsprotocol import types as t
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
+
+from llada_lsp import __version__
+from llada_lsp.completions import Answer, CompletionService, PositionError
+from llada_lsp.documents import DocumentError, DocumentStore
+from llada_lsp.engine_client import EngineClient, make_engine
+from llada_lsp.options import Options, OptionsError, parse_options
+from llada_lsp.positions import units
+
+log = logging.getLogger(__name__)
+
+ACCEPT_COMMAND = "llada.acceptCompletion"
+DID_SHOW = "textDocument/didShowCompletion"
+DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
+
+
+class LladaProtocol(LanguageServerProtocol):
+    """Negotiates UTF-8 positions whenever the client offers them (else UTF-16)."""
+
+    @lsp_method(t.INITIALIZE)
+    def lsp_initialize(self, params: t.InitializeParams) -> Any:
+        general = params.capabilities.general
+        if general is not None and general.position_encodings:
+            offered = list(general.position_encodings)
+            if t.PositionEncodingKind.Utf8 in offered:
+                general.position_encodings = [t.PositionEncodingKind.Utf8]
+            elif t.PositionEncodingKind.Utf16 in offered or not offered:
+                general.position_encodings = [t.PositionEncodingKind.Utf16]
+        return (yield from super().lsp_initialize(params))
+
+
+class LladaServer(LanguageServer):
+    def __init__(self, engine_factory: Any = None) -> None:
+        super().__init__("llada-lsp", __version__, protocol_cls=LladaProtocol,
+                         text_document_sync_kind=t.TextDocumentSyncKind.Incremental)
+        self.options = Options()
+        self.store = DocumentStore(self.options.max_file_bytes)
+        self.engine: EngineClient | None = None
+        self.engine_factory = engine_factory
+        self.service: CompletionService | None = None
+        self.start_task: asyncio.Task[None] | None = None
+
+    def encoding(self) -> str:
+        enc = self.workspace.position_encoding
+        return str(getattr(enc, "value", enc) or "utf-16")
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.protocol.notify(method, params)
+
+    def apply_options(self, *sources: dict[str, Any] | None) -> None:
+        try:
+            opts, warnings = parse_options(*sources, base=self.options)
+        except OptionsError as e:
+            self.window_show_message(t.ShowMessageParams(t.MessageType.Error, f"llada: {e}"))
+            return
+        for w in warnings:
+            log.warning("%s", w)
+        self.options = opts
+        self.store.max_bytes = opts.max_file_bytes
+        if self.service is not None:
+            self.service.options = opts
+            self.service.cache.size = opts.cache_size
+
+    def status(self, state: str, message: str = "") -> None:
+        info = self.engine.info if self.engine is not None else {}
+        self.notify("llada/status", {"state": state, "message": message, "engine": info})
+
+    async def start_engine(self) -> None:
+        o = self.options
+        self.engine = (self.engine_factory or make_engine)(
+            o.engine, model_dir=o.model, mode=o.mode, device=o.device)
+        self.service = CompletionService(self.store, self.engine, o, self.notify, self.encoding)
+        token: str | None = None
+        caps = self.client_capabilities
+        if caps.window is not None and caps.window.work_done_progress:
+            token = "llada-model-load"
+            try:
+                await self.work_done_progress.create_async(token)
+                self.work_done_progress.begin(token, t.WorkDoneProgressBegin(
+                    title="llada: loading the model", percentage=0, cancellable=False))
+            except Exception as e:  # noqa: BLE001 - progress is optional; loading goes on
+                log.warning("work done progress refused: %s", e)
+                token = None
+
+        def progress(message: str, pct: int) -> None:
+            log.info("engine: %s (%d%%)", message, pct)
+            self.status("loading", message)
+            if token is not None:
+                self.work_done_progress.report(
+                    token, t.WorkDoneProgressReport(message=message, percentage=pct))
+
+        self.status("loading", "starting the engine")
+        await self.engine.start(progress)
+        if token is not None:
+            self.work_done_progress.end(token, t.WorkDoneProgressEnd(
+                message="ready" if self.engine.ready else f"failed: {self.engine.error}"))
+        if self.engine.ready:
+            self.status("ready")
+        else:
+            self.status("error", self.engine.error or "engine failed")
+            self.window_show_message(t.ShowMessageParams(
+                t.MessageType.Error, f"llada: the engine did not start: {self.engine.error}"))
+
+
+server = LladaServer()
+
+
+def build(engine_factory: Any = None) -> LladaServer:
+    """A fresh server with every handler registered (`server` is the default instance)."""
+    ls = LladaServer(engine_factory) if engine_factory is not None else server
+    register(ls)
+    return ls
+
+
+def _answer_position(ls: LladaServer, uri: str, a: Answer) -> t.Position:
+    doc = ls.store.get(uri)
+    line, ch = doc.index.position(min(a.offset, len(doc.text)), ls.encoding())
+    return t.Position(line, ch)
+
+
+def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP method
+    @ls.feature(t.INITIALIZE)
+    def initialize(ls: LladaServer, params: t.InitializeParams) -> None:
+        ls.apply_options(params.initialization_options)
+
+    @ls.feature(t.INITIALIZED)
+    async def initialized(ls: LladaServer, params: t.InitializedParams) -> None:
+        ws = ls.client_capabilities.workspace
+        if ws is not None and ws.configuration:
+            await _pull_configuration(ls)
+        ls.start_task = asyncio.create_task(ls.start_engine())
+
+    @ls.feature(t.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: LladaServer,
+                                       params: t.DidChangeConfigurationParams) -> None:
+        settings = params.settings if isinstance(params.settings, dict) else None
+        if settings:
+            ls.apply_options(settings)
+        elif ls.client_capabilities.workspace and ls.client_capabilities.workspace.configuration:
+            await _pull_configuration(ls)
+
+    @ls.feature(t.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: LladaServer, params: t.DidOpenTextDocumentParams) -> None:
+        d = params.text_document
+        ls.store.open(d.uri, d.language_id, d.version, d.text)
+
+    @ls.feature(t.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: LladaServer, params: t.DidChangeTextDocumentParams) -> None:
+        d = params.text_document
+        doc = ls.store.docs.get(d.uri)
+        if doc is None:
+            log.warning("didChange for unknown document %s ignored", d.uri)
+            return
+        if d.version is not None and d.version <= doc.version:
+            log.warning("stale didChange for %s (version %s <= %s) applied", d.uri, d.version,
+                        doc.version)
+        ls.store.change(d.uri, d.version, list(params.content_changes), ls.encoding())
+
+    @ls.feature(t.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: LladaServer, params: t.DidCloseTextDocumentParams) -> None:
+        ls.store.close(params.text_document.uri)
+        if ls.service is not None:
+            ls.service.shown.pop(params.text_document.uri, None)
+            job = ls.service.jobs.pop(params.text_document.uri, None)
+            if job is not None:
+                job.cancel("closed")
+
+    @ls.feature(t.TEXT_DOCUMENT_INLINE_COMPLETION, t.InlineCompletionOptions())
+    async def inline_completion(ls: LladaServer, params: t.InlineCompletionParams
+                                ) -> t.InlineCompletionList:
+        uri, pos = params.text_document.uri, params.position
+        a = await _complete(ls, uri, pos)
+        if a is None:
+            return t.InlineCompletionList(items=[])
+        at = _answer_position(ls, uri, a)
+        item = t.InlineCompletionItem(
+            insert_text=a.text, range=t.Range(at, at),
+            command=t.Command(title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id]))
+        return t.InlineCompletionList(items=[item])
+
+    @ls.feature(t.TEXT_DOCUMENT_COMPLETION, t.CompletionOptions(trigger_characters=[]))
+    async def completion(ls: LladaServer, params: t.CompletionParams) -> t.CompletionList:
+        uri, pos = params.text_document.uri, params.position
+        a = await _complete(ls, uri, pos)
+        if a is None:
+            return t.CompletionList(is_incomplete=True, items=[])
+        at = _answer_position(ls, uri, a)
+        start = t.Position(at.line, max(0, at.character - units(a.word, ls.encoding())))
+        full = a.word + a.text
+        item = t.CompletionItem(
+            label=full.split("\n", 1)[0][:80] or full[:80], kind=t.CompletionItemKind.Text,
+            detail="llada", filter_text=full, sort_text="0",
+            text_edit=t.TextEdit(t.Range(start, at), full),
+            insert_text_format=t.InsertTextFormat.PlainText,
+            command=t.Command(title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id]))
+        return t.CompletionList(is_incomplete=True, items=[item])
+
+    @ls.command(ACCEPT_COMMAND)
+    def accept(ls: LladaServer, *args: Any) -> None:
+        if ls.service is not None:
+            ls.service.counters["accepted"] += 1
+        log.info("accepted %s", args)
+
+    @ls.feature(DID_SHOW)
+    def did_show(ls: LladaServer, params: Any) -> None:
+        if ls.service is not None:
+            ls.service.counters["shown"] += 1
+
+    @ls.feature(DID_PARTIALLY_ACCEPT)
+    def did_partially_accept(ls: LladaServer, params: Any) -> None:
+        if ls.service is not None:
+            ls.service.counters["partially_accepted"] += 1
+            n = getattr(params, "acceptedLength", None) or getattr(params, "accepted_length", 0)
+            ls.service.counters["partially_accepted_chars"] += int(n or 0)
+
+    @ls.feature("llada/debugInfo")
+    def debug_info(ls: LladaServer, params: Any) -> dict[str, Any]:
+        base: dict[str, Any] = {"options": ls.options.to_json(), "encoding": ls.encoding(),
+                                "documents": len(ls.store.docs)}
+        if ls.service is not None:
+            base.update(ls.service.debug_info())
+        return base
+
+    @ls.feature(t.SHUTDOWN)
+    async def shutdown(ls: LladaServer, params: Any) -> None:
+        if ls.engine is not None:
+            await ls.engine.close()
+
+
+async def _pull_configuration(ls: LladaServer) -> None:
+    try:
+        result = await ls.workspace_configuration_async(t.ConfigurationParams(
+            items=[t.ConfigurationItem(section="llada")]))
+    except Exception as e:  # noqa: BLE001 - a client may refuse; defaults stay
+        log.warning("workspace/configuration failed: %s", e)
+        return
+    if result and isinstance(result[0], dict):
+        ls.apply_options(result[0])
+
+
+async def _complete(ls: LladaServer, uri: str, pos: t.Position) -> Answer | None:
+    if ls.service is None:
+        return None  # not initialized yet: no result, not an error
+    try:
+        return await ls.service.complete(uri, pos.line, pos.character)
+    except (DocumentError, PositionError) as e:
+        raise JsonRpcInvalidParams(str(e)) from e

@@ -1,0 +1,149 @@
+"""End-to-end helpers: the real server over stdio, the real engine and model.
+
+The model directory is $LLADA_MODEL, else the embedded checkpoint, else the training
+snapshot runs/embedded/latest. One server per test module (loading the model is the slow
+part); tests in a module share it and open their own documents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lsprotocol import types as t
+from pygls.protocol import default_converter
+from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp.client import register_lsp_features
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def model_dir() -> Path | None:
+    for cand in (os.environ.get("LLADA_MODEL"), ROOT / "engine/checkpoints/tiny-code",
+                 ROOT / "runs/embedded/latest"):
+        if cand and (Path(cand) / "config.json").exists():
+            return Path(cand)
+    return None
+
+
+MODEL = model_dir()
+needs_model = pytest.mark.skipif(MODEL is None, reason="no trained model available")
+
+
+def to_plain(obj: Any) -> Any:
+    """pygls hands custom-message params over as namedtuples: back to dicts and lists."""
+    if hasattr(obj, "_asdict"):
+        return {k: to_plain(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    return obj
+
+
+class Recorder(LanguageClient):
+    """The test client, recording the server's llada/* notifications."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refines: list[dict[str, Any]] = []
+        self.stats: list[dict[str, Any]] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.init_result: t.InitializeResult | None = None
+
+
+def make_client() -> Recorder:
+    client = Recorder(converter_factory=default_converter)
+    register_lsp_features(client)
+
+    @client.feature("llada/refine")
+    def _refine(ls: Recorder, params: Any) -> None:
+        ls.refines.append(to_plain(params))
+
+    @client.feature("llada/stats")
+    def _stats(ls: Recorder, params: Any) -> None:
+        ls.stats.append(to_plain(params))
+
+    @client.feature("llada/status")
+    def _status(ls: Recorder, params: Any) -> None:
+        ls.statuses.append(to_plain(params))
+
+    return client
+
+
+def server_config(**env: str) -> ClientServerConfig:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    if MODEL is not None:
+        full_env["LLADA_MODEL"] = str(MODEL)
+    return ClientServerConfig(server_command=[sys.executable, "-m", "llada_lsp", "-v"],
+                              client_factory=make_client, server_env=full_env)
+
+
+async def poll(fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
+    """Await until fn() is truthy (fn may be async); return its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+async def debug_info(client: LanguageClient) -> dict[str, Any]:
+    return to_plain(await client.protocol.send_request_async("llada/debugInfo", {}))
+
+
+async def start_session(client: LanguageClient, init_options: dict[str, Any] | None = None,
+                        encodings: list[str] | None = None) -> None:
+    caps = t.ClientCapabilities(
+        general=t.GeneralClientCapabilities(position_encodings=encodings or ["utf-16"]),
+        window=t.WindowClientCapabilities(work_done_progress=True),
+        workspace=t.WorkspaceClientCapabilities(configuration=True),
+        text_document=t.TextDocumentClientCapabilities(
+            inline_completion=t.InlineCompletionClientCapabilities()))
+    client.init_result = await client.initialize_session(t.InitializeParams(
+        capabilities=caps, root_uri=DATA.as_uri(),
+        initialization_options=init_options or {}))
+
+    async def ready() -> bool:
+        info = await debug_info(client)
+        if info.get("engineState") == "error":
+            raise RuntimeError(f"engine failed: {info.get('engineError')}")
+        return info.get("engineState") == "ready"
+
+    await poll(ready, timeout=120, interval=0.1)
+
+
+def open_doc(client: LanguageClient, path: Path | str, language_id: str,
+             text: str | None = None, uri: str | None = None) -> str:
+    path = Path(path)
+    uri = uri or (path.as_uri() if path.is_absolute() else (DATA / path).as_uri())
+    body = text if text is not None else (DATA / path).read_text()
+    client.text_document_did_open(t.DidOpenTextDocumentParams(
+        t.TextDocumentItem(uri=uri, language_id=language_id, version=1, text=body)))
+    return uri
+
+
+def position_of(text: str, needle: str, *, end: bool = True, delta: int = 0) -> t.Position:
+    """LSP position (UTF-16 = str offsets for these ASCII files) after/at `needle`."""
+    i = text.index(needle) + (len(needle) if end else 0) + delta
+    line = text.count("\n", 0, i)
+    return t.Position(line, i - (text.rfind("\n", 0, i) + 1))
+
+
+async def inline(client: LanguageClient, uri: str, pos: t.Position
+                 ) -> t.InlineCompletionList | None:
+    res = await client.text_document_inline_completion_async(t.InlineCompletionParams(
+        text_document=t.TextDocumentIdentifier(uri), position=pos,
+        context=t.InlineCompletionContext(trigger_kind=t.InlineCompletionTriggerKind.Invoked)))
+    assert res is None or isinstance(res, t.InlineCompletionList)
+    return res
