@@ -89,6 +89,10 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
 
     bar.update(1)
     bar.set_postfix_str(f"reading {model_dir}")
+    if args.device == "auto":
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         limits = {"max_prompt_tokens": args.max_prompt_tokens} if args.max_prompt_tokens else {}
         engine = TextEngine(model_dir, mode=args.mode, device=args.device, threads=args.threads, **limits)
@@ -104,8 +108,9 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
                        max_message_bytes=args.max_message_bytes, deadline_s=args.deadline_ms / 1000,
                        register=register)
     daemon = Daemon(engine, cfg)
-    if args.prompt_cache is not None:
-        engine.prompt_cache.max_entries = args.prompt_cache
+    # one entry per client typing in a document, with slack
+    engine.prompt_cache.max_entries = args.prompt_cache if args.prompt_cache is not None \
+        else max(engine.prompt_cache.max_entries, 2 * args.max_batch)
     bar.update(1)
     bar.set_postfix_str("warming up")
     daemon.warmup()
@@ -179,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=0, help="port (default 0: any free port, see the runtime file)")
     s.add_argument("--token-file", help="file holding the clients' token (created with a random one if missing)")
     s.add_argument("--mode", default="speedy", help="default preset: speedy | quality | a policy preset")
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     s.add_argument("--threads", type=int, help="torch CPU threads")
     s.add_argument("--max-batch", type=int, default=8, help="concurrent requests (cache rows); more get busy")
     s.add_argument("--max-prompt-tokens", type=int, help="prompt tokens kept (default: the engine's)")
@@ -188,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-new-tokens", type=int, default=512, help="largest plan.max_tokens accepted")
     s.add_argument("--max-message-bytes", type=int, default=1 << 20)
     s.add_argument("--deadline-ms", type=int, default=30_000, help="longest a request may run")
-    s.add_argument("--prompt-cache", type=int, help="prompt cache entries (0 disables it)")
+    s.add_argument("--prompt-cache", type=int, help="prompt cache entries (default 2 x max batch; 0 disables it)")
     s.add_argument("--no-register", action="store_true", help="do not write the per-user runtime file")
     s.set_defaults(fn=cmd_serve)
 

@@ -1,0 +1,211 @@
+"""Concurrency benchmark of the engine daemon: batched scheduler vs one request at a time.
+
+Starts a daemon on loopback (temporary runtime dir, prompt cache off so both modes prefill
+alike), then for N = 1, 2, 4, 8 clients, each on its own connection, issues R completions
+per client back to back (infill tasks cut from real held-out source files), and measures
+completions/s, tokens/s and p50/p95 latency. The baseline serves the 8 x R requests of the
+largest run one at a time on one connection, in the same run. Prints a table and ends with
+one JSON line:
+  {"clients": {N: {"throughput": x, "p95_ms": x, ...}}, "batched_vs_sequential_at_8": x}
+
+    python bench/concurrency.py [--quick] [--model DIR] [--clients 1,2,4,8] [--requests R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import runtime  # noqa: E402
+from engine.api import CompletionRequest, Plan  # noqa: E402
+from llada_lsp.ws_engine import WsConnection  # noqa: E402
+
+
+@dataclass
+class Result:
+    latency_ms: float
+    tokens: int
+    reason: str
+
+
+Task = tuple[str, str, Plan]  # prefix, suffix, plan
+
+
+def cut_points(n: int, seed: int, max_tokens: int) -> list[tuple[str, str, str, Plan]]:
+    """n (prefix, typed continuation, suffix, plan) from held-out files (bench.tasks), else from
+    this repository's sources."""
+    try:
+        from bench.tasks import make_tasks
+
+        tasks = make_tasks(per_kind=-(-n // 3) + 2, seed=seed)
+        out = [(t.prefix, t.middle, t.suffix, Plan(**{**t.plan.to_json(), "max_tokens": min(t.plan.max_tokens, max_tokens)}))
+               for t in tasks]
+        if len(out) >= n:
+            return random.Random(seed).sample(out, n)
+    except Exception as e:  # noqa: BLE001 - any failure falls back to the repository's files
+        print(f"(bench.tasks unavailable: {type(e).__name__}: {e}; using this repository's files)", file=sys.stderr)
+    rng = random.Random(seed)
+    files = sorted(p for d in ("engine", "llada_lsp", "bench") for p in (ROOT / d).glob("*.py"))
+    out = []
+    while len(out) < n:
+        text = rng.choice(files).read_text()
+        lines = text.split("\n")
+        i = rng.randrange(1, len(lines))
+        line = lines[i]
+        if not line.strip():
+            continue
+        at = sum(len(q) + 1 for q in lines[:i]) + len(line) - len(line.lstrip())
+        out.append((text[:at], text[at:at + 200], text[at + 200:], Plan(max_tokens=max_tokens, stop="line")))
+    return out
+
+
+def sessions(clients: int, per_client: int, seed: int, max_tokens: int, cold: bool) -> list[list[Task]]:
+    """Each client's requests. Typing (default): a client types the real continuation of its
+    file a few characters per request, the prefix window's start fixed (as the language server
+    keeps it) and the suffix unchanged, so the prompt cache prefills only the new tokens, as in
+    an editor. Cold: unrelated cut points, every request a full prefill."""
+    if cold:
+        cuts = cut_points(clients * per_client, seed, max_tokens)
+        return [[(c[0][-1500:], c[2][:400], c[3]) for c in cuts[k * per_client:(k + 1) * per_client]]
+                for k in range(clients)]
+    out = []
+    for pre, typed, suf, plan in cut_points(clients, seed, max_tokens):
+        typed = (typed + suf)[: 8 * per_client]
+        suffix = (typed + suf)[8 * per_client:][:400] if len(typed) == 8 * per_client else suf[:400]
+        base = pre[-1000:]
+        out.append([(base + typed[: 8 * i], suffix, plan) for i in range(per_client)])
+    return out
+
+
+def default_model() -> str:
+    try:
+        return str(runtime.resolve_model(None))
+    except runtime.ModelNotFound:
+        snap = ROOT / "runs" / "embedded" / "latest"
+        if (snap / "config.json").exists():
+            return str(snap)
+        raise
+
+
+def start_daemon(model: str, max_batch: int, threads: int | None, run_dir: Path,
+                 cold: bool) -> tuple[subprocess.Popen[bytes], dict]:
+    env = dict(os.environ, LLADA_RUNTIME_DIR=str(run_dir), HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", model, "--port", "0",
+           "--max-batch", str(max_batch)] + (["--prompt-cache", "0"] if cold else [])
+    if threads:
+        cmd += ["--threads", str(threads)]
+    log = (run_dir / "bench-daemon.log").open("wb")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"daemon exited: {(run_dir / 'bench-daemon.log').read_text()[-2000:]}")
+        info = runtime.read_runtime(run_dir)
+        if info is not None and info.get("pid") == proc.pid:
+            return proc, info
+        time.sleep(0.1)
+    proc.terminate()
+    raise SystemExit("daemon not ready in 300 s")
+
+
+async def one(conn: WsConnection, rid: str, doc: str, task: Task) -> Result:
+    t0 = time.perf_counter()
+    last = None
+    async for ev in conn.complete(CompletionRequest(rid, doc, task[0], task[1], task[2])):
+        last = ev
+    ms = (time.perf_counter() - t0) * 1000
+    if last is None or last.kind != "done":
+        raise RuntimeError(f"request {rid} failed: {last}")
+    return Result(ms, int((last.stats or {}).get("tokens", 0)), str(last.reason))
+
+
+async def client(url: str, tag: str, tasks: list[Task]) -> list[Result]:
+    conn = await WsConnection.open(url)
+    try:  # one document per session: the prompt cache is keyed by it
+        return [await one(conn, f"{tag}-{i}", f"bench://{tag}", t) for i, t in enumerate(tasks)]
+    finally:
+        await conn.close()
+
+
+def summary(results: list[Result], wall: float) -> dict[str, float]:
+    lat = sorted(r.latency_ms for r in results)
+    p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
+    return {"throughput": len(results) / wall, "tokens_per_s": sum(r.tokens for r in results) / wall,
+            "p50_ms": statistics.median(lat), "p95_ms": p95, "completions": len(results), "wall_s": wall}
+
+
+def tagged(tasks: list[Task], tag: str) -> list[Task]:
+    """The suffix comes first in the prompt: a per-run tag at its start keeps one run from
+    hitting the prompt cache entries of another (same length for every run)."""
+    return [(pre, f"# {tag}\n{suf}", plan) for pre, suf, plan in tasks]
+
+
+async def run(url: str, clients: list[int], work: list[list[Task]]) -> dict:
+    out: dict = {"clients": {}}
+    for n in clients:
+        t0 = time.perf_counter()
+        parts = await asyncio.gather(*(client(url, f"b{n}-{c}", tagged(work[c], f"b{n:02d}")) for c in range(n)))
+        out["clients"][n] = summary([r for p in parts for r in p], time.perf_counter() - t0)
+    t0 = time.perf_counter()  # the largest run's requests, one at a time, session after session
+    seq = [r for c in range(max(clients)) for r in await client(url, f"s-{c}", tagged(work[c], "seq"))]
+    out["sequential"] = summary(seq, time.perf_counter() - t0)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help="model directory or name (default: the embedded model)")
+    ap.add_argument("--clients", default="1,2,4,8")
+    ap.add_argument("--requests", type=int, help="completions per client (default 6, quick 2)")
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, help="torch threads of the daemon")
+    ap.add_argument("--quick", action="store_true", help="fewer requests: under 2 minutes")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cold", action="store_true", help="unrelated requests, prompt cache off (full prefills)")
+    args = ap.parse_args()
+    clients = [int(c) for c in args.clients.split(",")]
+    per_client = args.requests or (2 if args.quick else 6)
+    model = args.model or default_model()
+    work = sessions(max(clients), per_client, args.seed, args.max_tokens, args.cold)
+    with tempfile.TemporaryDirectory(prefix="llada-bench-") as tmp:
+        t_load = time.perf_counter()
+        proc, info = start_daemon(model, max(clients), args.threads, Path(tmp), args.cold)
+        print(f"daemon {info['url']} model {info['model']} ready in {time.perf_counter() - t_load:.1f} s; "
+              f"{per_client} completions per client, max_tokens {args.max_tokens}, "
+              f"{'cold' if args.cold else 'typing'} scenario", file=sys.stderr)
+        try:
+            res = asyncio.run(run(str(info["url"]), clients, work))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    seq = res["sequential"]
+    print(f"{'clients':>7} {'compl/s':>8} {'tok/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'vs seq':>7}")
+    for n, s in res["clients"].items():
+        print(f"{n:>7} {s['throughput']:8.2f} {s['tokens_per_s']:8.1f} {s['p50_ms']:8.0f} {s['p95_ms']:8.0f} "
+              f"{s['throughput'] / seq['throughput']:7.2f}")
+    print(f"{'seq':>7} {seq['throughput']:8.2f} {seq['tokens_per_s']:8.1f} {seq['p50_ms']:8.0f} {seq['p95_ms']:8.0f} "
+          f"{1.0:7.2f}   (the {seq['completions']} requests of the largest run, one at a time)")
+    n_ref = 8 if 8 in res["clients"] else max(res["clients"])
+    final = {"clients": {str(n): {k: round(v, 3) for k, v in s.items()} for n, s in res["clients"].items()},
+             "sequential": {k: round(v, 3) for k, v in seq.items()},
+             "batched_vs_sequential_at_8": round(res["clients"][n_ref]["throughput"] / seq["throughput"], 3),
+             "model": info["model"], "requests_per_client": per_client, "scenario": "cold" if args.cold else "typing",
+             "device": "cpu"}
+    print(json.dumps(final))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+"""The daemon's scheduler: many requests, one batched forward per step (vLLM engine-core style).
+
+One thread owns the model. Each iteration of its loop is
+  schedule  - apply the inbox (new requests, cancels, remasks, dropped connections), in order,
+              between forwards: a new request supersedes the running one with the same document
+              key (per connection), expired deadlines end their requests;
+  execute   - one forward over every running sequence, each on its own KV-cache row
+              (`engine.decode.execute` pads the ragged feeds); a new arrival's prompt prefill
+              runs as a second forward of the same step so short blocks are not padded to it;
+  update    - each sequence applies its policy, text events go out, finished rows are freed.
+Rows are the concurrency limit: a request arriving with every row taken gets a "busy" error.
+Work for a cancelled, superseded or disconnected request stops before the next forward.
+A failure inside one request (prepare, forward, update) fails that request only.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from torch import Tensor
+
+from engine import protocol as P
+from engine.api import CompletionRequest, DoneReason, EngineEvent
+from engine.decode import Feed, Sequence, execute, new_slot_attrs
+from engine.policies import POLICIES, PRESETS
+from engine.service import TextEngine, TextStream
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[EngineEvent, "str | None"], None]  # (event, error code); called on the model thread
+Key = tuple[Hashable, str]  # (owner, request id): ids are scoped to a connection
+
+
+@dataclass
+class Job:
+    req: CompletionRequest
+    owner: Hashable
+    emit: Emit
+    deadline: float  # time.perf_counter() after which the request ends with reason "deadline"
+    submitted: float = field(default_factory=time.perf_counter)
+    op: Literal["complete", "remask"] = "complete"
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    seq: Sequence | None = None
+    stream: TextStream | None = None
+    attrs: Tensor | None = None
+    partial: str = ""
+    row: int = -1
+    batch_sum: int = 0  # sum of the batch sizes of the forwards it took part in
+
+    @property
+    def key(self) -> Key:
+        return (self.owner, self.req.request_id)
+
+
+@dataclass
+class _Cmd:
+    op: Literal["submit", "cancel", "drop", "wake"]
+    job: Job | None = None
+    key: Key | None = None
+    owner: Hashable = None
+
+
+class Scheduler:
+    def __init__(self, engine: TextEngine, max_batch: int = 8, deadline_s: float = 30.0,
+                 keep_finished: int = 64, prefill_split: int | None = None) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self.engine, self.max_batch, self.deadline_s = engine, max_batch, deadline_s
+        engine.model.setup_cache(max_batch, engine.max_len)
+        self.free_rows = list(range(max_batch - 1, -1, -1))
+        self.running: dict[Key, Job] = {}
+        self.by_doc: dict[tuple[Hashable, str], Key] = {}
+        self.finished: OrderedDict[Key, Job] = OrderedDict()  # kept for remask
+        self.keep_finished = keep_finished
+        b = engine.config.block_size
+        self.prefill_split = prefill_split if prefill_split is not None else 2 * b
+        self.inbox: queue.Queue[_Cmd] = queue.Queue()
+        self.counters: dict[str, float] = {
+            "submitted": 0, "completed": 0, "cancelled": 0, "superseded": 0, "deadline": 0,
+            "errors": 0, "busy": 0, "steps": 0, "forwards": 0, "batched_rows": 0,
+            "max_batch_seen": 0, "forward_ms": 0.0}
+        self.started = time.time()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- thread-safe entry points --------------------------------------------------------------
+    def submit(self, req: CompletionRequest, owner: Hashable, emit: Emit, deadline_ms: int | None = None,
+               op: Literal["complete", "remask"] = "complete", spans: list[tuple[int, int]] | None = None) -> None:
+        limit = self.deadline_s if deadline_ms is None else min(self.deadline_s, deadline_ms / 1000)
+        job = Job(req, owner, emit, time.perf_counter() + limit, op=op, spans=list(spans or []))
+        self.inbox.put(_Cmd("submit", job=job))
+
+    def remask(self, request_id: str, spans: list[tuple[int, int]], owner: Hashable, emit: Emit,
+               deadline_ms: int | None = None) -> None:
+        """Re-decode the characters `spans` of a finished request's text (same request id)."""
+        stub = CompletionRequest(request_id, "", "", "")
+        self.submit(stub, owner, emit, deadline_ms, op="remask", spans=spans)
+
+    def cancel(self, request_id: str, owner: Hashable) -> None:
+        self.inbox.put(_Cmd("cancel", key=(owner, request_id)))
+
+    def drop_owner(self, owner: Hashable) -> None:
+        """A connection went away: its running requests stop before the next forward."""
+        self.inbox.put(_Cmd("drop", owner=owner))
+
+    def snapshot(self) -> dict[str, Any]:
+        c = dict(self.counters)
+        return {"running": len(self.running), "free_rows": len(self.free_rows), "max_batch": self.max_batch,
+                "queued_messages": self.inbox.qsize(), "uptime_s": time.time() - self.started,
+                "avg_batch": c["batched_rows"] / max(1, c["forwards"]), **c}
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="llada-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self.inbox.put(_Cmd("wake"))
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for job in list(self.running.values()):
+            self._finish(job, "cancelled")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.step(block=True)
+
+    # -- one iteration -------------------------------------------------------------------------
+    def step(self, block: bool = False) -> int:
+        """schedule, execute, update; returns how many sequences advanced (0: idle)."""
+        self._drain(block and not self.running)
+        jobs = self._schedule()
+        if not jobs:
+            return 0
+        results = self._execute(jobs)
+        self._update(jobs, results)
+        return len(results)
+
+    def _drain(self, block: bool) -> None:
+        while True:
+            try:
+                cmd = self.inbox.get(timeout=0.25) if block else self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            self._apply(cmd)
+
+    def _apply(self, cmd: _Cmd) -> None:
+        if cmd.op == "cancel" and cmd.key is not None:
+            job = self.running.get(cmd.key)
+            if job is not None:
+                self._finish(job, "cancelled")
+        elif cmd.op == "drop":
+            for job in [j for j in self.running.values() if j.owner == cmd.owner]:
+                self._finish(job, "cancelled")
+            for key in [k for k in self.finished if k[0] == cmd.owner]:
+                del self.finished[key]
+        elif cmd.op == "submit" and cmd.job is not None:
+            self._admit(cmd.job)
+
+    def _admit(self, job: Job) -> None:
+        self.counters["submitted"] += 1
+        rid = job.req.request_id
+        if job.key in self.running:
+            return self._reject(job, P.DUPLICATE_ID, f"request {rid!r} is already running")
+        old: Job | None = None
+        if job.op == "remask":
+            old = self.finished.pop(job.key, None)
+            if old is None or old.seq is None:
+                return self._reject(job, P.UNKNOWN_REQUEST, f"unknown or expired request id {rid!r}")
+            job.req, job.partial = old.req, old.partial
+        preset = job.req.plan.preset
+        if preset is not None and preset not in PRESETS and preset not in POLICIES:
+            return self._reject(job, P.INVALID_PLAN, f"unknown preset {preset!r}; known: "
+                                f"{sorted(set(PRESETS) | set(POLICIES))}")
+        prev = self.by_doc.get((job.owner, job.req.doc_key))
+        if prev is not None and prev in self.running:
+            self._finish(self.running[prev], "superseded")
+        if not self.free_rows:
+            self.counters["busy"] += 1
+            return self._reject(job, P.BUSY, f"busy: {self.max_batch} requests are running; retry later")
+        row = self.free_rows.pop()
+        try:
+            if old is not None and old.seq is not None:
+                seq = old.seq
+                seq.row = row
+                reused = self.engine.prompt_cache.restore(self.engine.model, row, job.req.doc_key, seq.prompt)
+                seq.remask(self.engine.positions_for(seq, job.partial, job.spans), reused)
+            else:
+                seq, job.partial, reused = self.engine.prepare(job.req, row)
+        except Exception as e:  # noqa: BLE001 - a bad request fails alone
+            self.free_rows.append(row)
+            self.free_rows.sort(reverse=True)
+            log.exception("request %s failed to start", rid)
+            return self._reject(job, P.INTERNAL, f"{type(e).__name__}: {e}")
+        job.seq, job.row = seq, row
+        job.stream = TextStream(self.engine, job.req, seq, job.partial, job.submitted, reused,
+                                (time.perf_counter() - job.submitted) * 1000)
+        job.attrs = new_slot_attrs(self.engine.max_len, seq.clean_len)
+        self.running[job.key] = job
+        self.by_doc[(job.owner, job.req.doc_key)] = job.key
+        return None
+
+    def _schedule(self) -> list[Job]:
+        now = time.perf_counter()
+        for job in [j for j in self.running.values() if now > j.deadline]:
+            self._finish(job, "deadline")
+        return list(self.running.values())
+
+    def _execute(self, jobs: list[Job]) -> dict[Key, Tensor]:
+        feeds: list[tuple[Job, Feed]] = []
+        for job in jobs:
+            assert job.seq is not None
+            try:
+                feeds.append((job, job.seq.prepare()))
+            except Exception as e:  # noqa: BLE001
+                self._fail(job, e)
+        long = [(j, f) for j, f in feeds if len(f.ids) > self.prefill_split]
+        short = [(j, f) for j, f in feeds if len(f.ids) <= self.prefill_split]
+        out: dict[Key, Tensor] = {}
+        for group in (short, long):
+            if group:
+                out.update(self._forward(group))
+        self.counters["steps"] += 1
+        return out
+
+    def _forward(self, group: list[tuple[Job, Feed]]) -> dict[Key, Tensor]:
+        group = sorted(group, key=lambda jf: jf[0].row)  # rows 0..B-1 in order: the cache is read by slicing
+        seqs = [j.seq for j, _ in group]
+        t0 = time.perf_counter()
+        try:
+            logits = execute(self.engine.model, seqs, [f for _, f in group], [j.attrs for j, _ in group])  # type: ignore[misc]
+        except Exception as e:  # noqa: BLE001 - find the request that breaks the batch
+            if len(group) == 1:
+                self._fail(group[0][0], e)
+                return {}
+            out: dict[Key, Tensor] = {}
+            for item in group:
+                out.update(self._forward([item]))
+            return out
+        c = self.counters
+        c["forward_ms"] += (time.perf_counter() - t0) * 1000
+        c["forwards"] += 1
+        c["batched_rows"] += len(group)
+        c["max_batch_seen"] = max(c["max_batch_seen"], len(group))
+        for j, _ in group:
+            j.batch_sum += len(group)
+        return {j.key: lg for (j, _), lg in zip(group, logits, strict=True)}
+
+    def _update(self, jobs: list[Job], results: dict[Key, Tensor]) -> None:
+        for job in jobs:
+            logits = results.get(job.key)
+            if logits is None or self.running.get(job.key) is not job:
+                continue
+            seq, stream = job.seq, job.stream
+            assert seq is not None and stream is not None
+            try:
+                first = seq.forwards == 0 and job.op == "complete"
+                tev = seq.update(logits)
+                if first:
+                    self.engine.prompt_cache.store(self.engine.model, job.row, job.req.doc_key, seq.prompt)
+                ev = stream.feed(tev)
+                if ev is not None:
+                    job.emit(ev, None)
+                if seq.done():
+                    self._finish(job, None)
+            except Exception as e:  # noqa: BLE001
+                self._fail(job, e)
+
+    # -- endings -------------------------------------------------------------------------------
+    def _release(self, job: Job) -> None:
+        self.running.pop(job.key, None)
+        if self.by_doc.get((job.owner, job.req.doc_key)) == job.key:
+            del self.by_doc[(job.owner, job.req.doc_key)]
+        if job.row >= 0:
+            self.free_rows.append(job.row)
+            self.free_rows.sort(reverse=True)  # the lowest free row is taken first
+            job.row = -1
+
+    def _finish(self, job: Job, reason: DoneReason | None) -> None:
+        """End a running request with a done event (reason None: its own, it finished)."""
+        self._release(job)
+        assert job.seq is not None and job.stream is not None
+        tev = job.seq.finish_event(reason)  # type: ignore[arg-type]
+        steps = max(1, job.seq.forwards)
+        done = job.stream.finish(tev, {"avg_batch": job.batch_sum / steps, "row_wait_ms": job.stream.queue_ms})
+        if reason is None:
+            self.counters["completed"] += 1
+        elif reason in ("cancelled", "superseded", "deadline"):
+            self.counters[reason] += 1
+        self.finished[job.key] = job
+        while len(self.finished) > self.keep_finished:
+            self.finished.popitem(last=False)
+        self._send(job, done, None)
+
+    def _fail(self, job: Job, e: BaseException) -> None:
+        log.error("request %s failed: %s: %s", job.req.request_id, type(e).__name__, e, exc_info=e)
+        self._release(job)
+        self._reject(job, P.INTERNAL, f"{type(e).__name__}: {e}")
+
+    def _reject(self, job: Job, code: str, message: str) -> None:
+        self.counters["errors"] += code != P.BUSY
+        self._send(job, EngineEvent("error", job.req.request_id, "", error=message), code)
+
+    def _send(self, job: Job, ev: EngineEvent, code: str | None) -> None:
+        try:
+            job.emit(ev, code)
+        except Exception:  # noqa: BLE001 - a broken listener must not stop the model thread
+            log.exception("emitting to %s failed", job.owner)

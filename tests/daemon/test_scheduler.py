@@ -1,0 +1,157 @@
+"""Scheduler contract, stepped by hand: batched results equal solo ones; cancel, supersession,
+dropped owners and deadlines take effect before the next forward; busy; crashes stay local."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from engine.api import CompletionRequest, EngineEvent, Plan
+from engine.scheduler import Scheduler
+from engine.service import TextEngine
+
+PREFIX = "def fibonacci(n):\n    if n < 2:\n        return n\n    "
+PROMPTS = [
+    (PREFIX, "\n\nprint(fibonacci(10))\n", Plan(max_tokens=16)),
+    ("import os\n\nclass Runtime:\n    def __init__(self, path):\n        self.", "", Plan(max_tokens=12, stop="line")),
+    ("for i in range(", "):\n    pass\n", Plan(max_tokens=20, preset="quality")),
+]
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: dict[str, list[tuple[EngineEvent, str | None]]] = defaultdict(list)
+
+    def emit_for(self, owner: str):  # noqa: ANN201
+        def emit(ev: EngineEvent, code: str | None) -> None:
+            self.events[ev.request_id].append((ev, code))
+        return emit
+
+    def last(self, rid: str) -> EngineEvent:
+        return self.events[rid][-1][0]
+
+    def done(self, rid: str) -> bool:
+        return bool(self.events[rid]) and self.last(rid).kind in ("done", "error")
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path) -> TextEngine:
+    return TextEngine(tiny_model_dir, max_prompt_tokens=256)
+
+
+def run_until_done(s: Scheduler, sink: Sink, rids: list[str], limit: int = 2000) -> None:
+    for _ in range(limit):
+        if all(sink.done(r) for r in rids):
+            return
+        s.step()
+    raise AssertionError("requests did not finish")
+
+
+def test_batched_equals_solo_and_in_process(engine: TextEngine) -> None:
+    s, sink = Scheduler(engine, max_batch=4), Sink()
+    solo = []
+    for i, (pre, suf, plan) in enumerate(PROMPTS):
+        engine.prompt_cache.clear()
+        s.submit(CompletionRequest(f"solo{i}", f"doc{i}", pre, suf, plan), "a", sink.emit_for("a"))
+        run_until_done(s, sink, [f"solo{i}"])
+        solo.append([(e.kind, e.text) for e, _ in sink.events[f"solo{i}"]])
+    engine.prompt_cache.clear()
+    for i, (pre, suf, plan) in enumerate(PROMPTS):
+        s.submit(CompletionRequest(f"b{i}", f"other{i}", pre, suf, plan), f"c{i}", sink.emit_for(f"c{i}"))
+    run_until_done(s, sink, [f"b{i}" for i in range(len(PROMPTS))])
+    assert s.counters["max_batch_seen"] == len(PROMPTS)
+    for i in range(len(PROMPTS)):
+        assert [(e.kind, e.text) for e, _ in sink.events[f"b{i}"]] == solo[i]
+        assert sink.last(f"b{i}").kind == "done" and sink.last(f"b{i}").stats["avg_batch"] > 1
+    # the in-process engine gives the same text (row 0 of the same multi-row cache)
+    engine.prompt_cache.clear()
+    pre, suf, plan = PROMPTS[0]
+    events = list(engine.complete(CompletionRequest("ip", "ip", pre, suf, plan)))
+    assert [(e.kind, e.text) for e in events] == solo[0]
+
+
+def long_req(rid: str, doc: str) -> CompletionRequest:
+    return CompletionRequest(rid, doc, PREFIX, "", Plan(max_tokens=64, preset="one_per_step"))
+
+
+def test_cancel_and_supersede_within_one_step(engine: TextEngine) -> None:
+    s, sink = Scheduler(engine, max_batch=4), Sink()
+    emit = sink.emit_for("o")
+    s.submit(long_req("a", "d1"), "o", emit)
+    s.submit(long_req("x", "d2"), "o", emit)
+    s.step()
+    s.step()
+    s.cancel("a", "o")
+    s.step()
+    ev = sink.last("a")
+    assert ev.kind == "done" and ev.reason == "cancelled" and ev.step == 2
+    assert s.running[("o", "x")].seq.forwards == 3  # the other request went on
+    s.submit(long_req("x2", "d2"), "o", emit)  # same document: supersedes x
+    s.step()
+    ev = sink.last("x")
+    assert ev.kind == "done" and ev.reason == "superseded" and ev.step == 3
+    assert s.running[("o", "x2")].seq.forwards == 1
+    s.cancel("unknown", "o")  # cancelling an unknown id is a no-op
+    s.step()
+    assert len(s.free_rows) == 3
+
+
+def test_busy_drop_owner_and_deadline(engine: TextEngine) -> None:
+    s, sink = Scheduler(engine, max_batch=2), Sink()
+    s.submit(long_req("a", "d1"), "A", sink.emit_for("A"))
+    s.submit(long_req("b", "d2"), "A", sink.emit_for("A"))
+    s.submit(long_req("c", "d3"), "B", sink.emit_for("B"))
+    s.step()
+    ev, code = sink.events["c"][-1]
+    assert ev.kind == "error" and code == "busy" and "busy" in (ev.error or "")
+    s.drop_owner("A")  # A disconnected: both rows come back before the next forward
+    s.submit(long_req("c", "d3"), "B", sink.emit_for("B"))
+    s.step()
+    assert sink.last("a").reason == "cancelled" and sink.last("b").reason == "cancelled"
+    assert list(s.running) == [("B", "c")]
+    s.submit(long_req("late", "d4"), "B", sink.emit_for("B"), deadline_ms=1)
+    s.step()
+    t = time.perf_counter()
+    while time.perf_counter() < t + 0.005:
+        pass
+    s.step()
+    assert sink.last("late").kind == "done" and sink.last("late").reason == "deadline"
+    assert s.counters["busy"] == 1 and s.counters["deadline"] == 1
+
+
+def test_crash_fails_only_that_request_and_remask(engine: TextEngine) -> None:
+    s, sink = Scheduler(engine, max_batch=3), Sink()
+    emit = sink.emit_for("o")
+    pre, suf, plan = PROMPTS[0]
+    s.submit(CompletionRequest("ok", "d1", pre, suf, plan), "o", emit)
+    s.submit(long_req("bad", "d2"), "o", emit)
+    s.step()
+    job = s.running[("o", "bad")]
+
+    def boom(logits: object) -> None:
+        raise RuntimeError("injected failure")
+    job.seq.update = boom  # type: ignore[method-assign, assignment]
+    run_until_done(s, sink, ["ok", "bad"])
+    ev, code = sink.events["bad"][-1]
+    assert ev.kind == "error" and code == "internal" and "injected failure" in (ev.error or "")
+    assert sink.last("ok").kind == "done"
+    text = sink.last("ok").text
+    s.remask("ok", [(0, max(1, len(text) // 2))], "o", emit)
+    n = len(sink.events["ok"])
+    run_until_done(s, sink, ["ok"])
+    for _ in range(500):
+        if sink.events["ok"][-1][0].kind == "done" and len(sink.events["ok"]) > n:
+            break
+        s.step()
+    assert sink.events["ok"][-1][0].kind == "done" and len(sink.events["ok"]) > n
+    s.remask("nope", [(0, 1)], "o", emit)
+    s.step()
+    assert sink.events["nope"][-1][1] == "unknown_request"
+    bad_plan = CompletionRequest("p", "d9", pre, suf, Plan(preset="warp-speed"))
+    s.submit(bad_plan, "o", emit)
+    s.step()
+    assert sink.events["p"][-1][1] == "invalid_plan"
+    assert len(s.free_rows) == 3
