@@ -48,19 +48,8 @@ def run_one(eng, task: Task, preset: str, overrides: dict[str, object]) -> tuple
     eng.prompt_cache.clear()
     plan = replace(task.plan, preset=preset)
     req = CompletionRequest("bench", "bench", task.prefix, task.suffix, plan)
-    if overrides:
-        # a policy object with overrides: swap the engine's factory for this call
-        import engine.service as svc
-
-        pol = make_policy(preset, **overrides)
-        orig = svc.make_policy
-        svc.make_policy = lambda _name: pol  # type: ignore[assignment]
-        try:
-            evs: list[EngineEvent] = list(eng.complete(req))
-        finally:
-            svc.make_policy = orig  # type: ignore[assignment]
-    else:
-        evs = list(eng.complete(req))
+    policy = make_policy(preset, **overrides) if overrides else None
+    evs: list[EngineEvent] = list(eng.complete(req, policy=policy))
     done = evs[-1]
     return done.text, done.stats or {}
 

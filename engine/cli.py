@@ -33,7 +33,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
     text = Path(args.file).read_text(encoding="utf-8")
     at = _position(text, args.line, args.col)
     t0 = time.perf_counter()
-    eng = TextEngine(args.model, mode=args.mode)
+    eng = TextEngine(args.model, mode=args.mode, trust_remote_code=args.trust_remote_code)
     print(f"model {eng.info()['model']} loaded in {(time.perf_counter() - t0) * 1000:.0f} ms", file=sys.stderr)
     plan = Plan(max_tokens=args.max_tokens, stop=args.stop, preset=args.mode)
     req = CompletionRequest("cli-1", str(args.file), text[:at], text[at:], plan)
@@ -95,7 +95,8 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         limits = {"max_prompt_tokens": args.max_prompt_tokens} if args.max_prompt_tokens else {}
-        engine = TextEngine(model_dir, mode=args.mode, device=args.device, threads=args.threads, **limits)
+        engine = TextEngine(model_dir, mode=args.mode, device=args.device, threads=args.threads,
+                            trust_remote_code=args.trust_remote_code, **limits)
     except (OSError, ValueError) as e:
         bar.close()
         print(f"llada-engine: cannot load the model at {model_dir}: {e}", file=sys.stderr)
@@ -175,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--mode", default="speedy", help="speedy | quality | a policy preset")
     c.add_argument("--max-tokens", type=int, default=64)
     c.add_argument("--stop", default="none", choices=["none", "line", "dedent", "brace", "blank_line"])
+    c.add_argument("--trust-remote-code", action="store_true",
+                   help="allow a checkpoint's own modeling code for architectures without a native adapter")
     c.set_defaults(fn=cmd_complete)
 
     s = sub.add_parser("serve", help="load a model and serve it over websockets (the resident daemon)")
@@ -195,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--deadline-ms", type=int, default=30_000, help="longest a request may run")
     s.add_argument("--prompt-cache", type=int, help="prompt cache entries (default 2 x max batch; 0 disables it)")
     s.add_argument("--no-register", action="store_true", help="do not write the per-user runtime file")
+    s.add_argument("--trust-remote-code", action="store_true",
+                   help="allow a checkpoint's own modeling code for architectures without a native adapter")
     s.set_defaults(fn=cmd_serve)
 
     st = sub.add_parser("status", help="show the user's engine daemon")

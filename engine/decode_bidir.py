@@ -141,11 +141,12 @@ def make_sequence(model: nn.Module, prompt: list[int], policy: Policy, max_new_t
 
 
 def run(model: nn.Module, seq: Sequence, max_len: int = 2048,
-        cancel: Callable[[], bool] | None = None) -> Iterator[TokenEvent]:
+        cancel: Callable[[], bool] | None = None,
+        on_prefilled: Callable[[Sequence], None] | None = None) -> Iterator[TokenEvent]:
     """`decode.generate` for any sequence; for a model without a KV cache, the same loop over
     a slot layout of `max_len`."""
     if len(getattr(model, "layers", [])):
-        yield from generate(model, seq, cancel=cancel)  # type: ignore[arg-type]
+        yield from generate(model, seq, cancel=cancel, on_prefilled=on_prefilled)  # type: ignore[arg-type]
         return
     attrs = new_slot_attrs(max_len, seq.clean_len)
     while not seq.done():

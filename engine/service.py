@@ -18,9 +18,11 @@ from typing import Any
 import torch
 
 from engine.api import CompletionRequest, EngineEvent, Plan, diff_edits
-from engine.checkpoint import EMBEDDED_DIR, load_checkpoint
-from engine.decode import Sequence, TokenEvent, generate
-from engine.policies import make_policy
+from engine.checkpoint import EMBEDDED_DIR
+from engine.decode import Sequence, TokenEvent
+from engine.decode_bidir import make_sequence, run
+from engine.loader import load_model
+from engine.policies import Policy, make_policy
 from engine.prompt_cache import PromptCache
 from engine.stops import cut_text, stop_index
 from engine.tokenizer import load_tokenizer
@@ -55,35 +57,50 @@ class Healing:
 class TextEngine:
     def __init__(self, model_dir: str | Path | None = None, *, mode: str = "speedy", device: str = "cpu",
                  max_len: int = 2048, prompt_cache_entries: int = 4,
-                 max_prompt_tokens: int = DEFAULT_MAX_PROMPT, threads: int | None = None) -> None:
+                 max_prompt_tokens: int = DEFAULT_MAX_PROMPT, threads: int | None = None,
+                 trust_remote_code: bool = False, dtype: torch.dtype | None = None) -> None:
+        """`model_dir`: a checkpoint directory or a Hugging Face name found in the local cache
+        (the embedded model by default). Any family `engine.loader` knows loads here."""
         if threads:
             torch.set_num_threads(threads)
-        self.model_dir = Path(model_dir) if model_dir else default_model_dir()
-        if not (self.model_dir / "config.json").exists():
-            raise FileNotFoundError(f"no model at {self.model_dir} (config.json missing)")
-        self.model = load_checkpoint(self.model_dir, device=device)
-        self.config = self.model.config
+        self.loaded = load_model(model_dir or default_model_dir(), device=device, dtype=dtype,
+                                 trust_remote_code=trust_remote_code)
+        self.model_dir = self.loaded.path
+        self.model = self.loaded.model
+        self.config = self.loaded.config
         self.max_len = min(max_len, self.config.max_seq_len)
         self.model.setup_cache(1, self.max_len)
-        self.tok = load_tokenizer(self.model_dir)
-        self.sp = self.config.special
+        self.tok = load_tokenizer(self.loaded.tokenizer_path)
+        self.sp = self.loaded.special
+        # suffix-first FIM when the model has the markers; a bidirectional model reads the
+        # suffix after the masked middle; otherwise the prompt is the prefix alone
+        self.bidirectional = self.config.attention == "bidirectional"
+        self.fim = min(self.sp.fim_prefix, self.sp.fim_suffix, self.sp.fim_middle) >= 0
+        self.exact_cache = self.loaded.cache == "exact"
         self.mode = mode
         self.max_prompt_tokens = max_prompt_tokens
         self.prompt_cache = PromptCache(prompt_cache_entries)
-        n_special = 1 + max(self.sp.__dict__.values())
+        n_special = 1 + max(v for v in self.sp.__dict__.values() if v < self.tok.get_vocab_size())
         texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
         self.healing = Healing(texts, n_special)
         self._lock = threading.Lock()
         self.last: tuple[CompletionRequest, Sequence, str] | None = None
 
     def info(self) -> dict[str, Any]:
-        return {"model": self.model_dir.name, "path": str(self.model_dir), "block_size": self.config.block_size,
+        return {"model": self.model_dir.name, "path": str(self.model_dir), "family": self.loaded.family,
+                "block_size": self.config.block_size,
                 "vocab_size": self.config.vocab_size, "mode": self.mode, "max_prompt_tokens": self.max_prompt_tokens,
                 "params": sum(p.numel() for p in self.model.parameters())}
 
     # -- prompt ----------------------------------------------------------------------------
     def encode(self, prefix: str, suffix: str, heal: bool = True) -> tuple[list[int], str, torch.Tensor | None]:
-        """Suffix-first FIM prompt, trimmed to the budget; returns (ids, healed text, allowed)."""
+        """The prompt ids, the healed partial-token text and the first token's allowed set."""
+        ids, _suffix, partial, allowed = self.layout(prefix, suffix, heal)
+        return ids, partial, allowed
+
+    def layout(self, prefix: str, suffix: str, heal: bool = True) -> tuple[list[int], list[int], str, torch.Tensor | None]:
+        """Prompt ids and (for bidirectional models) the suffix ids that follow the masked
+        middle, trimmed to the budget; plus token healing's backed-off text and allowed set."""
         sp = self.sp
         pre = self.tok.encode(prefix[-self.max_prompt_tokens * 6:]).ids if prefix else []
         suf = self.tok.encode(suffix[: self.max_prompt_tokens * 6]).ids if suffix else []
@@ -100,30 +117,35 @@ class TextEngine:
                     if allowed is not None:
                         partial, pre = tail, pre[:-k]
                         break
-        ids = [sp.fim_suffix, *suf, sp.fim_prefix, *pre, sp.fim_middle]
-        return ids, partial, allowed
+        if self.bidirectional:
+            return (pre or [sp.end_of_text]), suf, partial, allowed
+        if self.fim:
+            return [sp.fim_suffix, *suf, sp.fim_prefix, *pre, sp.fim_middle], [], partial, allowed
+        return (pre or [sp.end_of_text]), [], partial, allowed
 
     # -- decoding ---------------------------------------------------------------------------
-    def prepare(self, req: CompletionRequest, row: int) -> tuple[Sequence, str, int]:
+    def prepare(self, req: CompletionRequest, row: int, policy: Policy | None = None) -> tuple[Sequence, str, int]:
         """Encode `req`, restore its longest cached prompt prefix into cache `row` and build
         its decoding state; returns (sequence, healed partial token text, reused tokens)."""
         plan = req.plan
-        ids, partial, allowed = self.encode(req.prefix, req.suffix)
-        policy = make_policy(plan.preset or self.mode)
-        reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids)
-        max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - 2) // 2))
-        seq = Sequence(ids, self.sp, policy, self.config.block_size, max_new, self.config.shift_logits,
-                       row=row, reused=reused, first_allowed=allowed,
-                       stop_fn=self._stop_fn(plan, partial), max_len=self.max_len)
-        return seq, partial, reused
+        ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix)
+        policy = policy or make_policy(plan.preset or self.mode)
+        reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids) if self.exact_cache else 0
+        max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
+        seq = make_sequence(self.model, ids, policy, max_new, suffix=suffix, row=row, reused=reused,
+                            max_len=self.max_len, first_allowed=allowed, stop_fn=self._stop_fn(plan, partial))
+        return seq, partial, seq.reused
 
-    def complete(self, req: CompletionRequest, cancel: threading.Event | None = None) -> Iterator[EngineEvent]:
+    def complete(self, req: CompletionRequest, cancel: threading.Event | None = None,
+                 policy: Policy | None = None) -> Iterator[EngineEvent]:
+        """Decode `req`, yielding text events. `policy` overrides the plan's preset (benches)."""
         with self._lock:
-            yield from self._complete(req, cancel)
+            yield from self._complete(req, cancel, policy)
 
-    def _complete(self, req: CompletionRequest, cancel: threading.Event | None) -> Iterator[EngineEvent]:
+    def _complete(self, req: CompletionRequest, cancel: threading.Event | None,
+                  policy: Policy | None = None) -> Iterator[EngineEvent]:
         t0 = time.perf_counter()
-        seq, partial, reused = self.prepare(req, 0)
+        seq, partial, reused = self.prepare(req, 0, policy)
         yield from self._run(req, seq, partial, t0, reused, cancel)
 
     def _stop_fn(self, plan: Plan, partial: str):  # noqa: ANN202 - a closure over the tokenizer
@@ -154,11 +176,12 @@ class TextEngine:
         prompt = seq.prompt
 
         def store(s: Sequence) -> None:
-            self.prompt_cache.store(self.model, s.row, req.doc_key, prompt)
+            if self.exact_cache:
+                self.prompt_cache.store(self.model, s.row, req.doc_key, prompt)
 
         stream = TextStream(self, req, seq, partial, t0, reused, (time.perf_counter() - t0) * 1000)
         ev: TokenEvent
-        for ev in generate(self.model, seq, cancel=(cancel.is_set if cancel else None), on_prefilled=store):
+        for ev in run(self.model, seq, self.max_len, cancel=(cancel.is_set if cancel else None), on_prefilled=store):
             if ev.kind == "done":
                 self.last = (req, seq, partial)
                 yield stream.finish(ev)
@@ -194,7 +217,7 @@ class TextEngine:
             req, seq, partial = self.last
             positions = self.positions_for(seq, partial, spans)
             t0 = time.perf_counter()
-            reused = self.prompt_cache.restore(self.model, seq.row, req.doc_key, seq.prompt)
+            reused = self.prompt_cache.restore(self.model, seq.row, req.doc_key, seq.prompt) if self.exact_cache else 0
             seq.remask(positions, reused)
             yield from self._run(req, seq, partial, t0, reused, cancel)
 
