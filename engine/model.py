@@ -155,11 +155,10 @@ class Attention(nn.Module):
         v = v.view(B, T, c.n_kv_head, hd)
         if self.kv_cache is not None and cache_at is not None:
             k, v = self.kv_cache.update(cache_at[0], cache_at[1], k, v, cache_at[2])
-        rep = c.n_head // c.n_kv_head
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-        y = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask)
+        # grouped-query attention without materialising repeated keys/values
+        y = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask,
+                                           enable_gqa=c.n_head != c.n_kv_head)
         return self.wo(y.transpose(1, 2).reshape(B, T, c.n_head * hd))
 
 

@@ -1,10 +1,11 @@
-"""Engine access: one interface, an in-process implementation, and the daemon's placeholder.
+"""Engine access: one interface, an in-process implementation, and the choice between them.
 
 `EngineClient.submit(request)` returns an `EngineJob` whose `events()` async-iterates the
 engine's text events. A newer job for the same `doc_key` cancels the older one (between
 forwards); `job.cancel()` does the same on demand. The in-process client runs the engine in
 one worker thread (`TextEngine` is not thread-safe) and imports torch lazily, in that thread.
-A websocket client for the resident daemon implements the same interface later.
+`llada_lsp.ws_engine.WsEngineClient` implements the same interface over the resident daemon;
+`make_engine` picks one from the `engine` option.
 """
 
 from __future__ import annotations
@@ -247,29 +248,22 @@ class InProcessEngine(EngineClient):
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
 
 
-class DaemonEngine(EngineClient):
-    """The resident engine daemon over websockets (issue "Resident engine daemon")."""
+def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
+                token: str | None = None) -> EngineClient:
+    """The engine client for the `engine` option.
 
-    def __init__(self, url: str) -> None:
-        super().__init__()
-        self.url = url
+    "inprocess": `TextEngine` in a worker thread of this process (torch loads there, lazily);
+    "auto": the user's resident daemon (from the per-user runtime file), started detached
+    when none runs, so that every editor on the machine shares one model;
+    "ws://host:port" / "wss://...": that daemon; `token` (else $LLADA_ENGINE_TOKEN, else the
+    runtime file's token when the URL is the user's own daemon) authenticates.
+    """
+    if location == "inprocess":
+        return InProcessEngine(model_dir, mode=mode, device=device)
+    from llada_lsp.ws_engine import WsEngineClient  # lazy: websockets only when used
 
-    async def start(self, progress: Progress) -> None:
-        self.state = "error"
-        self.error = f"the engine daemon client is not available yet ({self.url})"
-
-    def submit(self, request: CompletionRequest) -> EngineJob:
-        job = EngineJob(request, asyncio.get_running_loop())
-        job.finished = True
-        job.push(EngineEvent("error", request.request_id, "", error=self.error or "no daemon"))
-        return job
-
-    async def close(self) -> None:
-        return None
-
-
-def make_engine(location: str, *, model_dir: str | None, mode: str, device: str) -> EngineClient:
-    """"inprocess" and "auto" (until the daemon client exists) run the engine in-process."""
+    if location == "auto":
+        return WsEngineClient(None, token=token, model=model_dir, mode=mode, device=device)
     if location.startswith(("ws://", "wss://")):
-        return DaemonEngine(location)
-    return InProcessEngine(model_dir, mode=mode, device=device)
+        return WsEngineClient(location, token=token)
+    raise ValueError(f"unknown engine location {location!r}: 'inprocess', 'auto' or a ws:// URL")

@@ -43,8 +43,9 @@ class Options:
     mode: Mode = "speedy"
     max_tokens: MaxTokens = field(default_factory=MaxTokens)
     context: ContextOptions = field(default_factory=ContextOptions)
-    # "inprocess" | "auto" | "ws://host:port" (the daemon; not yet available: falls back)
+    # "inprocess" | "auto" (the user's daemon, started when none runs) | "ws://host:port"
     engine: str = "inprocess"
+    engine_token: str | None = None  # for a ws:// daemon; None = $LLADA_ENGINE_TOKEN / runtime file
     model: str | None = None  # model directory; None = $LLADA_MODEL or the embedded model
     device: str = "cpu"  # "cpu" | "cuda" | "auto"
     languages: list[str] = field(default_factory=lambda: ["*"])  # languageIds, "*" = all
@@ -52,14 +53,18 @@ class Options:
     max_file_bytes: int = 1_000_000  # larger documents get no completions (and no tree)
     cache_size: int = 256
     syntax_check: bool = True
-    speculative: bool = False  # after an accept, request the next completion ahead of time
+    speculative: bool = True  # after an accept, request the next completion ahead of time
+    syntax_remask_passes: int = 2  # re-mask the tokens of a parse error this often, then trim
     max_lines: int = 0  # 0 = the plan's own limit
 
     def language_enabled(self, language_id: str) -> bool:
         return "*" in self.languages or language_id in self.languages
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d.get("engine_token"):
+            d["engine_token"] = "***"  # debugInfo never shows the secret
+        return d
 
 
 def _snake(name: str) -> str:

@@ -179,3 +179,25 @@ def syntax_trim(text: str, adds_error: object) -> tuple[str, str]:
         if cand.strip() and not check(cand):
             return cand, "trimmed to parse"
     return "", "adds a parse error"
+
+
+def raw_spans(raw: str, cleaned: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Map character spans of `cleaned` (what `clean` made of `raw`) back onto `raw`.
+
+    `clean` only deletes characters (leading indentation, "\\r", trailing spaces of lines) and
+    cuts the end, so `cleaned` is a subsequence of `raw`: a greedy match aligns them."""
+    pos: list[int] = []
+    j = 0
+    for ch in cleaned:
+        while j < len(raw) and raw[j] != ch:
+            j += 1
+        if j >= len(raw):  # not a subsequence (cannot happen with `clean`): stop mapping
+            break
+        pos.append(j)
+        j += 1
+    out: list[tuple[int, int]] = []
+    for s, e in spans:
+        s, e = max(0, s), min(e, len(pos))
+        if s < e:
+            out.append((pos[s], pos[e - 1] + 1))
+    return out

@@ -85,7 +85,7 @@ class LladaServer(LanguageServer):
     async def start_engine(self) -> None:
         o = self.options
         self.engine = (self.engine_factory or make_engine)(
-            o.engine, model_dir=o.model, mode=o.mode, device=o.device)
+            o.engine, model_dir=o.model, mode=o.mode, device=o.device, token=o.engine_token)
         self.service = CompletionService(self.store, self.engine, o, self.notify, self.encoding)
         token: str | None = None
         caps = self.client_capabilities

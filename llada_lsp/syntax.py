@@ -182,19 +182,15 @@ def ancestors(node: ts.Node) -> list[ts.Node]:
     return out
 
 
-def adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
-               after: str) -> bool:
-    """Whether before+middle+after has more parse errors than before+after.
-
-    `base_tree`, if given, is the (current) tree of before+after: it is copied and edited, so
-    the check reparses incrementally.
-    """
+def _reparse_with(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
+                  after: str) -> tuple[int, ts.Tree] | None:
+    """(errors of before+after, tree of before+middle+after), reparsed incrementally from a
+    copy of `base_tree` (the tree of before+after) when given; None without a grammar."""
     parser = parser_for(language_id)
     if parser is None:
-        return False
-    base_text = before + after
-    base_data = base_text.encode("utf-8", "surrogatepass")
-    base = base_tree if base_tree is not None else parser.parse(base_data)
+        return None
+    base = base_tree if base_tree is not None else parser.parse(
+        (before + after).encode("utf-8", "surrogatepass"))
     base_errors = count_errors(base.root_node)
     tree: Any = base.copy()
     sb = len(before.encode("utf-8", "surrogatepass"))
@@ -205,5 +201,79 @@ def adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle:
     np_ = (sp[0] + rows, (0 if rows else sp[1]) + len(last.encode("utf-8", "surrogatepass")))
     tree.edit(start_byte=sb, old_end_byte=sb, new_end_byte=sb + mb,
               start_point=sp, old_end_point=sp, new_end_point=np_)
-    new = parser.parse((before + middle + after).encode("utf-8", "surrogatepass"), tree)
-    return count_errors(new.root_node) > base_errors
+    return base_errors, parser.parse((before + middle + after).encode("utf-8", "surrogatepass"), tree)
+
+
+def adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
+               after: str) -> bool:
+    """Whether before+middle+after has more parse errors than before+after.
+
+    `base_tree`, if given, is the (current) tree of before+after: it is copied and edited, so
+    the check reparses incrementally.
+    """
+    res = _reparse_with(language_id, base_tree, before, middle, after)
+    return res is not None and count_errors(res[1].root_node) > res[0]
+
+
+def _error_nodes(node: ts.Node, limit: int = 64) -> list[ts.Node]:
+    out: list[ts.Node] = []
+    stack = [node]
+    while stack and len(out) < limit:
+        cur = stack.pop()
+        if cur.is_error or cur.is_missing:
+            out.append(cur)
+            continue
+        stack.extend(c for c in cur.children if c.has_error or c.is_missing)
+    return out
+
+
+def _line_around(text: str, i: int) -> tuple[int, int]:
+    """[start, end) of the non-blank line of `text` holding offset i (or the last one before)."""
+    i = max(0, min(i, len(text)))
+    s = text.rfind("\n", 0, i) + 1
+    while s > 0 and not text[s:i].strip():  # a blank line or its start: the line above
+        i = s - 1
+        s = text.rfind("\n", 0, i) + 1
+    e = text.find("\n", s)
+    return s, (len(text) if e < 0 else e)
+
+
+def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def error_spans(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
+                after: str) -> list[tuple[int, int]]:
+    """Character spans of `middle` inside the parse errors that inserting it between `before`
+    and `after` adds ([] when it adds none). ERROR nodes are clipped to the middle; a MISSING
+    node, or an error that lies wholly outside the middle (an unclosed bracket reported at
+    the end of the file), maps to the middle's line at (or before) it."""
+    res = _reparse_with(language_id, base_tree, before, middle, after)
+    if res is None or count_errors(res[1].root_node) <= res[0] or not middle:
+        return []
+    sb = len(before.encode("utf-8", "surrogatepass"))
+    mdata = middle.encode("utf-8", "surrogatepass")
+    me = sb + len(mdata)
+
+    def char(b: int) -> int:  # byte offset (document) -> character offset in middle
+        k = max(0, min(b - sb, len(mdata)))
+        return len(mdata[:k].decode("utf-8", "ignore"))
+
+    spans: list[tuple[int, int]] = []
+    for node in _error_nodes(res[1].root_node):
+        s, e = node.start_byte, node.end_byte
+        if node.is_missing or e <= s:
+            if sb <= s <= me:
+                spans.append(_line_around(middle, char(s)))
+            continue
+        if e > sb and s < me:
+            spans.append((char(s), char(e)))
+    if not spans:  # the error shows outside the middle: blame the middle's last line
+        spans.append(_line_around(middle, len(middle.rstrip())))
+    return merge_spans([(s, e) for s, e in spans if e > s])
