@@ -72,7 +72,10 @@ def main() -> None:
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--resume", action="store_true", help="continue from OUT/state.pt (model, optimizer, data)")
+    ap.add_argument("--init-from", type=Path, help="start from a checkpoint directory's weights "
+                    "(e.g. the committed engine/checkpoints/tiny-code), with a fresh optimizer")
+    ap.add_argument("--data-seed", type=int, help="seed of the example stream (default: --seed)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -81,9 +84,15 @@ def main() -> None:
     cfg: ModelConfig = preset(args.preset, vocab_size=tok.get_vocab_size(), special=sp)
     model = Transformer(cfg)
     model.init_weights(args.seed)
+    if args.init_from is not None:
+        from engine.checkpoint import load_checkpoint
+
+        model.load_state_dict(load_checkpoint(args.init_from).state_dict())
+        print(f"initialised from {args.init_from}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     texts, weights, held_texts = load_texts()
-    stream = ExampleStream(texts, weights, tok, sp, cfg.block_size, seed=args.seed)
+    data_seed = args.seed if args.data_seed is None else args.data_seed
+    stream = ExampleStream(texts, weights, tok, sp, cfg.block_size, seed=data_seed)
     noise = torch.Generator().manual_seed(args.seed + 1)
     held_stream = ExampleStream(held_texts, [1.0] * len(held_texts), tok, sp, cfg.block_size, seed=1234)
     held_rows: list[Encoded] = [held_stream.next() for _ in range(32)]
