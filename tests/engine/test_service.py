@@ -1,0 +1,83 @@
+"""The text engine on the real embedded model: events, stop rules, prompt cache, cancel, remask."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.api import CompletionRequest, Plan, apply_edits
+from engine.service import TextEngine, default_model_dir
+
+SAMPLE = Path(__file__).resolve().parents[2] / "engine" / "samples" / "sample.py"
+
+
+@pytest.fixture(scope="module")
+def eng() -> TextEngine:
+    if not (default_model_dir() / "config.json").exists():
+        pytest.fail(f"the embedded model is missing at {default_model_dir()}")
+    return TextEngine(threads=1)
+
+
+def request(text: str, marker: str, plan: Plan, rid: str = "r1", key: str = "doc") -> CompletionRequest:
+    at = text.index(marker) + len(marker)
+    return CompletionRequest(rid, key, text[:at], text[at:], plan)
+
+
+def test_events_stream_in_order_and_replay_to_the_final_text(eng: TextEngine) -> None:
+    text = SAMPLE.read_text()
+    evs = list(eng.complete(request(text, "    for word in words:\n        ", Plan(max_tokens=32, stop="line"))))
+    kinds = [e.kind for e in evs]
+    assert kinds[-1] == "done" and kinds.count("done") == 1
+    first = next(i for i, e in enumerate(evs) if e.draft_complete)
+    assert all(e.kind == "draft" for e in evs[:first + 1])
+    assert all(e.kind in ("edit", "done") for e in evs[first + 1:])
+    shown = ""
+    for e in evs:
+        shown = apply_edits(shown, e.edits)
+        assert shown == e.text
+    assert "\n" not in evs[-1].text  # the single-line rule holds for every reported text
+    st = evs[-1].stats or {}
+    assert st["forwards"] >= 1 and st["tpf"] > 0 and st["total_ms"] >= st["first_draft_ms"] > 0
+
+
+def test_typing_reuses_the_prompt_cache(eng: TextEngine) -> None:
+    text = SAMPLE.read_text()
+    eng.prompt_cache.clear()
+    r1 = request(text, "def top_words(counts, n=10):\n    ", Plan(max_tokens=8), key="k")
+    r2 = CompletionRequest("r2", "k", r1.prefix + "items = sor", r1.suffix, r1.plan)  # the user typed
+    a = list(eng.complete(r1))[-1]
+    b = list(eng.complete(r2))[-1]
+    assert a.stats and b.stats
+    assert a.stats["reused_tokens"] == 0
+    assert b.stats["reused_tokens"] > 0.8 * (b.stats["reused_tokens"] + b.stats["prefill_tokens"])
+
+
+def test_cancel_ends_with_reason_cancelled(eng: TextEngine) -> None:
+    text = SAMPLE.read_text()
+    flag = threading.Event()
+    evs = []
+    for e in eng.complete(request(text, "def main(argv):\n", Plan(max_tokens=64, preset="one_per_step")), flag):
+        evs.append(e)
+        flag.set()  # cancel after the first event: the next forward never runs
+    assert evs[-1].kind == "done" and evs[-1].reason == "cancelled"
+    assert evs[-1].step == evs[0].step
+
+
+def test_remask_redecodes_a_span(eng: TextEngine) -> None:
+    text = SAMPLE.read_text()
+    req = request(text, "    if len(argv) < 2:\n        ", Plan(max_tokens=16, stop="line"), rid="rm")
+    done = list(eng.complete(req))[-1]
+    assert done.text
+    evs = list(eng.remask("rm", [(0, len(done.text))]))
+    assert evs[-1].kind == "done" and evs[-1].reason in ("end_of_middle", "stop_rule", "budget")
+    assert list(eng.remask("nope", [(0, 1)]))[-1].kind == "error"
+
+
+def test_token_healing_extends_a_partial_word(eng: TextEngine) -> None:
+    ids, partial, allowed = eng.encode("    ret", "")
+    assert partial == " ret" and allowed is not None
+    assert all(eng.healing.texts[i].startswith(" ret") for i in allowed.nonzero().flatten().tolist())
+    text = list(eng.complete(CompletionRequest("h", "h", "def f(x):\n    ret", "\n", Plan(max_tokens=8, stop="line"))))[-1].text
+    assert not text.startswith("ret")  # the healed part is not repeated
