@@ -33,7 +33,7 @@ HEALABLE = re.compile(r" ?[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_]+")  # a word fragm
 
 
 def default_model_dir() -> Path:
-    return Path(os.environ.get("LLADA_MODEL", str(EMBEDDED_DIR)))
+    return Path(os.environ.get("LLADA_MODEL") or EMBEDDED_DIR)
 
 
 class Healing:

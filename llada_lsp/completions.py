@@ -1,8 +1,11 @@
 """The completion pipeline: document -> plan -> type-through / cache -> engine -> clean.
 
-`CompletionService.complete` answers with the first complete draft of the span; the engine's
-later edits go out as `llada/refine` notifications, then one `llada/stats` notification.
-The newest request for a document wins: it cancels the older one's engine job.
+`CompletionService.complete` answers with the first complete draft of the span that adds no
+parse error (syntax-guided edit: the tokens inside a new error go back to the engine for
+re-masking, a bounded number of passes, before anything is shown; then it is trimmed). The
+engine's later edits go out as `llada/refine` notifications, then one `llada/stats`
+notification. The newest request for a document wins: it cancels the older one's engine job.
+After an accept, `llada_lsp.speculation` asks for the next completion ahead of time.
 """
 
 from __future__ import annotations
@@ -11,20 +14,22 @@ import asyncio
 import itertools
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent, diff_edits
+from engine.api import CompletionRequest, EngineEvent
 from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_through
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.engine_client import EngineClient, EngineJob
 from llada_lsp.options import Options
 from llada_lsp.plans import InfillPlan, make_plan
-from llada_lsp.positions import Encoding, text_position
-from llada_lsp.postprocess import Spec, clean, open_brackets, syntax_trim
-from llada_lsp.syntax import adds_error
+from llada_lsp.positions import Encoding
+from llada_lsp.postprocess import Spec, clean, open_brackets, raw_spans, syntax_trim
+from llada_lsp.reporting import Reporter
+from llada_lsp.speculation import Speculator
+from llada_lsp.syntax import adds_error, error_spans
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +51,8 @@ class Answer:
 
 
 @dataclass
-class _Request:
-    """Everything the refinement phase needs, captured when the request arrived."""
+class Request:
+    """Everything the later phases need, captured when the request arrived."""
 
     cid: str
     uri: str
@@ -60,19 +65,18 @@ class _Request:
     tree: Any
     key: str
     t0: float
+    speculative: bool = False
+    engine_ms: float = 0.0  # time spent inside the engine (all its jobs) before the answer
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def edits_between(old: str, new: str, encoding: Encoding) -> list[dict[str, Any]]:
-    """LSP-style text edits turning suggestion `old` into `new`: ranges are (line, character)
-    in the suggestion's own text, characters counted in the negotiated position encoding."""
-    out = []
-    for e in diff_edits(old, new):
-        sl, sc = text_position(old, e.start, encoding)
-        el, ec = text_position(old, e.end, encoding)
-        out.append({"range": {"start": {"line": sl, "character": sc},
-                              "end": {"line": el, "character": ec}}, "newText": e.text})
-    return out
+@dataclass
+class Settled:
+    """What `settle` drove a job to: the text to show, and the job and event it came from."""
+
+    text: str
+    job: EngineJob
+    event: EngineEvent
 
 
 def _word_before(left: str) -> str:
@@ -86,9 +90,10 @@ class CompletionService:
     def __init__(self, store: DocumentStore, engine: EngineClient, options: Options,
                  notify: Notify, encoding: Callable[[], Encoding]) -> None:
         self.store, self.engine, self.options = store, engine, options
-        self.notify, self.encoding = notify, encoding
+        self.encoding = encoding
         self.cache = SuggestionCache(options.cache_size)
         self.shown: dict[str, Shown] = {}
+        self.recent: OrderedDict[str, tuple[str, Shown, str]] = OrderedDict()  # cid -> (uri, ..)
         self.jobs: dict[str, EngineJob] = {}
         self.latest: dict[str, int] = {}
         self.serial = itertools.count(1)
@@ -96,6 +101,8 @@ class CompletionService:
         self.history: deque[dict[str, Any]] = deque(maxlen=500)
         self.tasks: set[asyncio.Task[None]] = set()
         self.last_plan: dict[str, str] = {}  # the latest request's plan (for debugInfo)
+        self.report = Reporter(notify, encoding, self.counters, self.history)
+        self.speculator = Speculator(self)
 
     # -- the request -------------------------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int) -> Answer | None:
@@ -130,6 +137,12 @@ class CompletionService:
             return self._nothing(plan.reason)
         key = key_of(plan.prefix, plan.suffix, plan.kind)
         cached = self.cache.get(key)
+        if cached is None:
+            cached = await self.speculator.wait_for(key)
+            if cached is not None:
+                self.counters["speculative_wait"] += 1
+            if self.latest.get(uri) != serial:
+                return self._nothing("superseded while waiting for the speculation")
         if cached is not None:
             if not cached:
                 return self._nothing("cached: no suggestion")
@@ -140,25 +153,26 @@ class CompletionService:
             await asyncio.sleep(self.options.debounce_ms / 1000)
             if self.latest.get(uri) != serial:
                 return self._nothing("superseded while debouncing")
-        req = self._capture(doc, offset, cid, plan, key, tree, t0)
+        req = self.capture(doc, offset, cid, plan, key, tree, t0)
         job = self.engine.submit(CompletionRequest(cid, uri, plan.prefix, plan.suffix,
                                                    plan.plan))
         self.jobs[uri] = job
         try:
-            answer = await self._first_answer(job, req, doc)
+            out = await self._first_answer(job, req, doc)
         except asyncio.CancelledError:
-            job.cancel("cancelled")
+            (self.jobs.get(uri) or job).cancel("cancelled")
             self.counters["client_cancelled"] += 1
             raise
-        if answer is None:
+        if out is None:
             return None
+        answer, job = out
         task = asyncio.current_task()
         if task is not None:  # refine after the response is written (callbacks run in order)
             task.add_done_callback(lambda t: self._start_refine(t, job, req, answer.text))
         return answer
 
-    def _capture(self, doc: Document, offset: int, cid: str, plan: InfillPlan, key: str,
-                 tree: Any, t0: float) -> _Request:
+    def capture(self, doc: Document, offset: int, cid: str, plan: InfillPlan, key: str,
+                tree: Any, t0: float, speculative: bool = False) -> Request:
         text = doc.text
         ls = text.rfind("\n", 0, offset) + 1
         above_end = max(ls - 1, 0)
@@ -171,54 +185,110 @@ class CompletionService:
                     line_above=above, indent=plan.indent, brace=plan.brace,
                     keep_closer=plan.plan.keep_closer, max_lines=plan.plan.max_lines,
                     prefix_open=open_brackets(text[max(0, offset - 400): offset]))
+        # the tree is edited by later didChanges: the syntax check works on a snapshot
         base_tree = tree.copy() if tree is not None and self.options.syntax_check else None
-        return _Request(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
-                        base_tree, key, t0)
+        return Request(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
+                       base_tree, key, t0, speculative)
 
-    async def _first_answer(self, job: EngineJob, req: _Request, doc: Document) -> Answer | None:
-        async for ev, t_ev in job.events():
-            if ev.kind == "error":
-                self.counters["engine_errors"] += 1
-                log.warning("engine error for %s: %s", req.cid, ev.error)
-                return self._nothing(f"engine error: {ev.error}")
-            if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
-                return self._nothing(f"engine request {ev.reason}")
-            if not (ev.draft_complete or ev.kind == "done"):
-                continue
-            text = self._clean(ev.text, req)
-            if not text and ev.kind != "done":
-                continue  # an empty draft: wait for the edits
-            if doc.version != req.version or self.latest.get(req.uri) != int(req.cid):
-                job.cancel("superseded")
-                return self._nothing("document changed while drafting")
-            now = time.perf_counter()
-            engine_ms = (t_ev - job.submitted_at) * 1000
-            req.stats.update(firstMs=(now - req.t0) * 1000,
-                             overheadMs=max(0.0, (now - req.t0) * 1000 - engine_ms))
-            if ev.kind == "done":
-                self._finish(req, ev, text)
-                if not text:
-                    self._send_stats(req)
-                    return self._nothing("empty after post-processing")
-            self.shown[req.uri] = remember(req.cid, req.doc_text, req.offset, text,
-                                           req.plan.kind)
-            self.counters["answered"] += 1
-            return Answer(req.cid, text, req.plan.kind, req.offset, _word_before(req.spec.left),
-                          "engine")
-        return self._nothing("engine stream ended")
+    async def _first_answer(self, job: EngineJob, req: Request, doc: Document
+                            ) -> tuple[Answer, EngineJob] | None:
+        def wanted() -> bool:
+            return doc.version == req.version and self.latest.get(req.uri) == int(req.cid)
 
-    def _clean(self, raw: str, req: _Request) -> str:
-        text, note = clean(raw, req.spec)
-        if text and req.tree is not None and req.plan.kind != "line":
-            before, after = req.doc_text[: req.offset], req.doc_text[req.offset:]
-            text, note2 = syntax_trim(text, lambda t: adds_error(req.language_id, req.tree,
-                                                                 before, t, after))
-            if note2:
-                self.counters["syntax_trimmed"] += 1
+        out = await self.settle(job, req, wanted, until_done=False)
+        if isinstance(out, str):
+            return self._nothing(out)
+        text, job, ev = out.text, out.job, out.event
+        total = (time.perf_counter() - req.t0) * 1000
+        req.stats.update(firstMs=total, overheadMs=max(0.0, total - req.engine_ms))
+        if ev.kind == "done":
+            self._finish(req, ev, text)
+            if not text:
+                self.report.stats(req, "engine")
+                return self._nothing("empty after post-processing")
+        self._show(req.uri, req.cid, req.doc_text, req.offset, text, req.plan.kind)
+        self.counters["answered"] += 1
+        return Answer(req.cid, text, req.plan.kind, req.offset, _word_before(req.spec.left),
+                      "engine"), job
+
+    async def settle(self, job: EngineJob, req: Request, wanted: Callable[[], bool],
+                     until_done: bool) -> Settled | str:
+        """Drive `job` to a text worth showing: its first complete draft (its final text with
+        `until_done`) that adds no parse error. A final text that still adds one has the
+        error's tokens re-masked (up to `syntax_remask_passes` engine passes); after that it
+        is trimmed to the longest prefix that parses. A string result says why nothing."""
+        passes = 0
+        bad: tuple[str, EngineJob, EngineEvent] | None = None
+        while True:
+            nxt: EngineJob | None = None
+            async for ev, t_ev in job.events():
+                if ev.kind == "error" and bad is not None:  # a remask failed: trim what we had
+                    self.counters["syntax_remask_failed"] += 1
+                    log.info("remask of %s failed: %s", req.cid, ev.error)
+                    return Settled(self._trim(bad[0], req), bad[1], bad[2])
+                if ev.kind == "error":
+                    self.counters["engine_errors"] += 1
+                    log.warning("engine error for %s: %s", req.cid, ev.error)
+                    return f"engine error: {ev.error}"
+                if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
+                    return f"engine request {ev.reason}"
+                done = ev.kind == "done"
+                if not done and (until_done or not ev.draft_complete):
+                    continue
+                text = self.clean(ev.text, req)
+                if not text and not done:
+                    continue  # an empty draft: wait for the edits
+                if not wanted():
+                    job.cancel("superseded")
+                    return "document changed while drafting"
+                spans = self._new_errors(req, text)
+                if spans and not done:
+                    continue  # the engine's own edits may fix it; else remask at the end
+                req.engine_ms += (t_ev - job.submitted_at) * 1000
+                if spans and passes < self.options.syntax_remask_passes:
+                    nxt = self.engine.remask(job, raw_spans(ev.text, text, spans))
+                    if nxt is not None:
+                        passes += 1
+                        self.counters["syntax_remasks"] += 1
+                        bad = (text, job, ev)
+                        break
+                if spans:
+                    self.counters["syntax_unfixed"] += 1
+                    text = self._trim(text, req)
+                elif passes:
+                    self.counters["syntax_fixed"] += 1
+                return Settled(text, job, ev)
+            if nxt is None:
+                return "engine stream ended"
+            if not req.speculative and self.jobs.get(req.uri) is job:
+                self.jobs[req.uri] = nxt  # a newer request cancels the remask
+            job = nxt
+
+    def clean(self, raw: str, req: Request) -> str:
+        return clean(raw, req.spec)[0]
+
+    def _new_errors(self, req: Request, text: str) -> list[tuple[int, int]]:
+        """Character spans of `text` inside parse errors it adds ([] = none, or unchecked)."""
+        if not text or req.tree is None or req.plan.kind == "line":
+            return []
+        return error_spans(req.language_id, req.tree, req.doc_text[: req.offset], text,
+                           req.doc_text[req.offset:])
+
+    def _trim(self, text: str, req: Request) -> str:
+        before, after = req.doc_text[: req.offset], req.doc_text[req.offset:]
+        text, note = syntax_trim(text, lambda t: adds_error(req.language_id, req.tree, before,
+                                                            t, after))
+        if note:
+            self.counters["syntax_trimmed"] += 1
         return text
 
+    def checked(self, raw: str, req: Request) -> str:
+        """Cleaned, and trimmed when it adds a parse error (refinements after the answer)."""
+        text = self.clean(raw, req)
+        return self._trim(text, req) if self._new_errors(req, text) else text
+
     # -- refinement ----------------------------------------------------------------------------
-    def _start_refine(self, handler: asyncio.Future[Any], job: EngineJob, req: _Request,
+    def _start_refine(self, handler: asyncio.Future[Any], job: EngineJob, req: Request,
                       text: str) -> None:
         if handler.cancelled() or req.stats.get("done"):
             if req.stats.get("done"):
@@ -228,13 +298,13 @@ class CompletionService:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _refine(self, job: EngineJob, req: _Request, shown: str) -> None:
+    async def _refine(self, job: EngineJob, req: Request, shown: str) -> None:
         last = shown
         async for ev, _t in job.events():
             if ev.kind == "error":
                 self._send_final(req, last, last, ev.step, reason="error")
                 return
-            new = self._clean(ev.text, req) if ev.text or ev.kind != "done" else last
+            new = self.checked(ev.text, req) if ev.text or ev.kind != "done" else last
             if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
                 self._send_final(req, last, last, ev.step, reason=ev.reason)
                 self._finish(req, ev, None)
@@ -247,76 +317,43 @@ class CompletionService:
                 self._send_refine(req, last, new, ev.step, final=False)
                 last = new
 
-    def _send_refine(self, req: _Request, old: str, new: str, step: int, final: bool,
+    def _send_refine(self, req: Request, old: str, new: str, step: int, final: bool,
                      reason: str | None = None) -> None:
-        params: dict[str, Any] = {
-            "completionId": req.cid, "uri": req.uri, "version": req.version,
-            "edits": edits_between(old, new, self.encoding()), "text": new, "step": step,
-            "final": final}
-        if reason:
-            params["reason"] = reason
         shown = self.shown.get(req.uri)
         if shown is not None and shown.completion_id == req.cid:
             shown.text = new
-        self.counters["refines"] += 1
-        self.notify("llada/refine", params)
+        self.report.refine(req.cid, req.uri, req.version, old, new, step, final, reason)
 
-    def _send_final(self, req: _Request, old: str, new: str, step: int,
+    def _send_final(self, req: Request, old: str, new: str, step: int,
                     reason: str | None = None) -> None:
         self._send_refine(req, old, new, step, final=True, reason=reason)
-        self._send_stats(req)
+        self.report.stats(req, "engine")
 
-    def _finish(self, req: _Request, ev: EngineEvent, final_text: str | None) -> None:
-        st = ev.stats or {}
-        req.stats.update(
-            done=True, reason=ev.reason, forwards=st.get("forwards", ev.step),
-            tokens=st.get("tokens", 0), tpf=st.get("tpf", 0.0),
-            prefillTokens=st.get("prefill_tokens", 0), reusedTokens=st.get("reused_tokens", 0),
-            queueMs=st.get("queue_ms", 0.0), firstDraftMs=st.get("first_draft_ms", 0.0),
-            engineMs=st.get("total_ms", 0.0))
+    def _finish(self, req: Request, ev: EngineEvent, final_text: str | None) -> None:
+        self.report.finished(req.stats, ev)
         if final_text is not None and ev.reason not in ("cancelled", "superseded", "error"):
             self.cache.put(req.key, final_text)
 
-    def _send_stats(self, req: _Request) -> None:
-        s = req.stats
-        params = {"completionId": req.cid, "uri": req.uri, "kind": req.plan.kind,
-                  "source": "engine", "cacheHit": False, "reason": s.get("reason"),
-                  "queueMs": s.get("queueMs", 0.0), "forwards": s.get("forwards", 0),
-                  "tokens": s.get("tokens", 0), "tpf": s.get("tpf", 0.0),
-                  "prefillTokens": s.get("prefillTokens", 0),
-                  "reusedTokens": s.get("reusedTokens", 0),
-                  "firstDraftMs": s.get("firstDraftMs", 0.0), "engineMs": s.get("engineMs", 0.0),
-                  "firstMs": s.get("firstMs", 0.0), "overheadMs": s.get("overheadMs", 0.0),
-                  "totalMs": (time.perf_counter() - req.t0) * 1000}
-        self.history.append(params)
-        self.notify("llada/stats", params)
-
     # -- answers without the engine --------------------------------------------------------------
+    def _show(self, uri: str, cid: str, doc_text: str, offset: int, text: str, kind: str) -> None:
+        shown = remember(cid, doc_text, offset, text, kind)
+        self.shown[uri] = shown
+        self.recent[cid] = (uri, shown, text)
+        while len(self.recent) > 64:
+            self.recent.popitem(last=False)
+
     def _serve_known(self, doc: Document, offset: int, cid: str, text: str, source: str,
                      t0: float, kind: str | None = None) -> Answer:
         shown = self.shown.get(doc.uri)
         kind = kind or (shown.kind if shown is not None else "line")
-        self.shown[doc.uri] = remember(cid, doc.text, offset, text, kind)
+        self._show(doc.uri, cid, doc.text, offset, text, kind)
         self.counters[source] += 1
-        ms = (time.perf_counter() - t0) * 1000
-        params = {"completionId": cid, "uri": doc.uri, "kind": kind, "source": source,
-                  "cacheHit": True, "reason": source, "queueMs": 0.0, "forwards": 0, "tokens": 0,
-                  "tpf": 0.0, "prefillTokens": 0, "reusedTokens": 0, "firstDraftMs": 0.0,
-                  "engineMs": 0.0, "firstMs": ms, "overheadMs": ms, "totalMs": ms}
-        self.history.append(params)
-
-        def final(_: Any) -> None:  # every completion ends with one final llada/refine
-            self.notify("llada/refine", {"completionId": cid, "uri": doc.uri,
-                                         "version": version, "edits": [], "text": text,
-                                         "step": 0, "final": True})
-            self.notify("llada/stats", params)
-
-        version = doc.version
+        final = self.report.known(cid, doc.uri, doc.version, kind, source, text, t0)
         task = asyncio.current_task()
-        if task is not None:
-            task.add_done_callback(final)
+        if task is not None:  # every completion ends with one final llada/refine
+            task.add_done_callback(lambda _: final())
         else:
-            final(None)
+            final()
         ls = doc.text.rfind("\n", 0, offset) + 1
         return Answer(cid, text, kind, offset, _word_before(doc.text[ls:offset]), source)
 
@@ -325,10 +362,27 @@ class CompletionService:
         log.debug("no completion: %s", why)
         return None
 
+    # -- accepts and speculation ------------------------------------------------------------------
+    def accepted(self, cid: str) -> None:
+        self.counters["accepted"] += 1
+        if self.options.speculative:
+            self.speculator.accepted(cid)
+
+    def document_changed(self, uri: str) -> None:
+        self.speculator.document_changed(uri)
+
+    def document_closed(self, uri: str) -> None:
+        self.shown.pop(uri, None)
+        self.speculator.document_changed(uri, closed=True)
+        job = self.jobs.pop(uri, None)
+        if job is not None:
+            job.cancel("closed")
+
     def debug_info(self) -> dict[str, Any]:
         return {"counters": dict(self.counters), "engine": dict(self.engine.counters),
                 "engineState": self.engine.state, "engineError": self.engine.error,
                 "engineInfo": self.engine.info, "running": self.engine.running(),
                 "cache": {"size": len(self.cache), "hits": self.cache.hits,
                           "misses": self.cache.misses},
-                "refining": len(self.tasks), "lastPlan": dict(self.last_plan)}
+                "refining": len(self.tasks), "speculating": self.speculator.running(),
+                "lastPlan": dict(self.last_plan)}
