@@ -1,0 +1,145 @@
+--- Neovim 0.12's built-in inline completion (vim.lsp.inline_completion) as the renderer.
+--- The built-in requests and draws the suggestion; this module updates the shown item in place
+--- when `llada/refine` arrives and adds partial accepts and dismiss. The built-in keeps its
+--- state private, so this reaches it through vim.lsp._capability (checked, never assumed):
+--- without it, refinements still reach the buffer through the next request's answer.
+local api = vim.api
+local lc = require('llada.client')
+local text = require('llada.text')
+
+local M = {}
+
+M.ns = api.nvim_create_namespace('nvim.lsp.inline_completion')
+
+--- The built-in completor of `buf`, when its internals are as expected.
+---@return table|nil
+local function completor(buf)
+  local ok, cap = pcall(require, 'vim.lsp._capability')
+  local class = ok and type(cap.all) == 'table' and cap.all.inline_completion or nil
+  local c = class and class.active and class.active[buf]
+  if c and type(c.show) == 'function' then
+    return c
+  end
+  return nil
+end
+
+--- Whether refinements can update the shown item in place (the private API is there).
+function M.can_refine()
+  local ok, cap = pcall(require, 'vim.lsp._capability')
+  return ok and type(cap.all) == 'table' and cap.all.inline_completion ~= nil
+end
+
+function M.attach(_, buf)
+  vim.lsp.inline_completion.enable(true, { bufnr = buf })
+end
+
+local function current_item(buf)
+  local c = completor(buf)
+  local cur = c and c.current
+  if not cur or type(cur.insert_text) ~= 'string' then
+    return nil, c
+  end
+  return cur, c
+end
+
+---@return {text: string, cid: string|nil, row: integer, col: integer, client_id: integer}|nil
+function M.current(buf)
+  local cur = current_item(buf)
+  if not cur then
+    return nil
+  end
+  local row, col
+  if cur.range then
+    row, col = cur.range.start.row, cur.range.start.col
+  else
+    local pos = api.nvim_win_get_cursor(0)
+    row, col = pos[1] - 1, pos[2]
+  end
+  return { text = cur.insert_text, cid = lc.completion_id(cur), row = row, col = col,
+           client_id = cur.client_id, item = cur }
+end
+
+function M.on_refine(client, params)
+  for buf in pairs(client.attached_buffers or {}) do
+    local cur, c = current_item(buf)
+    if cur and c and cur.client_id == client.id and lc.completion_id(cur) == tostring(params.completionId)
+      and vim.uri_from_bufnr(buf) == params.uri then
+      local new = params.edits and text.apply_edits(cur.insert_text, params.edits, client.offset_encoding)
+        or params.text
+      if params.text and new ~= params.text then
+        new = params.text
+      end
+      cur.insert_text = new
+      local state = c.client_state and c.client_state[client.id]
+      local items = state and state.items
+      local it = items and items[cur._index]
+      if it and lc.completion_id(it) == lc.completion_id(cur) then
+        it.insertText = new -- so that cycling back to it shows the refined text
+      end
+      if api.nvim_buf_is_valid(buf) and api.nvim_get_mode().mode:match('^i') then
+        c:show()
+      end
+      return true
+    end
+  end
+  return false
+end
+
+--- Text between the item's start and the cursor, which the built-in does not redraw.
+local function typed_since(buf, cur)
+  if not cur.range then
+    return ''
+  end
+  local pos = api.nvim_win_get_cursor(0)
+  local row, col = pos[1] - 1, pos[2]
+  local s = cur.range.start
+  if s.row ~= row or s.col >= col then
+    return ''
+  end
+  return api.nvim_buf_get_lines(buf, row, row + 1, false)[1]:sub(s.col + 1, col)
+end
+
+---@param kind 'all'|'word'|'line'
+function M.accept(buf, kind)
+  local cur = current_item(buf)
+  if not cur then
+    return false
+  end
+  if kind == 'all' then
+    return vim.lsp.inline_completion.get({ bufnr = buf })
+  end
+  local typed = typed_since(buf, cur)
+  local r = cur.insert_text
+  if r:sub(1, #typed) == typed then
+    r = r:sub(#typed + 1)
+  end
+  local piece = text.partial(r, kind)
+  if piece == r then
+    return vim.lsp.inline_completion.get({ bufnr = buf })
+  end
+  return vim.lsp.inline_completion.get({
+    bufnr = buf,
+    on_accept = function(item)
+      local pos = api.nvim_win_get_cursor(0)
+      local row, col = pos[1] - 1, pos[2]
+      local lines = text.lines(piece)
+      api.nvim_buf_set_text(buf, row, col, row, col, lines)
+      api.nvim_win_set_cursor(0, { row + #lines, (#lines == 1 and col or 0) + #lines[#lines] })
+      local client = vim.lsp.get_client_by_id(item.client_id)
+      if client then
+        lc.notify(client, 'textDocument/didPartiallyAcceptCompletion',
+          { item = { insertText = item.insert_text, command = item.command },
+            acceptedLength = vim.fn.strchars(typed .. piece) })
+      end
+    end,
+  })
+end
+
+function M.dismiss(buf)
+  local c = completor(buf)
+  if c and type(c.abort) == 'function' then
+    c:abort()
+  end
+end
+
+return M

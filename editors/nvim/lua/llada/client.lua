@@ -1,0 +1,74 @@
+--- Small compatibility layer over vim.lsp.Client (method call style changed in 0.11).
+local M = {}
+
+M.NAME = 'llada'
+local new_style = vim.fn.has('nvim-0.11') == 1
+
+---@param bufnr integer
+---@return vim.lsp.Client|nil
+function M.get(bufnr)
+  local clients = (vim.lsp.get_clients or vim.lsp.get_active_clients)({ bufnr = bufnr, name = M.NAME })
+  return clients[1]
+end
+
+---@return integer|nil request id
+function M.request(client, method, params, handler, bufnr)
+  local ok, id
+  if new_style then
+    ok, id = client:request(method, params, handler, bufnr)
+  else
+    ok, id = client.request(method, params, handler, bufnr)
+  end
+  return ok and id or nil
+end
+
+function M.notify(client, method, params)
+  if new_style then
+    return client:notify(method, params)
+  end
+  return client.notify(method, params)
+end
+
+function M.cancel(client, id)
+  if id == nil then
+    return
+  end
+  if new_style then
+    client:cancel_request(id)
+  else
+    client.cancel_request(id)
+  end
+end
+
+--- Run an item's command (the server records accepts through it).
+function M.exec_cmd(client, command, bufnr)
+  if not command then
+    return
+  end
+  if new_style then
+    client:exec_cmd(command, { bufnr = bufnr })
+  else
+    M.request(client, 'workspace/executeCommand',
+      { command = command.command, arguments = command.arguments }, nil, bufnr)
+  end
+end
+
+--- The completion id the server put in an item's command (llada.acceptCompletion <id>).
+---@return string|nil
+function M.completion_id(item)
+  local cmd = item and item.command
+  local args = cmd and cmd.arguments
+  return args and args[1] and tostring(args[1]) or nil
+end
+
+--- The insert text of an item as a plain string.
+---@return string
+function M.insert_text(item)
+  local t = item.insertText or item.insert_text
+  if type(t) == 'table' then
+    return t.value or ''
+  end
+  return t or ''
+end
+
+return M

@@ -1,0 +1,81 @@
+--- Options of the llada plugin (require('llada').setup(opts) merges over these).
+local M = {}
+
+---@class llada.Keymaps
+---@field accept string|false      accept the whole suggestion (falls back to the key itself)
+---@field accept_word string|false accept the next word
+---@field accept_line string|false accept the next line
+---@field dismiss string|false     hide the suggestion
+
+---@class llada.Config
+---@field cmd string[]|nil          server command; default { server_path }
+---@field server_path string        the `llada-lsp` executable ($LLADA_LSP, else on $PATH)
+---@field cmd_env table<string,string>|nil extra environment for the server
+---@field filetypes string[]|nil    nil: every filetype
+---@field server table              initializationOptions (docs/lsp.md): mode, engine, ...
+---@field renderer 'auto'|'builtin'|'extmark' 'auto': Neovim 0.12's vim.lsp.inline_completion
+---                                  when present, else the plugin's own extmarks
+---@field debounce_ms integer       extmark renderer: delay before a request while typing
+---@field keymaps llada.Keymaps|false
+---@field hl_group string           highlight of the ghost text (extmark renderer)
+---@field enable boolean            setup() calls vim.lsp.enable('llada')
+M.defaults = {
+  cmd = nil,
+  server_path = vim.env.LLADA_LSP or 'llada-lsp',
+  cmd_env = nil,
+  filetypes = nil,
+  server = { mode = 'speedy', engine = 'inprocess', languages = { '*' } },
+  renderer = 'auto',
+  debounce_ms = 60,
+  keymaps = {
+    accept = '<Tab>',
+    accept_word = '<M-Right>',
+    accept_line = '<M-Down>',
+    dismiss = '<C-]>',
+  },
+  hl_group = 'LladaGhost',
+  enable = true,
+}
+
+---@type llada.Config
+M.options = vim.deepcopy(M.defaults)
+
+---@param opts table|nil
+---@return llada.Config
+function M.set(opts)
+  assert(opts == nil or type(opts) == 'table', 'llada: setup() takes a table')
+  M.options = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
+  local r = M.options.renderer
+  if r ~= 'auto' and r ~= 'builtin' and r ~= 'extmark' then
+    error(("llada: renderer must be 'auto', 'builtin' or 'extmark', got %s"):format(vim.inspect(r)))
+  end
+  return M.options
+end
+
+--- Whether this Neovim has the built-in inline completion (0.12).
+---@return boolean
+function M.has_builtin()
+  return (pcall(require, 'vim.lsp.inline_completion'))
+end
+
+--- The renderer in use: 'builtin' needs vim.lsp.inline_completion (Neovim 0.12).
+---@return 'builtin'|'extmark'
+function M.renderer()
+  local r = M.options.renderer
+  local has_builtin = M.has_builtin()
+  if r == 'builtin' and not has_builtin then
+    return 'extmark'
+  end
+  if r == 'auto' then
+    return has_builtin and 'builtin' or 'extmark'
+  end
+  return r --[[@as 'builtin'|'extmark']]
+end
+
+--- The server command.
+---@return string[]
+function M.cmd()
+  return M.options.cmd or { M.options.server_path }
+end
+
+return M

@@ -1,0 +1,280 @@
+--- The plugin's own ghost text renderer (extmarks): requests textDocument/inlineCompletion
+--- while typing, draws the suggestion at the cursor, and redraws the same extmark in place
+--- when `llada/refine` arrives. Used when the built-in vim.lsp.inline_completion is absent
+--- (Neovim < 0.12) or when `renderer = 'extmark'`.
+local api = vim.api
+local config = require('llada.config')
+local lc = require('llada.client')
+local text = require('llada.text')
+
+local M = {}
+
+M.ns = api.nvim_create_namespace('llada.ghost')
+
+---@class llada.Ghost
+---@field client_id integer
+---@field cid string|nil     completion id
+---@field item table         the LSP item
+---@field full string        the whole suggestion (refinements applied)
+---@field used integer       bytes of `full` already typed or accepted
+---@field row integer        where the rest is drawn (0-based)
+---@field col integer        byte column (0-based)
+---@field mark integer|nil   extmark id (kept across redraws: updates in place)
+---@field shown boolean      didShowCompletion sent
+
+---@type table<integer, llada.Ghost>
+M.ghosts = {}
+---@type table<integer, {timer: uv.uv_timer_t|nil, request: integer|nil, client_id: integer|nil}>
+local pending = {}
+local inline_ok = vim.fn.has('nvim-0.10') == 1
+
+local function cursor()
+  local pos = api.nvim_win_get_cursor(0)
+  return pos[1] - 1, pos[2]
+end
+
+local function rest(g)
+  return g.full:sub(g.used + 1)
+end
+
+local function draw(buf, g)
+  local lines = text.lines(rest(g))
+  local hl = config.options.hl_group
+  local virt_lines = {}
+  for i = 2, #lines do
+    table.insert(virt_lines, { { lines[i], hl } })
+  end
+  local opts = {
+    id = g.mark,
+    virt_text = { { lines[1], hl } },
+    virt_text_pos = inline_ok and 'inline' or 'eol',
+    virt_lines = #virt_lines > 0 and virt_lines or nil,
+    hl_mode = 'combine',
+    right_gravity = false,
+  }
+  local ok, id = pcall(api.nvim_buf_set_extmark, buf, M.ns, g.row, g.col, opts)
+  if ok then
+    g.mark = id
+  end
+end
+
+--- Hide the suggestion of `buf`.
+function M.clear(buf)
+  local g = M.ghosts[buf]
+  M.ghosts[buf] = nil
+  if g and g.mark and api.nvim_buf_is_valid(buf) then
+    pcall(api.nvim_buf_del_extmark, buf, M.ns, g.mark)
+  end
+end
+
+local function cancel_pending(buf)
+  local p = pending[buf]
+  if not p then
+    return
+  end
+  if p.timer and not p.timer:is_closing() then
+    p.timer:stop()
+    p.timer:close()
+  end
+  p.timer = nil
+  if p.request and p.client_id then
+    local client = vim.lsp.get_client_by_id(p.client_id)
+    if client then
+      lc.cancel(client, p.request)
+    end
+  end
+  p.request = nil
+end
+
+--- Keep the suggestion when the user types what it suggests (type-through), else hide it.
+function M.sync(buf)
+  local g = M.ghosts[buf]
+  if not g then
+    return
+  end
+  local row, col = cursor()
+  if row == g.row and col == g.col then
+    return
+  end
+  if row == g.row and col > g.col then
+    local typed = api.nvim_buf_get_lines(buf, row, row + 1, false)[1]:sub(g.col + 1, col)
+    local r = rest(g)
+    if #typed < #r and r:sub(1, #typed) == typed then
+      g.used = g.used + #typed
+      g.col = col
+      draw(buf, g)
+      return
+    end
+  end
+  M.clear(buf)
+end
+
+local function on_result(buf, client, tick, row, col, err, result)
+  local p = pending[buf]
+  if p then
+    p.request = nil
+  end
+  if err or not api.nvim_buf_is_valid(buf) or api.nvim_get_current_buf() ~= buf then
+    return
+  end
+  local r, c = cursor()
+  if api.nvim_buf_get_changedtick(buf) ~= tick or r ~= row or c ~= col
+    or not api.nvim_get_mode().mode:match('^i') then
+    return -- stale: the user moved on; a newer request is on its way
+  end
+  local items = result and (result.items or result) or {}
+  local item = items[1]
+  local new = item and lc.insert_text(item) or ''
+  if item and item.range then -- the item may restate text between range.start and the cursor
+    local s = item.range.start
+    if s.line == row and s.character < col then
+      local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1]
+      local typed = line:sub(text.offset(line, s, client.offset_encoding) + 1, col)
+      if new:sub(1, #typed) == typed then
+        new = new:sub(#typed + 1)
+      end
+    end
+  end
+  if new == '' then
+    M.clear(buf)
+    return
+  end
+  local old = M.ghosts[buf]
+  local g = {
+    client_id = client.id, cid = lc.completion_id(item), item = item, full = new, used = 0,
+    row = row, col = col, mark = old and old.mark or nil, shown = false,
+  }
+  M.ghosts[buf] = g
+  draw(buf, g)
+  g.shown = true
+  lc.notify(client, 'textDocument/didShowCompletion', { item = item })
+end
+
+--- Ask the server for a suggestion at the cursor (after the debounce delay).
+function M.request(buf, delay)
+  local client = lc.get(buf)
+  if not client then
+    return
+  end
+  cancel_pending(buf)
+  pending[buf] = pending[buf] or {}
+  local p = pending[buf]
+  local function fire()
+    if not api.nvim_buf_is_valid(buf) or api.nvim_get_current_buf() ~= buf
+      or not api.nvim_get_mode().mode:match('^i') then
+      return
+    end
+    local row, col = cursor()
+    local tick = api.nvim_buf_get_changedtick(buf)
+    local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+    params.context = { triggerKind = 2 } -- Automatic
+    p.client_id = client.id
+    p.request = lc.request(client, 'textDocument/inlineCompletion', params, function(err, result)
+      on_result(buf, client, tick, row, col, err, result)
+    end, buf)
+  end
+  if (delay or 0) <= 0 then
+    fire()
+  else
+    p.timer = vim.defer_fn(function()
+      p.timer = nil
+      fire()
+    end, delay)
+  end
+end
+
+--- Apply a `llada/refine` to the shown suggestion; true when it was ours.
+function M.on_refine(client, params)
+  for buf, g in pairs(M.ghosts) do
+    if g.client_id == client.id and g.cid == tostring(params.completionId)
+      and vim.uri_from_bufnr(buf) == params.uri then
+      local new = params.edits and text.apply_edits(g.full, params.edits, client.offset_encoding)
+        or params.text
+      if params.text and new ~= params.text then
+        new = params.text -- the full text wins over edits that do not reproduce it
+      end
+      if new:sub(1, g.used) ~= g.full:sub(1, g.used) or #new <= g.used then
+        M.clear(buf) -- the refinement changed what the user already typed
+        return true
+      end
+      g.full = new
+      draw(buf, g)
+      return true
+    end
+  end
+  return false
+end
+
+---@return {text: string, cid: string|nil, row: integer, col: integer, client_id: integer}|nil
+function M.current(buf)
+  local g = M.ghosts[buf]
+  if not g then
+    return nil
+  end
+  return { text = rest(g), cid = g.cid, row = g.row, col = g.col, client_id = g.client_id,
+           item = g.item }
+end
+
+--- Insert all of the suggestion, or its next word or line. Returns false without one.
+---@param kind 'all'|'word'|'line'
+function M.accept(buf, kind)
+  local g = M.ghosts[buf]
+  if not g then
+    return false
+  end
+  local r = rest(g)
+  local piece = text.partial(r, kind)
+  local lines = text.lines(piece)
+  api.nvim_buf_set_text(buf, g.row, g.col, g.row, g.col, lines)
+  local end_row = g.row + #lines - 1
+  local end_col = (#lines == 1 and g.col or 0) + #lines[#lines]
+  api.nvim_win_set_cursor(0, { end_row + 1, end_col })
+  local client = vim.lsp.get_client_by_id(g.client_id)
+  if piece == r then
+    M.clear(buf)
+    if client then
+      lc.exec_cmd(client, g.item.command, buf)
+    end
+  else
+    g.used, g.row, g.col = g.used + #piece, end_row, end_col
+    draw(buf, g)
+    if client then
+      lc.notify(client, 'textDocument/didPartiallyAcceptCompletion',
+        { item = g.item, acceptedLength = vim.fn.strchars(g.full:sub(1, g.used)) })
+    end
+  end
+  return true
+end
+
+function M.dismiss(buf)
+  cancel_pending(buf)
+  M.clear(buf)
+end
+
+function M.attach(client, buf)
+  local group = api.nvim_create_augroup('llada.ghost.' .. buf, { clear = true })
+  api.nvim_create_autocmd({ 'InsertEnter', 'TextChangedI', 'TextChangedP' }, {
+    group = group, buffer = buf,
+    callback = function()
+      M.sync(buf)
+      M.request(buf, config.options.debounce_ms)
+    end,
+  })
+  api.nvim_create_autocmd('CursorMovedI', {
+    group = group, buffer = buf, callback = function() M.sync(buf) end,
+  })
+  api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave' }, {
+    group = group, buffer = buf, callback = function() M.dismiss(buf) end,
+  })
+  api.nvim_create_autocmd('LspDetach', {
+    group = group, buffer = buf,
+    callback = function(ev)
+      if ev.data and ev.data.client_id == client.id then
+        M.dismiss(buf)
+        api.nvim_del_augroup_by_id(group)
+      end
+    end,
+  })
+end
+
+return M

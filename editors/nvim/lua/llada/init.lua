@@ -1,0 +1,162 @@
+--- llada: streaming ghost-text completions from the llada-lsp language server.
+---
+---   require('llada').setup({ server = { mode = 'speedy' } })
+---
+--- setup() registers the 'llada' LSP config (lsp/llada.lua), enables it, and maps the accept
+--- and dismiss keys. The suggestion is drawn by Neovim 0.12's vim.lsp.inline_completion when
+--- present (else by this plugin's extmarks) and updated in place on `llada/refine`.
+local api = vim.api
+local config = require('llada.config')
+local lc = require('llada.client')
+
+local M = {}
+
+---@type table<integer, {state: string, message: string}> llada/status per client
+M.status = {}
+---@type table|nil the latest llada/stats
+M.last_stats = nil
+---@type table[] recent refinements seen (newest last, at most 50): for :checkhealth and tests
+M.refines = {}
+
+local function renderer()
+  return require('llada.' .. (config.renderer() == 'builtin' and 'builtin' or 'ghost'))
+end
+
+--- Handlers for the server's notifications (referenced by lsp/llada.lua).
+M.handlers = {
+  ['llada/refine'] = function(_, params, ctx)
+    local client = vim.lsp.get_client_by_id(ctx.client_id)
+    if not client or type(params) ~= 'table' then
+      return
+    end
+    local applied = renderer().on_refine(client, params)
+    table.insert(M.refines, { completionId = tostring(params.completionId), step = params.step,
+                              final = params.final, text = params.text, applied = applied })
+    if #M.refines > 50 then
+      table.remove(M.refines, 1)
+    end
+  end,
+  ['llada/stats'] = function(_, params)
+    if type(params) == 'table' then
+      M.last_stats = params
+      vim.schedule(function()
+        pcall(api.nvim_exec_autocmds, 'User', { pattern = 'LladaStats', modeline = false })
+      end)
+    end
+  end,
+  ['llada/status'] = function(_, params, ctx)
+    if type(params) == 'table' then
+      M.status[ctx.client_id] = { state = params.state, message = params.message or '' }
+      if params.state == 'error' then
+        vim.notify('llada: ' .. (params.message or 'engine error'), vim.log.levels.ERROR)
+      end
+    end
+  end,
+}
+
+--- Called by lsp/llada.lua's on_attach.
+function M.attach(client, buf)
+  renderer().attach(client, buf)
+end
+
+--- The suggestion shown in `buf` (text still to insert, completion id, position), or nil.
+function M.current(buf)
+  if buf == nil or buf == 0 then
+    buf = api.nvim_get_current_buf()
+  end
+  return renderer().current(buf)
+end
+
+--- Accept the suggestion: 'all' (default), 'word' or 'line'. Returns false without one.
+---@param kind? 'all'|'word'|'line'
+function M.accept(kind)
+  return renderer().accept(api.nvim_get_current_buf(), kind or 'all')
+end
+
+function M.dismiss()
+  renderer().dismiss(api.nvim_get_current_buf())
+end
+
+--- For statuslines: "llada 42ms" after a completion (first suggestion latency; the final
+--- refinement's in parentheses when later), "llada …" while the model loads.
+---@return string
+function M.statusline()
+  local buf = api.nvim_get_current_buf()
+  local client = lc.get(buf)
+  if not client then
+    return ''
+  end
+  local st = M.status[client.id]
+  if st and st.state == 'loading' then
+    return 'llada …'
+  elseif st and st.state == 'error' then
+    return 'llada ✗'
+  end
+  local s = M.last_stats
+  if not s then
+    return 'llada'
+  end
+  local first, total = tonumber(s.firstMs) or 0, tonumber(s.totalMs) or 0
+  local out = ('llada %dms'):format(math.floor(first + 0.5))
+  if total > first + 1 then
+    out = out .. (' (%dms)'):format(math.floor(total + 0.5))
+  end
+  if s.cacheHit then
+    out = out .. ' ⚡'
+  end
+  return out
+end
+
+--- One expr mapping: run `fn` after the key (textlock), or insert the key when there is no
+--- suggestion to act on.
+local function map(lhs, fn)
+  if not lhs then
+    return
+  end
+  vim.keymap.set('i', lhs, function()
+    if M.current() == nil then
+      return vim.keycode(lhs)
+    end
+    vim.schedule(fn)
+    return ''
+  end, { expr = true, replace_keycodes = false, desc = 'llada: ' .. lhs })
+end
+
+---@param opts? table see llada.config
+function M.setup(opts)
+  local o = config.set(opts)
+  api.nvim_set_hl(0, 'LladaGhost', { link = 'Comment', default = true })
+  if vim.lsp.config then -- Neovim 0.11+: lsp/llada.lua is the base, these override it
+    local overrides = { cmd = config.cmd(), init_options = o.server, cmd_env = o.cmd_env }
+    if o.filetypes then
+      overrides.filetypes = o.filetypes
+    end
+    vim.lsp.config('llada', overrides)
+    if o.enable then
+      vim.lsp.enable('llada')
+    end
+  elseif o.enable then -- Neovim 0.10: start the client per buffer
+    api.nvim_create_autocmd('FileType', {
+      group = api.nvim_create_augroup('llada.start', { clear = true }),
+      callback = function(ev)
+        if vim.bo[ev.buf].buftype ~= '' then
+          return
+        end
+        if o.filetypes and not vim.tbl_contains(o.filetypes, vim.bo[ev.buf].filetype) then
+          return
+        end
+        vim.lsp.start(require('llada.lsp_config').get(), { bufnr = ev.buf })
+      end,
+    })
+  end
+  local k = o.keymaps
+  if k then
+    map(k.accept, function() M.accept('all') end)
+    map(k.accept_word, function() M.accept('word') end)
+    map(k.accept_line, function() M.accept('line') end)
+    map(k.dismiss, M.dismiss)
+  end
+  return M
+end
+
+return M

@@ -1,0 +1,268 @@
+// Protocol and refinement logic of the extension, free of the `vscode` module so that node's
+// test runner can drive it against the real server (test/server.test.ts).
+
+/** A position or range as LSP sends them (characters in UTF-16 code units, as JS strings). */
+export interface LspPosition {
+  line: number;
+  character: number;
+}
+export interface LspRange {
+  start: LspPosition;
+  end: LspPosition;
+}
+export interface LspTextEdit {
+  range: LspRange;
+  newText: string;
+}
+
+/** `llada/refine`: edits against the suggestion of one completion (docs/lsp.md). */
+export interface RefineParams {
+  completionId: string;
+  uri: string;
+  version: number;
+  edits: LspTextEdit[];
+  text?: string;
+  step: number;
+  final: boolean;
+  reason?: string;
+}
+
+/** `llada/stats`: timings of one completion. */
+export interface StatsParams {
+  completionId: string;
+  uri: string;
+  kind?: string;
+  source?: string;
+  cacheHit?: boolean;
+  queueMs?: number;
+  forwards?: number;
+  tokens?: number;
+  tpf?: number;
+  firstMs?: number;
+  totalMs?: number;
+  engineMs?: number;
+  overheadMs?: number;
+}
+
+/** `llada/status`: the engine's state. */
+export interface StatusParams {
+  state: string; // "loading" | "ready" | "error"
+  message?: string;
+}
+
+/** The part of an LSP inline completion item the extension uses. */
+export interface LspInlineItem {
+  insertText: string | { kind?: string; value: string };
+  range?: LspRange;
+  command?: { title: string; command: string; arguments?: unknown[] };
+}
+
+/** Offset of `pos` in `text` (UTF-16 units, the encoding VS Code negotiates). */
+export function offsetAt(text: string, pos: LspPosition): number {
+  let offset = 0;
+  for (let line = 0; line < pos.line; line++) {
+    const nl = text.indexOf("\n", offset);
+    if (nl < 0) {
+      return text.length;
+    }
+    offset = nl + 1;
+  }
+  const end = text.indexOf("\n", offset);
+  const lineEnd = end < 0 ? text.length : end;
+  return Math.min(offset + pos.character, lineEnd);
+}
+
+/** Apply LSP text edits whose ranges all refer to the original `text`. */
+export function applyEdits(text: string, edits: readonly LspTextEdit[]): string {
+  const spans = edits
+    .map((e) => ({ start: offsetAt(text, e.range.start), end: offsetAt(text, e.range.end), text: e.newText }))
+    .sort((a, b) => b.start - a.start);
+  let out = text;
+  for (const s of spans) {
+    out = out.slice(0, s.start) + s.text + out.slice(s.end);
+  }
+  return out;
+}
+
+/** The completion id the server puts in an item's accept command. */
+export function completionIdOf(item: Pick<LspInlineItem, "command">): string | undefined {
+  const arg = item.command?.arguments?.[0];
+  return typeof arg === "string" || typeof arg === "number" ? String(arg) : undefined;
+}
+
+export function insertTextOf(item: LspInlineItem): string {
+  return typeof item.insertText === "string" ? item.insertText : item.insertText.value;
+}
+
+/** The suggestion shown for a document, kept current by `llada/refine`. */
+export interface Shown {
+  completionId: string;
+  uri: string;
+  version: number;
+  position: LspPosition;
+  text: string;
+  step: number;
+  final: boolean;
+}
+
+/**
+ * Which suggestion is shown per document, and its text after the refinements so far.
+ * When a refinement arrives for the shown completion, `refine` returns it so that the editor
+ * can re-trigger the inline suggestion; the provider then answers from `lookup` without a new
+ * server request (same document version and position).
+ */
+export class SuggestionTracker {
+  private readonly shown = new Map<string, Shown>();
+
+  remember(uri: string, version: number, position: LspPosition, items: readonly LspInlineItem[]): Shown | undefined {
+    const item = items[0];
+    const id = item ? completionIdOf(item) : undefined;
+    if (!item || id === undefined) {
+      this.shown.delete(uri);
+      return undefined;
+    }
+    const s: Shown = { completionId: id, uri, version, position, text: insertTextOf(item), step: -1, final: false };
+    this.shown.set(uri, s);
+    return s;
+  }
+
+  /** Apply a refinement; returns the updated suggestion when it changed the shown one. */
+  refine(p: RefineParams): Shown | undefined {
+    const s = this.shown.get(p.uri);
+    if (!s || s.completionId !== String(p.completionId) || p.step < s.step) {
+      return undefined;
+    }
+    let text = applyEdits(s.text, p.edits ?? []);
+    if (typeof p.text === "string" && text !== p.text) {
+      text = p.text; // the full text wins over edits that do not reproduce it
+    }
+    const changed = text !== s.text;
+    s.text = text;
+    s.step = p.step;
+    s.final = p.final;
+    return changed ? s : undefined;
+  }
+
+  /** The shown suggestion if the document is still where it was requested. */
+  lookup(uri: string, version: number, position: LspPosition): Shown | undefined {
+    const s = this.shown.get(uri);
+    if (!s || s.version !== version || s.position.line !== position.line || s.position.character !== position.character) {
+      return undefined;
+    }
+    return s;
+  }
+
+  get(uri: string): Shown | undefined {
+    return this.shown.get(uri);
+  }
+
+  forget(uri: string): void {
+    this.shown.delete(uri);
+  }
+}
+
+/** The status bar text for the latest stats, e.g. "llada 42ms" or "llada 42ms → 120ms". */
+export function formatStats(s: StatsParams): string {
+  const first = Math.round(s.firstMs ?? 0);
+  const total = Math.round(s.totalMs ?? 0);
+  let out = `llada ${first}ms`;
+  if (total > first + 1) {
+    out += ` → ${total}ms`;
+  }
+  if (s.cacheHit) {
+    out += " (cached)";
+  }
+  return out;
+}
+
+/** A multi-line tooltip with every timing of the stats. */
+export function describeStats(s: StatsParams): string {
+  const f = (v: number | undefined, d = 0): string => (v ?? 0).toFixed(d);
+  return [
+    `completion ${s.completionId} (${s.kind ?? "?"}, ${s.source ?? "engine"})`,
+    `first suggestion ${f(s.firstMs)} ms, final ${f(s.totalMs)} ms`,
+    `engine ${f(s.engineMs)} ms, queue ${f(s.queueMs)} ms, server overhead ${f(s.overheadMs, 1)} ms`,
+    `${s.forwards ?? 0} forwards, ${s.tokens ?? 0} tokens, ${f(s.tpf, 2)} tokens/forward`,
+  ].join("\n");
+}
+
+/** The extension's settings (package.json `contributes.configuration`). */
+export interface Settings {
+  mode: "speedy" | "quality";
+  engine: string;
+  enabledLanguages: string[];
+  maxTokens: { line?: number; statements?: number; block?: number };
+  serverPath: string;
+  model: string;
+  debounceMs: number;
+}
+
+export const DEFAULT_SETTINGS: Settings = {
+  mode: "speedy",
+  engine: "inprocess",
+  enabledLanguages: ["*"],
+  maxTokens: {},
+  serverPath: "",
+  model: "",
+  debounceMs: 0,
+};
+
+/** The server's options (initializationOptions / workspace/configuration "llada"). */
+export function serverOptions(s: Settings): Record<string, unknown> {
+  const out: Record<string, unknown> = {
+    mode: s.mode,
+    engine: s.engine || "inprocess",
+    languages: s.enabledLanguages.length > 0 ? s.enabledLanguages : ["*"],
+    debounceMs: s.debounceMs,
+  };
+  const mt: Record<string, number> = {};
+  for (const k of ["line", "statements", "block"] as const) {
+    const v = s.maxTokens[k];
+    if (typeof v === "number" && v > 0) {
+      mt[k] = Math.floor(v);
+    }
+  }
+  if (Object.keys(mt).length > 0) {
+    out.maxTokens = mt;
+  }
+  if (s.model) {
+    out.model = s.model;
+  }
+  return out;
+}
+
+export interface ServerCommand {
+  command: string;
+  args: string[];
+}
+
+/**
+ * Where `llada-lsp` is: the `llada.serverPath` setting, else next to the Python interpreter
+ * the workspace uses (`python.defaultInterpreterPath`), else in a workspace `.venv`, else the
+ * `llada-lsp` on PATH.
+ */
+export function resolveServerCommand(opts: {
+  serverPath: string;
+  pythonPath?: string;
+  workspaceFolders: readonly string[];
+  platform: string;
+  exists: (path: string) => boolean;
+  join: (...parts: string[]) => string;
+  dirname: (path: string) => string;
+}): ServerCommand {
+  const win = opts.platform === "win32";
+  const exe = win ? "llada-lsp.exe" : "llada-lsp";
+  const bin = win ? "Scripts" : "bin";
+  if (opts.serverPath) {
+    return { command: opts.serverPath, args: [] };
+  }
+  const candidates: string[] = [];
+  if (opts.pythonPath && opts.pythonPath !== "python" && opts.pythonPath !== "python3") {
+    candidates.push(opts.join(opts.dirname(opts.pythonPath), exe));
+  }
+  for (const folder of opts.workspaceFolders) {
+    candidates.push(opts.join(folder, ".venv", bin, exe));
+  }
+  const found = candidates.find((c) => opts.exists(c));
+  return { command: found ?? "llada-lsp", args: [] };
+}

