@@ -146,6 +146,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     answered = [r for r in rows if r["cid"]]
     while time.monotonic() < deadline and any(r["cid"] not in b.stats for r in answered):
         await asyncio.sleep(0.05)
+    server_info = _plain(await b.client.protocol.send_request_async("llada/debugInfo", {}))
     try:
         await asyncio.wait_for(b.client.shutdown_async(None), 10)
         b.client.exit(None)
@@ -167,7 +168,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "cache_hit_rate": round(hits / max(1, len(st)), 3),
         "prompt_reuse": round(reused / max(1, reused + prefill), 3),
         "requests": len(rows), "answered": len(answered), "keystrokes": len(body),
-        "file": path.name,
+        "file": path.name, "server_counters": server_info.get("counters", {}),
+        "empty_reasons": {r["reason"]: r["count"] for r in server_info.get("emptyReasons", [])},
     }
 
 
@@ -186,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     for k in ("first_ms_p50", "first_ms_p95", "final_ms_p50", "overhead_ms_p50",
               "cache_hit_rate", "prompt_reuse", "requests", "answered", "keystrokes"):
         print(f"{k:<22}{res[k]!s:>12}")
+    print("server counters:", json.dumps(res["server_counters"], sort_keys=True))
+    print("no suggestion because:", json.dumps(res["empty_reasons"], sort_keys=True))
     print("(absolute times: this machine's CPU; a loaded machine inflates them)")
     keys = ("first_ms_p50", "first_ms_p95", "final_ms_p50", "overhead_ms_p50",
             "cache_hit_rate", "prompt_reuse", "requests")

@@ -47,6 +47,9 @@ class SuggestionCache:
     def __len__(self) -> int:
         return len(self._data)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._data  # no hit or miss counted
+
 
 @dataclass
 class Shown:

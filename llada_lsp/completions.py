@@ -98,6 +98,7 @@ class CompletionService:
         self.latest: dict[str, int] = {}
         self.serial = itertools.count(1)
         self.counters: Counter[str] = Counter()
+        self.empty_reasons: Counter[str] = Counter()  # why requests got no suggestion
         self.history: deque[dict[str, Any]] = deque(maxlen=500)
         self.tasks: set[asyncio.Task[None]] = set()
         self.last_plan: dict[str, str] = {}  # the latest request's plan (for debugInfo)
@@ -359,6 +360,7 @@ class CompletionService:
 
     def _nothing(self, why: str) -> None:
         self.counters["empty"] += 1
+        self.empty_reasons[why.split(":", 1)[0].split(" (", 1)[0]] += 1
         log.debug("no completion: %s", why)
         return None
 
@@ -385,4 +387,6 @@ class CompletionService:
                 "cache": {"size": len(self.cache), "hits": self.cache.hits,
                           "misses": self.cache.misses},
                 "refining": len(self.tasks), "speculating": self.speculator.running(),
+                "emptyReasons": [{"reason": r, "count": n}
+                                 for r, n in self.empty_reasons.most_common()],
                 "lastPlan": dict(self.last_plan)}

@@ -172,15 +172,14 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
             log.warning("stale didChange for %s (version %s <= %s) applied", d.uri, d.version,
                         doc.version)
         ls.store.change(d.uri, d.version, list(params.content_changes), ls.encoding())
+        if ls.service is not None:
+            ls.service.document_changed(d.uri)
 
     @ls.feature(t.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LladaServer, params: t.DidCloseTextDocumentParams) -> None:
         ls.store.close(params.text_document.uri)
         if ls.service is not None:
-            ls.service.shown.pop(params.text_document.uri, None)
-            job = ls.service.jobs.pop(params.text_document.uri, None)
-            if job is not None:
-                job.cancel("closed")
+            ls.service.document_closed(params.text_document.uri)
 
     @ls.feature(t.TEXT_DOCUMENT_INLINE_COMPLETION, t.InlineCompletionOptions())
     async def inline_completion(ls: LladaServer, params: t.InlineCompletionParams
@@ -214,9 +213,10 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
 
     @ls.command(ACCEPT_COMMAND)
     def accept(ls: LladaServer, *args: Any) -> None:
+        cid = _first_string(args)
+        log.info("accepted %s", cid)
         if ls.service is not None:
-            ls.service.counters["accepted"] += 1
-        log.info("accepted %s", args)
+            ls.service.accepted(cid or "")
 
     @ls.feature(DID_SHOW)
     def did_show(ls: LladaServer, params: Any) -> None:
@@ -242,6 +242,18 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
     async def shutdown(ls: LladaServer, params: Any) -> None:
         if ls.engine is not None:
             await ls.engine.close()
+
+
+def _first_string(args: Any) -> str | None:
+    """The completion id among a command's arguments (flat or as one list)."""
+    for a in args:
+        if isinstance(a, str):
+            return a
+        if isinstance(a, (list, tuple)):
+            found = _first_string(a)
+            if found is not None:
+                return found
+    return None
 
 
 async def _pull_configuration(ls: LladaServer) -> None:

@@ -10,13 +10,13 @@ import pytest
 from lsprotocol import types as t
 
 from llada_lsp.cache import SuggestionCache, key_of, remember, type_through
-from llada_lsp.completions import edits_between
 from llada_lsp.context import trim_context
 from llada_lsp.documents import Document, looks_binary
 from llada_lsp.options import OptionsError, parse_options
 from llada_lsp.plans import choose_kind, indent_unit, make_plan
 from llada_lsp.positions import LineIndex, chars_for_units, text_position, units
 from llada_lsp.postprocess import Spec, clean, open_brackets, syntax_trim
+from llada_lsp.reporting import edits_between
 from llada_lsp.syntax import adds_error, grammar, normalize_language
 
 DATA = Path(__file__).resolve().parent / "data"
