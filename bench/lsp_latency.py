@@ -101,7 +101,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     init: dict[str, Any] = {"mode": args.mode}
     if args.model:
         init["model"] = args.model
-    await b.client.start_io(sys.executable, "-m", "llada_lsp")
+    prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+    await b.client.start_io(sys.executable, *prof, "-m", "llada_lsp")
     await b.client.initialize_async(t.InitializeParams(
         capabilities=t.ClientCapabilities(), initialization_options=init))
     b.client.initialized(t.InitializedParams())
@@ -182,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cps", type=float, default=10.0, help="typing speed, characters/second")
     p.add_argument("--model", help="model directory (default: $LLADA_MODEL or embedded)")
     p.add_argument("--mode", default="speedy", choices=["speedy", "quality"])
+    p.add_argument("--profile", metavar="PATH",
+                   help="run the server under cProfile (its event-loop thread) into PATH")
     args = p.parse_args(argv)
     res = asyncio.run(run(args))
     print(f"{'metric':<22}{'value':>12}")
