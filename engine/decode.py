@@ -98,6 +98,7 @@ class Sequence:
         self.head: Tensor | None = None  # logits predicting the active block's first token
         self.first_head: Tensor | None = None  # the same for block 0 (multi-block passes)
         self.end: int | None = None  # middle index where the completion ends
+        self.first_eom: int | None = None  # the first committed end-of-middle, masks before it or not
         self.reason: Reason | None = None
         self.forwards = 0
         self.multi_pass = 0
@@ -106,7 +107,12 @@ class Sequence:
 
     # -- views ---------------------------------------------------------------------------
     def live_limit(self) -> int:
-        return self.end if self.end is not None else self.cap
+        """Positions below this still belong to the completion. A committed end-of-middle
+        ends it even while masks remain before it: the masks after it are dead (as LLaDA
+        fills everything after an end-of-text), so a step never spends itself on them."""
+        if self.end is not None:
+            return self.end
+        return self.first_eom + 1 if self.first_eom is not None else self.cap
 
     def done(self) -> bool:
         return self.phase == "done"
@@ -232,6 +238,8 @@ class Sequence:
     def _find_end(self) -> None:
         """The completion ends at the first committed end-of-middle with no mask before it,
         or where the stop rule cuts the committed prefix."""
+        eoms = ((self.middle == self.sp.end_of_middle) & self.committed).nonzero()
+        self.first_eom = int(eoms[0]) if eoms.numel() else None
         unc = (~self.committed).nonzero()
         first_mask = int(unc[0]) if unc.numel() else self.cap
         prefix = self.middle[:first_mask]

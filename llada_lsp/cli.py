@@ -48,14 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     setup_logging(args.verbose, args.log_file)
     from llada_lsp.server import build
+    from llada_lsp.stdio import serve_stdio
 
+    # The in-process engine thread holds the GIL between torch calls: a short switch
+    # interval lets the event loop answer the editor within ~1 ms instead of up to 5 ms.
+    sys.setswitchinterval(0.001)
     ls = build()
     if args.tcp:
         ls.start_tcp(args.host, args.port)
     elif args.ws:
         ls.start_ws(args.host, args.port)
     else:
-        ls.start_io()
+        serve_stdio(ls)
     return 0
 
 

@@ -127,3 +127,23 @@ def test_remask_redecodes_chosen_positions(tiny: Transformer) -> None:
     after = seq.final_middle()
     assert after[:4] == before[:4]  # the first block is untouched
     assert sorted(i for e in evs for i, _ in e.fills) == [5, 6]
+
+
+def test_masks_after_a_committed_end_are_never_decoded(tiny: Transformer) -> None:
+    cfg = tiny.config
+    eom = cfg.special.end_of_middle
+    seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("threshold", threshold=0.999),
+                   cfg.block_size, 4, cfg.shift_logits, max_len=512)
+    orig = seq._apply
+
+    def forced(logits: torch.Tensor, where: slice, edit_only: bool) -> TokenEvent:
+        logits = logits.clone() / 100.0  # nothing is confident ...
+        logits[2, :] = -1e9
+        logits[2, eom] = 1e9  # ... but an end-of-middle at position 2
+        return orig(logits, where, edit_only)
+
+    seq._apply = forced  # type: ignore[method-assign]
+    evs = list(generate(tiny, seq))
+    assert evs[0].fills == [(2, eom)]
+    assert seq.forwards == 3  # positions 0 and 1, one per step; position 3 is dead
+    assert evs[-1].reason == "end_of_middle" and len(seq.final_middle()) == 2
