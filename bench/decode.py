@@ -72,7 +72,8 @@ def main() -> None:
     tasks = make_tasks(per_kind, args.seed)
     speedy_tau = PRESETS["speedy"][1].mask_threshold
     wanted = set(filter(None, args.policies.split(",")))
-    pols = [(lab, name, ({"threshold": speedy_tau} if ov else {})) for lab, name, ov in POLICIES
+    speedy_fb = PRESETS["speedy"][1].fallback
+    pols = [(lab, name, ({"threshold": speedy_tau, "fallback": speedy_fb} if ov else {})) for lab, name, ov in POLICIES
             if not wanted or lab in wanted or lab == "one_per_step"]
     rows: dict[str, dict[str, dict[str, float]]] = {k: {} for k in KINDS}
     t_start = time.perf_counter()

@@ -56,12 +56,17 @@ def no_edits(view: BlockView) -> Tensor:
     return view.masked & False
 
 
-def at_least_one(commit: Tensor, view: BlockView) -> Tensor:
-    """Force the most confident live masked position when nothing passed: a step never stalls."""
+def at_least_one(commit: Tensor, view: BlockView, fallback: str = "max") -> Tensor:
+    """When nothing passed, force one live masked position so that a step never stalls:
+    the most confident one ("max", Fast-dLLM's choice) or the leftmost ("leftmost": the
+    position an autoregressive reading predicts best; it also stops a model that is surest
+    of end-of-middle padding from spending a forward per padding token, right to left)."""
     cand = view.masked & view.live
     if bool(commit.any()) or not bool(cand.any()):
         return commit
-    score = view.top_prob.masked_fill(~cand, -1.0)
     out = commit.clone()
-    out[int(score.argmax())] = True
+    if fallback == "leftmost":
+        out[int(cand.nonzero()[0])] = True
+    else:
+        out[int(view.top_prob.masked_fill(~cand, -1.0).argmax())] = True
     return out

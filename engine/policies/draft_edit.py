@@ -22,6 +22,7 @@ class DraftEditConfig:
     # skip the edit-only passes of a block whose every token was committed at or above the
     # edit threshold and whose last step edited nothing (a pass could then rarely change it)
     skip_confident_blocks: bool = True
+    fallback: str = "leftmost"  # the forced commit when nothing passes (see base.at_least_one)
 
 
 SPEEDY = DraftEditConfig(mask_threshold=0.5, edit_threshold=0.8, edit_passes=3)
@@ -52,7 +53,7 @@ class DraftEdit:
 
     def decide(self, view: BlockView) -> Decision:
         commit = view.masked & view.live & (view.top_prob >= self.config.mask_threshold)
-        return Decision(at_least_one(commit, view), edits_of(view, self.config.edit_threshold))
+        return Decision(at_least_one(commit, view, self.config.fallback), edits_of(view, self.config.edit_threshold))
 
     def edit_only(self, view: BlockView) -> Tensor:
         return edits_of(view, self.config.edit_threshold)

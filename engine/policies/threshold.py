@@ -12,6 +12,7 @@ from engine.policies.base import BlockView, Decision, at_least_one, no_edits
 @dataclass(frozen=True)
 class ThresholdConfig:
     threshold: float = 0.9
+    fallback: str = "max"  # when nothing passes: "max" (Fast-dLLM) or "leftmost"
 
 
 class Threshold:
@@ -23,7 +24,7 @@ class Threshold:
 
     def decide(self, view: BlockView) -> Decision:
         commit = view.masked & view.live & (view.top_prob >= self.config.threshold)
-        return Decision(at_least_one(commit, view), no_edits(view))
+        return Decision(at_least_one(commit, view, self.config.fallback), no_edits(view))
 
     def edit_only(self, view: BlockView) -> Tensor:
         return no_edits(view)

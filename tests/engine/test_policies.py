@@ -81,3 +81,11 @@ def test_presets_differ_by_thresholds_only() -> None:
     s, q = make_policy("speedy"), make_policy("quality")
     assert s.name == q.name == "draft_edit"
     assert s.config.mask_threshold < q.config.mask_threshold  # type: ignore[attr-defined]
+
+
+def test_fallback_choices() -> None:
+    v = view([0.2, 0.5, 0.3, 0.9], [True, True, True, False])
+    assert make_policy("threshold", threshold=0.99).decide(v).commit.tolist() == [False, True, False, False]
+    left = make_policy("threshold", threshold=0.99, fallback="leftmost").decide(v).commit
+    assert left.tolist() == [True, False, False, False]
+    assert make_policy("speedy", mask_threshold=0.99).decide(v).commit.tolist() == [True, False, False, False]
