@@ -99,6 +99,11 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=5)
     args = ap.parse_args()
     dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        reason = "no CUDA device (this benchmark needs a GPU; --device cpu --tiny smoke-tests it)"
+        print(f"bench/gpu_llada2.py: skipped: {reason}")
+        print(json.dumps({"bench": "gpu_llada2", "skipped": True, "reason": reason}))
+        return
     cfg = TINY if args.tiny else (json.load(open(args.config)) if args.config else MINI)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     t0 = time.perf_counter()
