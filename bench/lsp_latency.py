@@ -1,16 +1,24 @@
 """Editor latency benchmark: a real LSP client types a real file into llada-lsp.
 
-The client (pygls, over stdio) opens a file with one function body removed, then types the
-body back character by character at human speed (~10 chars/s, `--cps`), sending a
-didChange and an inline completion request per keystroke, as an editor does (older
-requests are not cancelled by the client: the server's newest-wins rule does it).
+The client (pygls, over stdio) opens a file with its longest function body removed, then
+types the body back character by character at human speed (~10 chars/s, `--cps`), sending
+a didChange and an inline completion request per keystroke, both written at once as an
+editor does (older requests are not cancelled by the client: the server's newest-wins rule
+does it).
 
-Reports keystroke -> first suggestion and -> final refinement (p50/p95), the server's
-overhead (time outside the engine, from `llada/stats`), the suggestion cache hit rate
-(cache + type-through answers among answered requests), and the share of prompt tokens
-reused from the engine's prompt cache. Ends with one JSON line.
+Reports keystroke -> first suggestion and -> final refinement (p50/p95); the server's
+overhead `overhead_ms_p50` (from `llada/stats`: the request's arrival in the server to its
+answer, minus the time inside the engine); `e2e_overhead_ms_p50` (keystroke to answer as
+the client saw it minus the engine's part: the server's overhead plus the transport and
+the client's own parsing); the suggestion cache hit rate (cache + type-through answers
+among answered requests); the share of prompt tokens reused from the engine's prompt
+cache; and the server's counters and reasons for empty answers. Ends with one JSON line.
 
-    python bench/lsp_latency.py [--quick] [--file F] [--cps 10] [--model DIR]
+    python bench/lsp_latency.py [--quick] [--file F] [--cps 10] [--model DIR] [--profile OUT]
+
+`--profile OUT` runs the server under cProfile (its event-loop thread; the engine thread is
+not profiled): `python -c "import pstats; pstats.Stats('OUT').sort_stats('cumtime')
+.print_stats('llada_lsp|pygls', 30)"`.
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ class Bench:
         self.ready = asyncio.Event()
         self.final_at: dict[str, float] = {}
         self.stats: dict[str, dict[str, Any]] = {}
+        self.timeline: list[Any] = []
 
         @self.client.feature("llada/refine")
         def _refine(ls: Any, params: Any) -> None:
@@ -92,17 +101,17 @@ class Bench:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.file).resolve()
     full = path.read_text()
-    start, body = pick_body(full)
-    n_chars = min(len(body), 60 if args.quick else args.chars)
-    body = body[:n_chars]
-    text = full[:start] + full[start + len(body):]
+    start, whole = pick_body(full)
+    body = whole[: min(len(whole), 60 if args.quick else args.chars)]
+    text = full[:start] + full[start + len(whole):]  # the whole body goes; its start is typed
     uri = path.as_uri()
     b = Bench()
     init: dict[str, Any] = {"mode": args.mode}
     if args.model:
         init["model"] = args.model
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
-    await b.client.start_io(sys.executable, *prof, "-m", "llada_lsp")
+    server = ["-m", "llada_lsp"] if not args.server_script else [args.server_script]
+    await b.client.start_io(sys.executable, *prof, *server)
     await b.client.initialize_async(t.InitializeParams(
         capabilities=t.ClientCapabilities(), initialization_options=init))
     b.client.initialized(t.InitializedParams())
@@ -117,16 +126,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     line = full[:start].count("\n")
     col = 0
 
-    async def request(version: int, pos: t.Position, t_key: float) -> None:
-        res = await b.client.text_document_inline_completion_async(t.InlineCompletionParams(
-            text_document=t.TextDocumentIdentifier(uri), position=pos,
-            context=t.InlineCompletionContext(t.InlineCompletionTriggerKind.Automatic)))
+    async def request(version: int, sent: asyncio.Future[Any], t_key: float) -> None:
+        res = await sent
         t_first = time.perf_counter()
         items = res.items if isinstance(res, t.InlineCompletionList) else []
         cid = None
         if items and items[0].command and items[0].command.arguments:
             cid = str(items[0].command.arguments[0])
         rows.append({"version": version, "t_key": t_key, "t_first": t_first, "cid": cid})
+        if args.dump:
+            b.timeline.append((t_key, t_first, cid))
 
     t_begin = time.perf_counter()
     for k, ch in enumerate(body):
@@ -140,7 +149,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             line, col = line + 1, 0
         else:
             col += 1
-        tasks.append(asyncio.ensure_future(request(version, t.Position(line, col), t_key)))
+        # written at once, as an editor does on a keystroke (the answer is awaited in a task)
+        sent = b.client.protocol.send_request_async(
+            t.TEXT_DOCUMENT_INLINE_COMPLETION, t.InlineCompletionParams(
+                text_document=t.TextDocumentIdentifier(uri), position=t.Position(line, col),
+                context=t.InlineCompletionContext(t.InlineCompletionTriggerKind.Automatic)))
+        tasks.append(asyncio.ensure_future(request(version, sent, t_key)))
         await asyncio.sleep(max(0.0, t_begin + (k + 1) / args.cps - time.perf_counter()))
     await asyncio.wait_for(asyncio.gather(*tasks), 120)
     deadline = time.monotonic() + 60
@@ -154,6 +168,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await b.client.stop()
 
+    if args.dump:
+        Path(args.dump).write_text(json.dumps({"timeline": b.timeline, "stats": b.stats}))
     first = [(r["t_first"] - r["t_key"]) * 1000 for r in answered]
     final = [(b.final_at[r["cid"]] - r["t_key"]) * 1000 for r in answered
              if r["cid"] in b.final_at]
@@ -190,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cps", type=float, default=10.0, help="typing speed, characters/second")
     p.add_argument("--model", help="model directory (default: $LLADA_MODEL or embedded)")
     p.add_argument("--mode", default="speedy", choices=["speedy", "quality"])
+    p.add_argument("--server-script", help=argparse.SUPPRESS)
+    p.add_argument("--dump", help=argparse.SUPPRESS)  # instrumented servers
     p.add_argument("--profile", metavar="PATH",
                    help="run the server under cProfile (its event-loop thread) into PATH")
     args = p.parse_args(argv)

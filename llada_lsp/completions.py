@@ -16,10 +16,10 @@ import logging
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import CompletionRequest, EngineEvent
+from llada_lsp.answers import Answer, Request, Settled, word_before
 from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_through
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.engine_client import EngineClient, EngineJob
@@ -38,52 +38,6 @@ Notify = Callable[[str, dict[str, Any]], None]
 
 class PositionError(ValueError):
     """The position lies outside the document."""
-
-
-@dataclass
-class Answer:
-    completion_id: str
-    text: str
-    kind: str
-    offset: int
-    word: str  # the identifier characters just before the cursor (for completion items)
-    source: str  # "engine" | "cache" | "type_through"
-
-
-@dataclass
-class Request:
-    """Everything the later phases need, captured when the request arrived."""
-
-    cid: str
-    uri: str
-    version: int
-    doc_text: str
-    offset: int
-    plan: InfillPlan
-    spec: Spec
-    language_id: str
-    tree: Any
-    key: str
-    t0: float
-    speculative: bool = False
-    engine_ms: float = 0.0  # time spent inside the engine (all its jobs) before the answer
-    stats: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Settled:
-    """What `settle` drove a job to: the text to show, and the job and event it came from."""
-
-    text: str
-    job: EngineJob
-    event: EngineEvent
-
-
-def _word_before(left: str) -> str:
-    i = len(left)
-    while i > 0 and (left[i - 1].isalnum() or left[i - 1] == "_"):
-        i -= 1
-    return left[i:]
 
 
 class CompletionService:
@@ -106,8 +60,11 @@ class CompletionService:
         self.speculator = Speculator(self)
 
     # -- the request -------------------------------------------------------------------------
-    async def complete(self, uri: str, line: int, character: int) -> Answer | None:
-        t0 = time.perf_counter()
+    async def complete(self, uri: str, line: int, character: int,
+                       arrived: float | None = None) -> Answer | None:
+        """The answer at (line, character); `arrived`: when the request reached the server
+        (timings count from there), default now."""
+        t0 = arrived if arrived is not None else time.perf_counter()
         doc = self.store.get(uri)
         enc = self.encoding()
         if not doc.index.is_valid(line, character, enc):
@@ -120,10 +77,12 @@ class CompletionService:
         if older is not None:
             older.cancel("superseded")
         if not self.options.language_enabled(doc.language_id):
-            return self._nothing("language disabled")
+            self._nothing("language disabled")
+            return None
         why = doc.unservable_reason()
         if why is not None:
-            return self._nothing(why)
+            self._nothing(why)
+            return None
         offset = doc.offset_at(line, character, enc)
         cid = f"{serial}"
         rest = type_through(self.shown.get(uri), doc.text, offset)
@@ -135,7 +94,8 @@ class CompletionService:
         self.last_plan = {"uri": uri, "kind": plan.kind, "reason": plan.reason,
                           "completionId": cid}
         if plan.kind == "none" or plan.plan is None:
-            return self._nothing(plan.reason)
+            self._nothing(plan.reason)
+            return None
         key = key_of(plan.prefix, plan.suffix, plan.kind)
         cached = self.cache.get(key)
         if cached is None:
@@ -143,25 +103,29 @@ class CompletionService:
             if cached is not None:
                 self.counters["speculative_wait"] += 1
             if self.latest.get(uri) != serial:
-                return self._nothing("superseded while waiting for the speculation")
+                self._nothing("superseded while waiting for the speculation")
+                return None
         if cached is not None:
             if not cached:
-                return self._nothing("cached: no suggestion")
+                self._nothing("cached: no suggestion")
+                return None
             return self._serve_known(doc, offset, cid, cached, "cache", t0, plan.kind)
         if not self.engine.ready:
-            return self._nothing(f"engine {self.engine.state}")
+            self._nothing(f"engine {self.engine.state}")
+            return None
         if self.options.debounce_ms > 0:
             await asyncio.sleep(self.options.debounce_ms / 1000)
             if self.latest.get(uri) != serial:
-                return self._nothing("superseded while debouncing")
+                self._nothing("superseded while debouncing")
+                return None
         req = self.capture(doc, offset, cid, plan, key, tree, t0)
         job = self.engine.submit(CompletionRequest(cid, uri, plan.prefix, plan.suffix,
                                                    plan.plan))
-        self.jobs[uri] = job
+        self.jobs[uri] = req.job = job
         try:
             out = await self._first_answer(job, req, doc)
         except asyncio.CancelledError:
-            (self.jobs.get(uri) or job).cancel("cancelled")
+            (req.job or job).cancel("cancelled")  # a remask's job, if one runs
             self.counters["client_cancelled"] += 1
             raise
         if out is None:
@@ -198,7 +162,8 @@ class CompletionService:
 
         out = await self.settle(job, req, wanted, until_done=False)
         if isinstance(out, str):
-            return self._nothing(out)
+            self._nothing(out)
+            return None
         text, job, ev = out.text, out.job, out.event
         total = (time.perf_counter() - req.t0) * 1000
         req.stats.update(firstMs=total, overheadMs=max(0.0, total - req.engine_ms))
@@ -206,10 +171,11 @@ class CompletionService:
             self._finish(req, ev, text)
             if not text:
                 self.report.stats(req, "engine")
-                return self._nothing("empty after post-processing")
+                self._nothing("empty after post-processing")
+                return None
         self._show(req.uri, req.cid, req.doc_text, req.offset, text, req.plan.kind)
         self.counters["answered"] += 1
-        return Answer(req.cid, text, req.plan.kind, req.offset, _word_before(req.spec.left),
+        return Answer(req.cid, text, req.plan.kind, req.offset, word_before(req.spec.left),
                       "engine"), job
 
     async def settle(self, job: EngineJob, req: Request, wanted: Callable[[], bool],
@@ -232,7 +198,7 @@ class CompletionService:
                     log.warning("engine error for %s: %s", req.cid, ev.error)
                     return f"engine error: {ev.error}"
                 if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
-                    return f"engine request {ev.reason}"
+                    return f"engine request {job.cancel_reason or ev.reason}"
                 done = ev.kind == "done"
                 if not done and (until_done or not ev.draft_complete):
                     continue
@@ -263,7 +229,7 @@ class CompletionService:
                 return "engine stream ended"
             if not req.speculative and self.jobs.get(req.uri) is job:
                 self.jobs[req.uri] = nxt  # a newer request cancels the remask
-            job = nxt
+            job = req.job = nxt
 
     def clean(self, raw: str, req: Request) -> str:
         return clean(raw, req.spec)[0]
@@ -356,7 +322,7 @@ class CompletionService:
         else:
             final()
         ls = doc.text.rfind("\n", 0, offset) + 1
-        return Answer(cid, text, kind, offset, _word_before(doc.text[ls:offset]), source)
+        return Answer(cid, text, kind, offset, word_before(doc.text[ls:offset]), source)
 
     def _nothing(self, why: str) -> None:
         self.counters["empty"] += 1

@@ -129,8 +129,12 @@ class InProcessEngine(EngineClient):
         def report(msg: str, pct: int) -> None:
             loop.call_soon_threadsafe(progress, msg, pct)
 
+        def resolve() -> None:
+            if not done.done():
+                done.set_result(None)
+
         def finish() -> None:
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+            loop.call_soon_threadsafe(resolve)
 
         self.state = "loading"
         self._thread = threading.Thread(target=self._worker, args=(report, finish),

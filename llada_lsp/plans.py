@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.api import Plan
+from engine.api import Plan, StopKind
 from llada_lsp.context import Context, indentation, trim_context
 from llada_lsp.options import Options
 from llada_lsp.positions import LineIndex
@@ -155,6 +155,7 @@ def make_plan(text: str, offset: int, language_id: str, options: Options, *, tre
     ctx = trim_context(text, offset, index=index, tree=tree, prefix_chars=co.prefix_chars,
                        suffix_chars=co.suffix_chars, kept_chars=co.imports_chars)
     max_lines = options.max_lines
+    stop: StopKind
     if kind == "line":
         stop, budget, max_lines = "line", options.max_tokens.line, 1
     elif kind == "statements":

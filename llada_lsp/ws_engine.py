@@ -234,7 +234,9 @@ class WsEngineClient(EngineClient):
             try:
                 conn = await self._connect()
             except (EngineUnavailable, runtime.DaemonError, OSError) as e:
-                self.state, self.error = "error", str(e)
+                # stay "ready": the next request tries again (auto: restarting the daemon)
+                self.error = str(e)
+                self.counters["connect_errors"] = self.counters.get("connect_errors", 0) + 1
                 job.push(EngineEvent("error", rid, "", error=str(e)))
                 return
             if job.cancelled:

@@ -1,7 +1,7 @@
 """End-to-end helpers: the real server over stdio, the real engine and model.
 
-The model directory is $LLADA_MODEL, else the embedded checkpoint, else the training
-snapshot runs/embedded/latest. One server per test module (loading the model is the slow
+The model directory is $LLADA_MODEL, else the embedded checkpoint; without either the tests
+that need it fail with a message saying so. One server per test module (loading the model is the slow
 part); tests in a module share it and open their own documents.
 """
 
@@ -25,16 +25,35 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def model_dir() -> Path | None:
-    for cand in (os.environ.get("LLADA_MODEL"), ROOT / "engine/checkpoints/tiny-code",
-                 ROOT / "runs/embedded/latest"):
-        if cand and (Path(cand) / "config.json").exists():
-            return Path(cand)
-    return None
+EMBEDDED = ROOT / "engine/checkpoints/tiny-code"
 
 
-MODEL = model_dir()
-needs_model = pytest.mark.skipif(MODEL is None, reason="no trained model available")
+def find_model() -> tuple[Path | None, str]:
+    """($LLADA_MODEL, else the embedded checkpoint; or None and what is wrong)."""
+    env = os.environ.get("LLADA_MODEL")
+    if env:
+        if (Path(env) / "config.json").exists():
+            return Path(env), ""
+        return None, f"LLADA_MODEL={env} is not a model directory (no config.json)"
+    if (EMBEDDED / "config.json").exists():
+        return EMBEDDED, ""
+    return None, (f"no model for the end-to-end tests: the embedded checkpoint {EMBEDDED} is "
+                  "missing (no config.json) and LLADA_MODEL is not set. Set LLADA_MODEL to a "
+                  "model directory (e.g. runs/embedded/latest while training).")
+
+
+MODEL, MODEL_PROBLEM = find_model()
+
+
+def require_model() -> Path:
+    """The model directory, or fail the test (never skip) with what is missing."""
+    if MODEL is None:
+        pytest.fail(MODEL_PROBLEM, pytrace=False)
+    return MODEL
+
+
+# tests that need the model fail (in setup) when it is missing: see conftest.py
+needs_model = pytest.mark.usefixtures("model_dir")
 
 
 def to_plain(obj: Any) -> Any:
@@ -76,12 +95,14 @@ def make_client() -> Recorder:
     return client
 
 
-def server_config(**env: str) -> ClientServerConfig:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+def server_config(command: list[str] | None = None, **env: str) -> ClientServerConfig:
+    """The real server over stdio (`command`: another launcher of it, for fault injection)."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}
     if MODEL is not None:
         full_env["LLADA_MODEL"] = str(MODEL)
-    return ClientServerConfig(server_command=[sys.executable, "-m", "llada_lsp", "-v"],
-                              client_factory=make_client, server_env=full_env)
+    cmd = command or [sys.executable, "-m", "llada_lsp"]
+    return ClientServerConfig(server_command=[*cmd, "-v"], client_factory=make_client,
+                              server_env=full_env)
 
 
 async def poll(fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
@@ -104,6 +125,7 @@ async def debug_info(client: LanguageClient) -> dict[str, Any]:
 
 async def start_session(client: LanguageClient, init_options: dict[str, Any] | None = None,
                         encodings: list[str] | None = None) -> None:
+    require_model()
     caps = t.ClientCapabilities(
         general=t.GeneralClientCapabilities(position_encodings=encodings or ["utf-16"]),
         window=t.WindowClientCapabilities(work_done_progress=True),

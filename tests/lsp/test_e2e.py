@@ -112,7 +112,8 @@ async def test_refinements_apply_in_order(client: Any) -> None:
     found = None
     for j, needle in enumerate(["    for i in range(len(points)):\n        a = points[i]\n",
                                 "    square = [Point(0, 0), Point(1, 0), Point(1, 1), "
-                                "Point(0, 1)]\n    name = "]):
+                                "Point(0, 1)]\n    name = ", "        return math.",
+                                "        b = "]):
         lines = needle.rstrip("\n")
         uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"r{j}.py").as_uri())
         res = await inline(client, uri, position_of(text, lines))
@@ -120,7 +121,7 @@ async def test_refinements_apply_in_order(client: Any) -> None:
             found = (res, _cid(res))
             break
     if found is None:
-        pytest.skip("the model suggested nothing at either position")
+        pytest.skip("the model suggested nothing at any position")
     res, cid = found
     final = await _final_refine(client, cid)
     mine = [r for r in client.refines if r["completionId"] == cid]
@@ -200,7 +201,8 @@ async def test_cancel_request_gets_request_cancelled(client: Any) -> None:
 async def test_type_through_and_cache_serve_without_engine(client: Any) -> None:
     text = (DATA / "shapes.py.txt").read_text()
     uri = (DATA / "typethrough.py").as_uri()
-    candidates = ["        total += ", "    total = ", "    return ", "    print("]
+    candidates = ["        total += ", "        return math.", "        b = ", "    name = ",
+                  "    print("]
     hit = None
     for needle in candidates:
         open_doc(client, "shapes.py.txt", "python", uri=uri)
@@ -276,3 +278,55 @@ async def test_document_changed_while_drafting_gives_empty(client: Any) -> None:
                                             text="// edited\n")]))
     res = await task
     assert not _text(res)
+
+
+async def test_accept_then_next_request_is_served_from_the_speculation(client: Any) -> None:
+    text = (DATA / "shapes.py.txt").read_text()
+    uri = (DATA / "speculate.py").as_uri()
+    hit = None
+    for needle in ["        return math.", "        b = ", "    name = ", "        total += "]:
+        open_doc(client, "shapes.py.txt", "python", uri=uri)
+        pos = position_of(text, needle)
+        res = await inline(client, uri, pos)
+        if _text(res).strip():
+            hit = (needle, pos, _cid(res))
+            break
+    if hit is None:
+        pytest.skip("the model suggested nothing to accept")
+    needle, pos, cid = hit
+    assert cid is not None
+    final = (await _final_refine(client, cid))["text"]
+    await poll(_idle(client), 60)
+    before = await debug_info(client)
+    # the editor inserts the suggestion (didChange), then runs the item's command
+    client.text_document_did_change(t.DidChangeTextDocumentParams(
+        t.VersionedTextDocumentIdentifier(version=2, uri=uri),
+        [t.TextDocumentContentChangePartial(range=t.Range(pos, pos), text=final)]))
+    await client.workspace_execute_command_async(t.ExecuteCommandParams(
+        command="llada.acceptCompletion", arguments=[cid]))
+
+    def grew(info: dict[str, Any], name: str) -> int:
+        return info["counters"].get(name, 0) - before["counters"].get(name, 0)
+
+    async def speculated() -> Any:
+        info = await debug_info(client)
+        started = grew(info, "speculated") + grew(info, "speculation_skipped")
+        return info if started and info["speculating"] == 0 and info["running"] == 0 else None
+
+    mid = await poll(speculated, 60)
+    i = text.index(needle) + len(needle)
+    new_text = text[:i] + final + text[i:]
+    i += len(final)
+    line = new_text.count("\n", 0, i)
+    res = await inline(client, uri, t.Position(line, i - (new_text.rfind("\n", 0, i) + 1)))
+    after = await debug_info(client)
+    assert after["engine"]["submitted"] == mid["engine"]["submitted"]  # no engine call
+    if grew(mid, "speculation_skipped"):  # nothing to ask at the new cursor: nor now
+        assert after["lastPlan"]["kind"] == "none"
+        return
+    assert mid["engine"]["submitted"] == before["engine"]["submitted"] + 1  # the speculation
+    assert after["cache"]["hits"] == mid["cache"]["hits"] + 1
+    if _text(res):
+        stats = await poll(lambda: next((s for s in client.stats
+                                         if s["completionId"] == _cid(res)), None))
+        assert stats["cacheHit"] and stats["forwards"] == 0

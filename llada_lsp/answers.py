@@ -1,0 +1,58 @@
+"""What a completion request carries through the pipeline, and what it answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.api import EngineEvent
+from llada_lsp.engine_client import EngineJob
+from llada_lsp.plans import InfillPlan
+from llada_lsp.postprocess import Spec
+
+
+@dataclass
+class Answer:
+    completion_id: str
+    text: str
+    kind: str
+    offset: int
+    word: str  # the identifier characters just before the cursor (for completion items)
+    source: str  # "engine" | "cache" | "type_through"
+
+
+@dataclass
+class Request:
+    """Everything the later phases need, captured when the request arrived."""
+
+    cid: str
+    uri: str
+    version: int
+    doc_text: str
+    offset: int
+    plan: InfillPlan
+    spec: Spec
+    language_id: str
+    tree: Any
+    key: str
+    t0: float
+    speculative: bool = False
+    engine_ms: float = 0.0  # time spent inside the engine (all its jobs) before the answer
+    job: EngineJob | None = None  # the engine job now working for it (a remask's, later)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Settled:
+    """What `settle` drove a job to: the text to show, and the job and event it came from."""
+
+    text: str
+    job: EngineJob
+    event: EngineEvent
+
+
+def word_before(left: str) -> str:
+    i = len(left)
+    while i > 0 and (left[i - 1].isalnum() or left[i - 1] == "_"):
+        i -= 1
+    return left[i:]

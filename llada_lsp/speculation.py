@@ -1,0 +1,154 @@
+"""Speculative completion after an accept.
+
+When the client reports an accept (`llada.acceptCompletion` with the completion id), the
+document soon holds the suggestion inserted at its anchor (the didChange may come before or
+after the command). Once it does, the completion at the new cursor (the end of the inserted
+text) is requested from the engine right away; its final text goes into the suggestion cache
+under the key the next request will compute, so that request is answered without an engine
+call. A request arriving while the speculation still runs waits for it instead of starting
+a second engine job. Any other edit of the document drops the pending accept; a newer engine
+request for the document supersedes a running speculation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine.api import CompletionRequest
+from llada_lsp.cache import TAIL, Shown, key_of
+from llada_lsp.plans import make_plan
+
+if TYPE_CHECKING:
+    from llada_lsp.completions import CompletionService
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Accept:
+    """A suggestion the client accepted: where it was shown and what may have been inserted
+    (its text as refined, or the first answer for clients that ignore refinements)."""
+
+    uri: str
+    anchor: int
+    before_tail: str
+    after: str
+    doc_len: int
+    texts: tuple[str, ...]
+
+    @classmethod
+    def of(cls, uri: str, shown: Shown, first_text: str) -> Accept:
+        texts = tuple(dict.fromkeys(t for t in (shown.text, first_text) if t))
+        return cls(uri, shown.anchor, shown.before_tail, shown.after, shown.doc_len, texts)
+
+    def cursor_after(self, doc_text: str) -> int | None:
+        """The cursor offset after the insertion if `doc_text` is the shown document with one
+        of the texts inserted at the anchor; else None."""
+        a = self.anchor
+        if doc_text[max(0, a - TAIL): a] != self.before_tail:
+            return None
+        for text in self.texts:
+            end = a + len(text)
+            if len(doc_text) == self.doc_len + len(text) and doc_text[a:end] == text \
+                    and doc_text[end: end + TAIL] == self.after:
+                return end
+        return None
+
+
+class Speculator:
+    def __init__(self, service: CompletionService) -> None:
+        self.service = service
+        self.pending: dict[str, Accept] = {}  # uri -> accepted, insertion not seen yet
+        self.futures: dict[str, asyncio.Future[str | None]] = {}  # cache key -> final text
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.serial = 0
+
+    def accepted(self, cid: str) -> None:
+        found = self.service.recent.get(cid)
+        if found is None:
+            log.debug("accept of unknown completion %s", cid)
+            return
+        uri, shown, first_text = found
+        self.pending[uri] = Accept.of(uri, shown, first_text)
+        self.document_changed(uri, from_accept=True)
+
+    def document_changed(self, uri: str, closed: bool = False, from_accept: bool = False) -> None:
+        acc = self.pending.get(uri)
+        if acc is None:
+            return
+        doc = self.service.store.docs.get(uri)
+        if closed or doc is None:
+            self.pending.pop(uri, None)
+            return
+        cursor = acc.cursor_after(doc.text)
+        if cursor is None:
+            if not from_accept:  # an edit other than the insertion: the accept is stale
+                self.pending.pop(uri, None)
+                self.service.counters["speculation_dropped"] += 1
+            return
+        del self.pending[uri]
+        self.start(uri, cursor)
+
+    def start(self, uri: str, offset: int) -> None:
+        """Request the completion at `offset` of the current document into the cache."""
+        svc = self.service
+        doc = svc.store.docs.get(uri)
+        if doc is None or not svc.engine.ready or doc.unservable_reason() is not None \
+                or not svc.options.language_enabled(doc.language_id):
+            svc.counters["speculation_skipped"] += 1
+            return
+        t0 = time.perf_counter()
+        tree = doc.syntax_tree()
+        plan = make_plan(doc.text, offset, doc.language_id, svc.options, tree=tree,
+                         index=doc.index)
+        if plan.kind == "none" or plan.plan is None:
+            svc.counters["speculation_skipped"] += 1
+            return
+        key = key_of(plan.prefix, plan.suffix, plan.kind)
+        if key in svc.cache or key in self.futures:
+            svc.counters["speculation_known"] += 1
+            return
+        self.serial += 1
+        cid = f"s{self.serial}"
+        req = svc.capture(doc, offset, cid, plan, key, tree, t0, speculative=True)
+        job = svc.engine.submit(CompletionRequest(cid, uri, plan.prefix, plan.suffix, plan.plan))
+        fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self.futures[key] = fut
+        svc.counters["speculated"] += 1
+        version = doc.version
+
+        def wanted() -> bool:
+            return doc.version == version
+
+        async def run() -> None:
+            text: str | None = None
+            try:
+                out = await svc.settle(job, req, wanted, until_done=True)
+                if isinstance(out, str):
+                    log.debug("speculation %s: nothing (%s)", cid, out)
+                else:
+                    text = out.text
+                    svc.cache.put(key, text)
+                    svc.counters["speculation_done"] += 1
+            finally:
+                self.futures.pop(key, None)
+                if not fut.done():
+                    fut.set_result(text)
+
+        task = asyncio.ensure_future(run())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def wait_for(self, key: str) -> str | None:
+        """The running speculation's text for `key` (None: none runs, or it gave nothing)."""
+        fut = self.futures.get(key)
+        if fut is None:
+            return None
+        return await asyncio.shield(fut)
+
+    def running(self) -> int:
+        return len(self.futures)

@@ -1,0 +1,153 @@
+"""Syntax-guided edit, speculation and engine wiring without a model: span mapping, the
+remask loop of the completion service against a scripted engine, accept matching."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from engine.api import CompletionRequest, EngineEvent
+from llada_lsp.cache import remember
+from llada_lsp.completions import CompletionService
+from llada_lsp.documents import DocumentStore
+from llada_lsp.engine_client import EngineClient, EngineJob, InProcessEngine, Progress, make_engine
+from llada_lsp.options import Options, parse_options
+from llada_lsp.postprocess import raw_spans
+from llada_lsp.speculation import Accept
+from llada_lsp.syntax import error_spans
+from llada_lsp.ws_engine import WsEngineClient
+
+BEFORE = "def area(w, h):\n"
+AFTER = "\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+
+
+def test_error_spans_clip_to_the_middle() -> None:
+    middle = "    x = w * h = :\n    return x"
+    spans = error_spans("python", None, BEFORE, middle, AFTER)
+    assert [middle[s:e] for s, e in spans] == ["x = w * h = :"]
+    assert error_spans("python", None, BEFORE, "    return w * h", AFTER) == []
+    assert error_spans("plaintext", None, BEFORE, "    return (", AFTER) == []
+
+
+def test_error_spans_unclosed_bracket_blames_the_middle() -> None:
+    middle = "    if w:\n        return (w"
+    spans = error_spans("python", None, BEFORE, middle, AFTER)
+    assert spans and all(0 <= s < e <= len(middle) for s, e in spans)
+    assert any("(w" in middle[s:e] for s, e in spans)
+
+
+def test_error_spans_non_ascii_offsets_are_characters() -> None:
+    middle = "    s = 'é😀' + = 2"
+    spans = error_spans("python", None, BEFORE, middle, AFTER)
+    assert [middle[s:e] for s, e in spans] == ["="]
+
+
+def test_raw_spans_undo_cleaning() -> None:
+    raw = "   x = 1  \r\n    y = = 2   \n\n"
+    cleaned = "x = 1\n    y = = 2"
+    s = cleaned.index("y")
+    assert [raw[a:b] for a, b in raw_spans(raw, cleaned, [(s, len(cleaned))])] == ["y = = 2"]
+    assert raw_spans(raw, cleaned, [(0, 1)]) == [(3, 4)]
+    assert raw_spans("abc", "abc", [(5, 9)]) == []
+
+
+class Scripted(EngineClient):
+    """An engine whose completions and remasks return scripted texts."""
+
+    def __init__(self, complete_text: str, remask_texts: list[str]) -> None:
+        super().__init__()
+        self.state = "ready"
+        self.complete_text, self.remask_texts = complete_text, list(remask_texts)
+        self.remasks: list[list[tuple[int, int]]] = []
+
+    async def start(self, progress: Progress) -> None:
+        return None
+
+    def _job(self, request: CompletionRequest, text: str) -> EngineJob:
+        job = EngineJob(request, asyncio.get_running_loop())
+        self.counters["submitted"] += 1
+        job.push(EngineEvent("draft", request.request_id, text, (), 1, True))
+        job.push(EngineEvent("done", request.request_id, text, (), 2, True, reason="stop_rule",
+                             stats={"forwards": 2}))
+        job.finished = True
+        return job
+
+    def submit(self, request: CompletionRequest) -> EngineJob:
+        return self._job(request, self.complete_text)
+
+    def remask(self, job: EngineJob, spans: list[tuple[int, int]]) -> EngineJob | None:
+        self.remasks.append(spans)
+        if not self.remask_texts:
+            return None
+        return self._job(job.request, self.remask_texts.pop(0))
+
+    async def close(self) -> None:
+        return None
+
+
+def _service(engine: EngineClient, text: str, **opts: Any) -> tuple[CompletionService, list[Any]]:
+    sent: list[Any] = []
+    store = DocumentStore()
+    store.open("file:///a.py", "python", 1, text)
+    options, _ = parse_options(opts)
+    svc = CompletionService(store, engine, options, lambda m, p: sent.append((m, p)),
+                            lambda: "utf-16")
+    return svc, sent
+
+
+def _run(coro_fn: Callable[[], Any]) -> Any:
+    return asyncio.run(coro_fn())
+
+
+@pytest.mark.parametrize(("remask_texts", "expected", "fixed"), [
+    (["    return w * h"], "    return w * h", True),  # the first remask fixes it
+    (["    x = w * h = :", "    x = w * h\n    return x"], "    x = w * h\n    return x", True),
+    (["    x = = 1", "    x = = 2"], "", False),  # still broken after 2 passes: trimmed away
+])
+def test_remask_before_showing(remask_texts: list[str], expected: str, fixed: bool) -> None:
+    engine = Scripted("    x = w * h = :\n    return x", remask_texts)
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2)
+    answer = _run(lambda: svc.complete("file:///a.py", 1, 4))  # after the indentation
+    assert (answer.text if answer else "") == expected.lstrip()
+    assert engine.remasks[0] == [(4, 17)]  # raw text: "    " was stripped before checking
+    assert svc.counters["syntax_remasks"] == min(2, len(engine.remasks))
+    assert bool(svc.counters["syntax_fixed"]) == fixed
+
+
+def test_no_remask_when_disabled_trims_instead() -> None:
+    engine = Scripted("    y = w * h\n    x = = :", [])
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=0)
+    answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
+    assert answer is not None and answer.text == "y = w * h"
+    assert engine.remasks == [] and svc.counters["syntax_trimmed"] == 1
+
+
+def test_accept_matches_either_text() -> None:
+    doc = "a = 1\nb = \nc = 3\n"
+    anchor = doc.index("b = ") + 4
+    shown = remember("7", doc, anchor, "2 + 2", "line")
+    shown.text = "2 + 3"  # refined after it was first shown
+    acc = Accept.of("u", shown, "2 + 2")
+    assert acc.cursor_after(doc[:anchor] + "2 + 3" + doc[anchor:]) == anchor + 5
+    assert acc.cursor_after(doc[:anchor] + "2 + 2" + doc[anchor:]) == anchor + 5
+    assert acc.cursor_after(doc[:anchor] + "2 + 4" + doc[anchor:]) is None
+    assert acc.cursor_after(doc) is None
+
+
+def test_make_engine_locations() -> None:
+    assert isinstance(make_engine("inprocess", model_dir=None, mode="speedy", device="cpu"),
+                      InProcessEngine)
+    auto = make_engine("auto", model_dir="/m", mode="quality", device="cpu")
+    assert isinstance(auto, WsEngineClient) and auto.url is None and auto.model == "/m"
+    ws = make_engine("ws://10.0.0.2:9000", model_dir=None, mode="speedy", device="cpu",
+                     token="s3cret")
+    assert isinstance(ws, WsEngineClient) and ws.url == "ws://10.0.0.2:9000"
+    assert ws.token == "s3cret"
+    with pytest.raises(ValueError, match="unknown engine location"):
+        make_engine("tcp://x", model_dir=None, mode="speedy", device="cpu")
+    opts, _ = parse_options({"engine": "auto", "engineToken": "s3cret"})
+    assert opts.to_json()["engine_token"] == "***"
+    assert Options().speculative is True
