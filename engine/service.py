@@ -11,6 +11,7 @@ import os
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from engine.tokenizer import load_tokenizer
 
 DEFAULT_MAX_PROMPT = 448  # the embedded model trained on <= 128 suffix + 320 prefix tokens
 SUFFIX_SHARE = 0.28
+FINISHED_KEPT = 16  # finished requests that remask can still reach
 HEALABLE = re.compile(r" ?[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_]+")  # a word fragment at the cursor
 
 
@@ -84,7 +86,8 @@ class TextEngine:
         texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
         self.healing = Healing(texts, n_special)
         self._lock = threading.Lock()
-        self.last: tuple[CompletionRequest, Sequence, str] | None = None
+        # finished requests by id, for remask (a few: their sequences hold the whole state)
+        self.finished: OrderedDict[str, tuple[CompletionRequest, Sequence, str]] = OrderedDict()
 
     def info(self) -> dict[str, Any]:
         return {"model": self.model_dir.name, "path": str(self.model_dir), "family": self.loaded.family,
@@ -183,7 +186,10 @@ class TextEngine:
         ev: TokenEvent
         for ev in run(self.model, seq, self.max_len, cancel=(cancel.is_set if cancel else None), on_prefilled=store):
             if ev.kind == "done":
-                self.last = (req, seq, partial)
+                self.finished[req.request_id] = (req, seq, partial)
+                self.finished.move_to_end(req.request_id)
+                while len(self.finished) > FINISHED_KEPT:
+                    self.finished.popitem(last=False)
                 yield stream.finish(ev)
                 return
             out = stream.feed(ev)
@@ -211,10 +217,10 @@ class TextEngine:
         """Send the tokens overlapping character `spans` of the last completion's text back to
         [MASK] and decode them again (the syntax-guided edit of the language server)."""
         with self._lock:
-            if self.last is None or self.last[0].request_id != request_id:
+            if request_id not in self.finished:
                 yield EngineEvent("error", request_id, "", error="unknown or expired request id")
                 return
-            req, seq, partial = self.last
+            req, seq, partial = self.finished[request_id]
             positions = self.positions_for(seq, partial, spans)
             t0 = time.perf_counter()
             reused = self.prompt_cache.restore(self.model, seq.row, req.doc_key, seq.prompt) if self.exact_cache else 0

@@ -70,6 +70,8 @@ def test_remask_redecodes_a_span(eng: TextEngine) -> None:
     req = request(text, "    if len(argv) < 2:\n        ", Plan(max_tokens=16, stop="line"), rid="rm")
     done = list(eng.complete(req))[-1]
     assert done.text
+    other = CompletionRequest("other", "doc2", "x = ", "\n", Plan(max_tokens=4, stop="line"))
+    list(eng.complete(other))  # another request in between: "rm" stays reachable
     evs = list(eng.remask("rm", [(0, len(done.text))]))
     assert evs[-1].kind == "done" and evs[-1].reason in ("end_of_middle", "stop_rule", "budget")
     assert list(eng.remask("nope", [(0, 1)]))[-1].kind == "error"
