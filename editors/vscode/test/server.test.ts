@@ -28,7 +28,7 @@ import {
 } from "../src/core";
 
 const ROOT = path.resolve(__dirname, "../../../..");
-const DATA = path.join(ROOT, "tests/editors/data");
+const DATA = path.join(ROOT, "tests/lsp/data"); // the language server tests' real files
 
 function modelDir(): string | undefined {
   const cands = [process.env.LLADA_MODEL, path.join(ROOT, "engine/checkpoints/tiny-code"), path.join(ROOT, "runs/embedded/latest")];
