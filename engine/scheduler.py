@@ -233,10 +233,11 @@ class Scheduler:
 
     def _forward(self, group: list[tuple[Job, Feed]]) -> dict[Key, Tensor]:
         group = sorted(group, key=lambda jf: jf[0].row)  # rows 0..B-1 in order: the cache is read by slicing
-        seqs = [j.seq for j, _ in group]
+        seqs = [j.seq for j, _ in group if j.seq is not None]
         t0 = time.perf_counter()
         try:
-            logits = execute(self.engine.model, seqs, [f for _, f in group], [j.attrs for j, _ in group])  # type: ignore[misc]
+            attrs = [j.attrs for j, _ in group if j.attrs is not None]
+            logits = execute(self.engine.model, seqs, [f for _, f in group], attrs)
         except Exception as e:  # noqa: BLE001 - find the request that breaks the batch
             if len(group) == 1:
                 self._fail(group[0][0], e)

@@ -14,15 +14,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from engine.api import CompletionRequest, EngineEvent, Plan, diff_edits
+from engine.api import CompletionRequest, EngineEvent, EventKind, Plan, diff_edits
 from engine.checkpoint import EMBEDDED_DIR
 from engine.decode import Sequence, TokenEvent
 from engine.decode_bidir import make_sequence, run
 from engine.loader import load_model
+from engine.model import Transformer
 from engine.policies import Policy, make_policy
 from engine.prompt_cache import PromptCache
 from engine.stops import cut_text, stop_index
@@ -68,7 +69,8 @@ class TextEngine:
         self.loaded = load_model(model_dir or default_model_dir(), device=device, dtype=dtype,
                                  trust_remote_code=trust_remote_code)
         self.model_dir = self.loaded.path
-        self.model = self.loaded.model
+        # every family's model has the native model's decoding interface (engine.adapters)
+        self.model = cast(Transformer, self.loaded.model)
         self.config = self.loaded.config
         self.max_len = min(max_len, self.config.max_seq_len)
         self.model.setup_cache(1, self.max_len)
@@ -250,7 +252,7 @@ class TextStream:
         if text == prev:
             return None
         self.prev = text
-        kind = "draft" if self.first_draft_ms is None else "edit"
+        kind: EventKind = "draft" if self.first_draft_ms is None else "edit"
         return EngineEvent(kind, rid, text, diff_edits(prev, text), ev.step, self.first_draft_ms is not None)
 
     def finish(self, ev: TokenEvent, extra: dict[str, Any] | None = None) -> EngineEvent:

@@ -10,7 +10,7 @@ def read_words(path):
 
 
 def count_words(words):
-    counts = {}
+    counts: dict[str, int] = {}
     for word in words:
         counts[word] = counts.get(word, 0) + 1
     return counts
