@@ -4,7 +4,8 @@ Starts a daemon on loopback (temporary runtime dir, prompt cache off so both mod
 alike), then for N = 1, 2, 4, 8 clients, each on its own connection, issues R completions
 per client back to back (infill tasks cut from real held-out source files), and measures
 completions/s, tokens/s and p50/p95 latency. The baseline serves the 8 x R requests of the
-largest run one at a time on one connection, in the same run. Prints a table and ends with
+largest run one at a time on one connection, in the same run, after an unmeasured warm-up
+round (one request per client, then one alone). Prints a table and ends with
 one JSON line:
   {"clients": {N: {"throughput": x, "p95_ms": x, ...}}, "batched_vs_sequential_at_8": x}
 
@@ -101,10 +102,10 @@ def default_model() -> str:
 
 
 def start_daemon(model: str, max_batch: int, threads: int | None, run_dir: Path,
-                 cold: bool) -> tuple[subprocess.Popen[bytes], dict]:
+                 cold: bool, dtype: str) -> tuple[subprocess.Popen[bytes], dict]:
     env = dict(os.environ, LLADA_RUNTIME_DIR=str(run_dir), HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", model, "--port", "0",
-           "--max-batch", str(max_batch)] + (["--prompt-cache", "0"] if cold else [])
+           "--max-batch", str(max_batch), "--dtype", dtype] + (["--prompt-cache", "0"] if cold else [])
     if threads:
         cmd += ["--threads", str(threads)]
     log = (run_dir / "bench-daemon.log").open("wb")
@@ -155,6 +156,11 @@ def tagged(tasks: list[Task], tag: str) -> list[Task]:
 
 async def run(url: str, clients: list[int], work: list[list[Task]]) -> dict:
     out: dict = {"clients": {}}
+    # warm-up, not measured: the first forwards of each batch size and length pay one-time
+    # kernel and allocator set-up that would otherwise land on whichever run comes first
+    n_max = max(clients)
+    await asyncio.gather(*(client(url, f"w-{c}", tagged(work[c][:1], "warm")) for c in range(n_max)))
+    await client(url, "w-seq", tagged(work[0][:1], "warm1"))
     for n in clients:
         t0 = time.perf_counter()
         parts = await asyncio.gather(*(client(url, f"b{n}-{c}", tagged(work[c], f"b{n:02d}")) for c in range(n)))
@@ -172,6 +178,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, help="completions per client (default 6, quick 2)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, help="torch threads of the daemon")
+    ap.add_argument("--dtype", default="auto", help="the daemon's --dtype (auto | float32 | bfloat16)")
     ap.add_argument("--quick", action="store_true", help="fewer requests: under 2 minutes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cold", action="store_true", help="unrelated requests, prompt cache off (full prefills)")
@@ -182,7 +189,7 @@ def main() -> None:
     work = sessions(max(clients), per_client, args.seed, args.max_tokens, args.cold)
     with tempfile.TemporaryDirectory(prefix="llada-bench-") as tmp:
         t_load = time.perf_counter()
-        proc, info = start_daemon(model, max(clients), args.threads, Path(tmp), args.cold)
+        proc, info = start_daemon(model, max(clients), args.threads, Path(tmp), args.cold, args.dtype)
         print(f"daemon {info['url']} model {info['model']} ready in {time.perf_counter() - t_load:.1f} s; "
               f"{per_client} completions per client, max_tokens {args.max_tokens}, "
               f"{'cold' if args.cold else 'typing'} scenario", file=sys.stderr)
@@ -202,7 +209,7 @@ def main() -> None:
     final = {"clients": {str(n): {k: round(v, 3) for k, v in s.items()} for n, s in res["clients"].items()},
              "sequential": {k: round(v, 3) for k, v in seq.items()},
              "batched_vs_sequential_at_8": round(res["clients"][n_ref]["throughput"] / seq["throughput"], 3),
-             "model": info["model"], "requests_per_client": per_client, "scenario": "cold" if args.cold else "typing",
+             "model": info["model"], "dtype": args.dtype, "requests_per_client": per_client, "scenario": "cold" if args.cold else "typing",
              "device": "cpu"}
     print(json.dumps(final))
 

@@ -224,6 +224,31 @@ def _load_remote(path: Path, cfg: dict[str, Any], special: SpecialTokens, device
     return RemoteCodeModel(hf.eval(), mc)
 
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def cpu_has_bf16_matmul() -> bool:
+    """True where the CPU multiplies bfloat16 matrices natively (Intel AMX), read from
+    /proc/cpuinfo; elsewhere (no such file, other CPUs) False."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags
+
+
+def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
+    """`auto`: bfloat16 on an accelerator and on CPUs with native bf16 matrix units (a batching
+    daemon's forwards are compute-bound there), float32 on other CPUs; or a name of DTYPES."""
+    if name != "auto":
+        if name not in DTYPES:
+            raise ValueError(f"unknown dtype {name!r}; known: auto, {', '.join(DTYPES)}")
+        return DTYPES[name]
+    if torch.device(device).type != "cpu":
+        return torch.bfloat16
+    return torch.bfloat16 if cpu_has_bf16_matmul() else torch.float32
+
+
 def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                trust_remote_code: bool = False, mask_id: int | None = None) -> LoadedModel:
     """Resolve offline and load `model` (a directory or a Hugging Face name) onto `device`.

@@ -225,9 +225,10 @@ class Scheduler:
         long = [(j, f) for j, f in feeds if len(f.ids) > self.prefill_split]
         short = [(j, f) for j, f in feeds if len(f.ids) <= self.prefill_split]
         out: dict[Key, Tensor] = {}
-        for group in (short, long):
-            if group:
-                out.update(self._forward(group))
+        # prefills run one per forward: padding ragged prompts to the longest costs more
+        # than it saves (compute-bound), and the decode steps stay one small forward
+        for group in ([short] if short else []) + [[item] for item in long]:
+            out.update(self._forward(group))
         self.counters["steps"] += 1
         return out
 

@@ -95,7 +95,8 @@ class TextEngine:
         return {"model": self.model_dir.name, "path": str(self.model_dir), "family": self.loaded.family,
                 "block_size": self.config.block_size,
                 "vocab_size": self.config.vocab_size, "mode": self.mode, "max_prompt_tokens": self.max_prompt_tokens,
-                "params": sum(p.numel() for p in self.model.parameters())}
+                "params": sum(p.numel() for p in self.model.parameters()),
+                "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
 
     # -- prompt ----------------------------------------------------------------------------
     def encode(self, prefix: str, suffix: str, heal: bool = True) -> tuple[list[int], str, torch.Tensor | None]:

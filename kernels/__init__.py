@@ -7,9 +7,10 @@ exported here, which pick a backend per call:
 ``LLADA_KERNELS`` (read on every call, so tests can change it):
 
 * ``auto`` (default): Triton when the logits are on a CUDA device and Triton imports,
-  otherwise the reference.
+  otherwise the fast eager PyTorch path (``kernels.eager``).
 * ``triton``: always Triton. CPU tensors need ``TRITON_INTERPRET=1`` in the environment
   before the first Triton call (the kernels are built in interpreter mode on import).
+* ``eager``: always the fast eager PyTorch path.
 * ``reference``: always the reference.
 
 The ``allowed`` vocabulary mask (token healing) is supported by both backends; the
@@ -31,6 +32,7 @@ from types import ModuleType
 
 import torch
 
+from kernels.eager import eager_confidence_tensors
 from kernels.reference import reference_confidence_tensors
 
 
@@ -51,13 +53,14 @@ __all__ = [
     "Confidence",
     "backend_name",
     "confidence",
+    "eager_confidence",
     "reference_confidence",
     "triton_available",
     "triton_confidence",
 ]
 
 ENV_VAR = "LLADA_KERNELS"
-BACKENDS = ("auto", "triton", "reference")
+BACKENDS = ("auto", "triton", "eager", "reference")
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,10 @@ def _requested_backend() -> str:
 
 
 def backend_name(logits: torch.Tensor) -> str:
-    """The backend ``confidence(logits, ...)`` would use now: "triton" or "reference"."""
+    """The backend ``confidence(logits, ...)`` would use now: "triton", "eager" or "reference"."""
     mode = _requested_backend()
-    if mode == "reference":
-        return "reference"
+    if mode in ("reference", "eager"):
+        return mode
     if mode == "triton":
         if _TRITON is None:
             raise RuntimeError(f"{ENV_VAR}=triton but Triton cannot be imported")
@@ -96,7 +99,7 @@ def backend_name(logits: torch.Tensor) -> str:
                 "kernels is imported"
             )
         return "triton"
-    return "triton" if logits.is_cuda and triton_available() else "reference"
+    return "triton" if logits.is_cuda and triton_available() else "eager"
 
 
 def reference_confidence(
@@ -110,6 +113,17 @@ def reference_confidence(
     return Confidence(
         *reference_confidence_tensors(logits, current_ids, want_margin=want_margin, allowed=allowed)
     )
+
+
+def eager_confidence(
+    logits: torch.Tensor,
+    current_ids: torch.Tensor | None = None,
+    *,
+    want_margin: bool = False,
+    allowed: torch.Tensor | None = None,
+) -> Confidence:
+    """The fast eager PyTorch path, whatever the environment says."""
+    return Confidence(*eager_confidence_tensors(logits, current_ids, want_margin=want_margin, allowed=allowed))
 
 
 def triton_confidence(
@@ -142,6 +156,9 @@ def confidence(
     0); ``allowed`` is an optional bool [V] mask applied before the softmax. See
     ``kernels.reference`` for the full specification.
     """
-    if backend_name(logits) == "triton":
+    backend = backend_name(logits)
+    if backend == "triton":
         return triton_confidence(logits, current_ids, want_margin=want_margin, allowed=allowed)
+    if backend == "eager":
+        return eager_confidence(logits, current_ids, want_margin=want_margin, allowed=allowed)
     return reference_confidence(logits, current_ids, want_margin=want_margin, allowed=allowed)

@@ -72,6 +72,8 @@ def main() -> None:
     ap.add_argument("--save-every", type=int, default=250)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward "
+                    "(fp32 weights and optimizer; ~1.3x faster on CPUs with AMX)")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/state.pt (model, optimizer, data)")
     ap.add_argument("--init-from", type=Path, help="start from a checkpoint directory's weights "
                     "(e.g. the committed engine/checkpoints/tiny-code), with a fresh optimizer")
@@ -120,7 +122,8 @@ def main() -> None:
         b = make_batch(rows, sp, cfg.vocab_size, cfg.block_size, noise, diffusion)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        ar, diff = losses(model, b)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            ar, diff = losses(model, b)
         loss = ar + diff
         opt.zero_grad(set_to_none=True)
         loss.backward()

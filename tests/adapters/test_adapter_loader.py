@@ -12,7 +12,8 @@ import torch
 from tiny_ckpts import EOS, MASK, write_dream, write_llada2
 
 from engine.checkpoint import save_checkpoint
-from engine.loader import ModelNotFoundError, load_model, resolve, special_ids
+from engine import loader
+from engine.loader import ModelNotFoundError, load_model, resolve, resolve_dtype, special_ids
 from engine.model import Transformer, preset
 
 
@@ -122,3 +123,15 @@ def test_remote_code_wrapper_decodes_uncached() -> None:
     assert isinstance(seq, BidirSequence) and seq.refresh == "step"
     evs = list(run(m, seq, 64))
     assert evs[-1].kind == "done" and seq.refreshes == seq.forwards
+
+
+def test_dtype_names_and_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_dtype("float32", "cpu") is torch.float32
+    assert resolve_dtype("bfloat16", "cpu") is torch.bfloat16
+    assert resolve_dtype("auto", "cuda") is torch.bfloat16
+    monkeypatch.setattr(loader, "cpu_has_bf16_matmul", lambda: True)
+    assert resolve_dtype("auto", "cpu") is torch.bfloat16
+    monkeypatch.setattr(loader, "cpu_has_bf16_matmul", lambda: False)
+    assert resolve_dtype("auto", "cpu") is torch.float32
+    with pytest.raises(ValueError, match="unknown dtype 'int8'"):
+        resolve_dtype("int8", "cpu")

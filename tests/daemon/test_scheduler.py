@@ -73,6 +73,20 @@ def test_batched_equals_solo_and_in_process(engine: TextEngine) -> None:
     assert [(e.kind, e.text) for e in events] == solo[0]
 
 
+def test_prefills_run_alone_and_decode_steps_together(engine: TextEngine) -> None:
+    """Ragged prompt prefills are not padded to one another: each new arrival's prefill is its
+    own forward; the decode steps after it are one forward for every running request."""
+    s, sink = Scheduler(engine, max_batch=4, prefill_split=4), Sink()
+    engine.prompt_cache.clear()
+    for i, (pre, suf, plan) in enumerate(PROMPTS):
+        s.submit(CompletionRequest(f"p{i}", f"pdoc{i}", pre, suf, plan), "a", sink.emit_for("a"))
+    s.step()
+    assert (s.counters["forwards"], s.counters["batched_rows"], s.counters["max_batch_seen"]) == (3, 3, 1)
+    s.step()
+    assert (s.counters["forwards"], s.counters["batched_rows"], s.counters["max_batch_seen"]) == (4, 6, 3)
+    run_until_done(s, sink, [f"p{i}" for i in range(len(PROMPTS))])
+
+
 def long_req(rid: str, doc: str) -> CompletionRequest:
     return CompletionRequest(rid, doc, PREFIX, "", Plan(max_tokens=64, preset="one_per_step"))
 

@@ -251,7 +251,9 @@ def test_bad_arguments() -> None:
 def test_dispatch_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.zeros(2, 10)
     monkeypatch.delenv(kernels.ENV_VAR, raising=False)
-    assert kernels.backend_name(cpu) == "reference"  # auto on CPU
+    assert kernels.backend_name(cpu) == "eager"  # auto on CPU
+    monkeypatch.setenv(kernels.ENV_VAR, "eager")
+    assert kernels.backend_name(cpu) == "eager"
     monkeypatch.setenv(kernels.ENV_VAR, "reference")
     assert kernels.backend_name(cpu) == "reference"
     monkeypatch.setenv(kernels.ENV_VAR, "bogus")
@@ -261,12 +263,12 @@ def test_dispatch_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @needs_triton
-@pytest.mark.parametrize("backend", ["reference", "triton", "auto"])
+@pytest.mark.parametrize("backend", ["reference", "eager", "triton", "auto"])
 def test_dispatch_forced(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     monkeypatch.setenv(kernels.ENV_VAR, backend)
     logits = make_logits(7, 1000, torch.bfloat16, seed=17)
     current = make_current(7, 1000, seed=17)
-    auto = "triton" if logits.is_cuda else "reference"
+    auto = "triton" if logits.is_cuda else "eager"
     expected = auto if backend == "auto" else backend
     assert kernels.backend_name(logits) == expected
     out = kernels.confidence(logits, current, want_margin=True)
