@@ -1,0 +1,57 @@
+"""Every real family through the daemon's batched scheduler: a request batched with others
+gives the events it gives alone, and the text the in-process engine gives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from engine.api import CompletionRequest, EngineEvent, Plan
+from engine.scheduler import Scheduler
+from engine.service import TextEngine
+from tests.adapters.test_adapter_service import char_tokenizer
+from tests.adapters.tiny_ckpts import write_dream, write_llada, write_llada2
+
+PROMPTS = [
+    ("def f(x):\n    return ", "\n\nprint(f(2))\n", Plan(max_tokens=12)),
+    ("x = [", "]\n", Plan(max_tokens=8, preset="quality")),
+    ("import os\nos.", "", Plan(max_tokens=20, preset="one_per_step")),
+]
+
+
+def run(s: Scheduler, log: dict[str, list[tuple[str, str]]], rids: list[str]) -> None:
+    for _ in range(1000):
+        if all(log.get(r) and log[r][-1][0] in ("done", "error") for r in rids):
+            return
+        s.step()
+    raise AssertionError("requests did not finish")
+
+
+@pytest.mark.parametrize("write, family", [(write_llada2, "llada2"), (write_llada, "llada"), (write_dream, "dream")])
+def test_family_batches_like_it_runs_alone(write: Callable[[Path], Path], family: str, tmp_path: Path) -> None:
+    path = write(tmp_path / family)
+    char_tokenizer(path)
+    eng = TextEngine(path, threads=1, max_len=256, max_prompt_tokens=64)
+    log: dict[str, list[tuple[str, str]]] = {}
+
+    def emit(ev: EngineEvent, code: str | None) -> None:
+        log.setdefault(ev.request_id, []).append((ev.kind, ev.text))
+
+    s = Scheduler(eng, max_batch=4)
+    for i, (pre, suf, plan) in enumerate(PROMPTS):
+        eng.prompt_cache.clear()
+        s.submit(CompletionRequest(f"solo{i}", f"a{i}", pre, suf, plan), "owner", emit)
+        run(s, log, [f"solo{i}"])
+    eng.prompt_cache.clear()
+    for i, (pre, suf, plan) in enumerate(PROMPTS):
+        s.submit(CompletionRequest(f"b{i}", f"b{i}", pre, suf, plan), f"owner{i}", emit)
+    run(s, log, [f"b{i}" for i in range(len(PROMPTS))])
+    assert s.counters["max_batch_seen"] == len(PROMPTS)
+    for i, (pre, suf, plan) in enumerate(PROMPTS):
+        assert log[f"solo{i}"][-1][0] == "done"
+        assert log[f"b{i}"] == log[f"solo{i}"]
+        eng.prompt_cache.clear()
+        alone = [(e.kind, e.text) for e in eng.complete(CompletionRequest(f"ip{i}", f"c{i}", pre, suf, plan))]
+        assert alone == log[f"solo{i}"]
