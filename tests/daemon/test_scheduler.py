@@ -87,6 +87,23 @@ def test_prefills_run_alone_and_decode_steps_together(engine: TextEngine) -> Non
     run_until_done(s, sink, [f"p{i}" for i in range(len(PROMPTS))])
 
 
+def test_decode_feeds_split_where_padding_costs_more_than_a_forward(engine: TextEngine) -> None:
+    from types import SimpleNamespace
+
+    s = Scheduler(engine, max_batch=8, forward_cost_tokens=48)
+
+    def lengths(ns: list[int]) -> list[list[int]]:
+        feeds = [(SimpleNamespace(row=i), SimpleNamespace(ids=[0] * n)) for i, n in enumerate(ns)]
+        return [[len(f.ids) for _, f in g] for g in s._groups(feeds)]  # type: ignore[arg-type]
+
+    assert lengths([]) == [] and lengths([32]) == [[32]]
+    assert lengths([16] * 8) == [[16] * 8]
+    # seven rows at 16 padded to one at 32 cost 256 + 48 > 112 + 48 + 32 + 48
+    assert lengths([32, 16, 16, 16, 16, 16, 16, 16]) == [[16] * 7, [32]]
+    # one short row among long ones: padding it (16 more) is cheaper than a forward (48)
+    assert lengths([16, 32, 32, 32, 32, 32, 32, 32]) == [[16] + [32] * 7]
+
+
 def long_req(rid: str, doc: str) -> CompletionRequest:
     return CompletionRequest(rid, doc, PREFIX, "", Plan(max_tokens=64, preset="one_per_step"))
 
