@@ -11,8 +11,8 @@ import pytest
 import torch
 from tiny_ckpts import EOS, MASK, write_dream, write_llada2
 
-from engine.checkpoint import save_checkpoint
 from engine import loader
+from engine.checkpoint import save_checkpoint
 from engine.loader import ModelNotFoundError, load_model, resolve, resolve_dtype, special_ids
 from engine.model import Transformer, preset
 
