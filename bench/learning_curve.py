@@ -1,10 +1,11 @@
 """Learning curve of a training run: held-out single-line exact match against tokens seen.
 
-    python bench/learning_curve.py RUN_DIR [--tasks N] [--preset quality] [--plot out.png]
+    python bench/learning_curve.py RUN_DIR [RUN_DIR ...] [--tasks N] [--preset quality] [--plot out.png]
 
-Evaluates every `snap-*` checkpoint of RUN_DIR on the same held-out single-line tasks
-(bench/tasks.py) and reads tokens seen and held-out losses from RUN_DIR/log.jsonl. Prints a
-table and ends with one JSON line.
+Evaluates every `snap-*` checkpoint of each RUN_DIR on the same held-out single-line tasks
+(bench/tasks.py) and reads tokens seen and held-out losses from RUN_DIR/log.jsonl. Several
+runs are one chain: a run started with `--init-from` the previous one's final checkpoint
+continues its step and token counts. Prints a table and ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from engine.api import CompletionRequest  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("run", type=Path)
+    ap.add_argument("runs", type=Path, nargs="+")
     ap.add_argument("--tasks", type=int, default=40)
     ap.add_argument("--preset", default="quality")
     ap.add_argument("--every", type=int, default=1, help="evaluate every k-th snapshot")
@@ -32,26 +33,34 @@ def main() -> None:
     args = ap.parse_args()
     from engine.service import TextEngine
 
-    log = [json.loads(line) for line in (args.run / "log.jsonl").read_text().splitlines() if line.strip()]
-    by_step = {r["step"]: r for r in log}
     tasks = [t for t in make_tasks(args.tasks, seed=1) if t.kind == "single_line"]
-    snaps = sorted(args.run.glob("snap-*"))[:: args.every]
+    log: list[dict] = []
     curve = []
-    for snap in snaps:
-        step = int(snap.name.split("-")[1])
-        eng = TextEngine(snap, threads=args.threads)
-        em = es = 0.0
-        for t in tasks:
-            eng.prompt_cache.clear()
-            req = CompletionRequest("lc", "lc", t.prefix, t.suffix, replace(t.plan, preset=args.preset))
-            text = list(eng.complete(req))[-1].text
-            em += exact_match(text, t.middle)
-            es += edit_similarity(text, t.middle)
-        rec = by_step.get(step, {})
-        curve.append({"step": step, "tokens": rec.get("tokens"), "held_ar": rec.get("held_ar"),
-                      "held_diff": rec.get("held_diff"), "exact_match": em / len(tasks), "edit_sim": es / len(tasks)})
-        print(f"step {step:6d} tokens {rec.get('tokens', 0) / 1e6:6.2f}M held_ar {rec.get('held_ar')} "
-              f"held_diff {rec.get('held_diff')} EM {em / len(tasks):.3f} ES {es / len(tasks):.3f}", flush=True)
+    step0 = tokens0 = 0
+    for run in args.runs:
+        run_log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
+        for r in run_log:
+            log.append(r | {"step": r["step"] + step0, "tokens": r["tokens"] + tokens0})
+        by_step = {r["step"]: r for r in run_log}
+        for snap in sorted(run.glob("snap-*"))[:: args.every]:
+            step = int(snap.name.split("-")[1])
+            eng = TextEngine(snap, threads=args.threads)
+            em = es = 0.0
+            for t in tasks:
+                eng.prompt_cache.clear()
+                req = CompletionRequest("lc", "lc", t.prefix, t.suffix, replace(t.plan, preset=args.preset))
+                text = list(eng.complete(req))[-1].text
+                em += exact_match(text, t.middle)
+                es += edit_similarity(text, t.middle)
+            rec = by_step.get(step, {})
+            point = {"run": run.name, "step": step + step0, "tokens": rec.get("tokens", 0) + tokens0,
+                     "held_ar": rec.get("held_ar"), "held_diff": rec.get("held_diff"),
+                     "exact_match": em / len(tasks), "edit_sim": es / len(tasks)}
+            curve.append(point)
+            print(f"{run.name:>10} step {point['step']:6d} tokens {point['tokens'] / 1e6:6.2f}M "
+                  f"held_ar {point['held_ar']} held_diff {point['held_diff']} "
+                  f"EM {point['exact_match']:.3f} ES {point['edit_sim']:.3f}", flush=True)
+        step0, tokens0 = step0 + run_log[-1]["step"], tokens0 + run_log[-1]["tokens"]
     if args.plot and curve:
         import matplotlib
 
@@ -74,7 +83,7 @@ def main() -> None:
         fig.tight_layout()
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.plot, dpi=110)
-    print(json.dumps({"run": str(args.run), "preset": args.preset, "tasks": len(tasks), "curve": curve}))
+    print(json.dumps({"runs": [str(r) for r in args.runs], "preset": args.preset, "tasks": len(tasks), "curve": curve}))
 
 
 if __name__ == "__main__":
