@@ -123,7 +123,7 @@ local function settle(before)
       return s
     end
     local c = counters()
-    if c.sent > before.sent and c.done >= c.sent then
+    if c.sent > before.sent and c.handled + c.cancelled >= c.sent then
       return 'empty'
     end
   end)
