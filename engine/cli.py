@@ -129,7 +129,9 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
 
     def ready(url: str) -> None:
         print(f"llada-engine: serving {engine.info()['model']} ({model_dir}) on {url} (pid {os.getpid()}, "
-              f"max batch {args.max_batch}{', token required' if token else ''})", flush=True)
+              f"max batch {args.max_batch}, {engine.info()['dtype']} on {args.device}"
+              f"{f', {args.threads} threads' if args.device == 'cpu' else ''}"
+              f"{', token required' if token else ''})", flush=True)
 
     asyncio.run(daemon.serve(ready))
     print("llada-engine: stopped", flush=True)
