@@ -42,7 +42,9 @@ def main() -> None:
         for r in run_log:
             log.append(r | {"step": r["step"] + step0, "tokens": r["tokens"] + tokens0})
         by_step = {r["step"]: r for r in run_log}
-        for snap in sorted(run.glob("snap-*"))[:: args.every]:
+        snaps = sorted(run.glob("snap-*"))
+        chosen = snaps[:: args.every] + ([snaps[-1]] if snaps and (len(snaps) - 1) % args.every else [])
+        for snap in chosen:
             step = int(snap.name.split("-")[1])
             eng = TextEngine(snap, threads=args.threads)
             em = es = 0.0

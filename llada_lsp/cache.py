@@ -3,13 +3,16 @@
 Type-through: after a suggestion was shown at offset `anchor`, a request at `anchor + k`
 whose document differs from the shown one only by the first k characters of the
 suggestion typed at the anchor is served the rest of the suggestion, with no engine call.
+The editor may still display a version the server has since refined (a refinement and a
+keystroke cross on the wire), so the typed characters are matched against the current
+text first, then against the earlier versions.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def key_of(prefix: str, suffix: str, kind: str) -> str:
@@ -62,9 +65,17 @@ class Shown:
     after: str  # up to 256 characters after the anchor, when shown
     doc_len: int  # document length when shown
     kind: str = "line"
+    earlier: list[str] = field(default_factory=list)  # versions before refinements, newest last
+
+    def refine(self, text: str) -> None:
+        """A refinement replaced the text; the editor may still show the old one a while."""
+        if text != self.text:
+            self.earlier = [*self.earlier, self.text][-EARLIER:]
+            self.text = text
 
 
 TAIL = 256
+EARLIER = 4
 
 
 def remember(completion_id: str, doc_text: str, anchor: int, text: str, kind: str) -> Shown:
@@ -73,19 +84,20 @@ def remember(completion_id: str, doc_text: str, anchor: int, text: str, kind: st
 
 
 def type_through(shown: Shown | None, doc_text: str, offset: int) -> str | None:
-    """The rest of the shown suggestion if the user typed its first characters, else None."""
-    if shown is None or not shown.text:
+    """The rest of the shown suggestion if the user typed its first characters, else None:
+    of its current text, or else of the newest earlier version that matches."""
+    if shown is None:
         return None
     k = offset - shown.anchor
-    if k <= 0 or k >= len(shown.text):
-        return None
-    if len(doc_text) != shown.doc_len + k:
-        return None
-    if doc_text[shown.anchor: offset] != shown.text[:k]:
+    if k <= 0 or len(doc_text) != shown.doc_len + k:
         return None
     if doc_text[max(0, shown.anchor - TAIL): shown.anchor] != shown.before_tail:
         return None
     if doc_text[offset: offset + TAIL] != shown.after:
         return None
-    rest = shown.text[k:]
-    return rest if rest.strip() else None
+    typed = doc_text[shown.anchor: offset]
+    for text in [shown.text, *reversed(shown.earlier)]:
+        if k < len(text) and text[:k] == typed:
+            rest = text[k:]
+            return rest if rest.strip() else None
+    return None

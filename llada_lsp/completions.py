@@ -288,7 +288,7 @@ class CompletionService:
                      reason: str | None = None) -> None:
         shown = self.shown.get(req.uri)
         if shown is not None and shown.completion_id == req.cid:
-            shown.text = new
+            shown.refine(new)
         self.report.refine(req.cid, req.uri, req.version, old, new, step, final, reason)
 
     def _send_final(self, req: Request, old: str, new: str, step: int,

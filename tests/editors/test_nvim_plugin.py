@@ -237,7 +237,7 @@ def check_accept(out: dict[str, Any]) -> None:
         assert 0 < n < len(shown)
         assert got == insert_at(typed, row, col, shown[:n])
         rest = out["rest_after_partial"]
-        assert rest, "no suggestion after the partial accept"
+        assert rest, f"no suggestion after the partial accept; events: {out.get('events')}"
         assert rest["current"]["text"] == shown[n:]
         pre = out["pre_accept"]["current"]
         before = out["pre_accept_lines"]

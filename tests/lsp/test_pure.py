@@ -292,6 +292,23 @@ def test_type_through() -> None:
     assert type_through(shown, doc, anchor) is None  # nothing typed: not type-through
 
 
+def test_type_through_a_version_the_editor_still_shows() -> None:
+    """A refinement crossed the user's keystrokes: the typed characters match the version the
+    editor drew, not the refined one; the rest of that version is served."""
+    doc = "def f(x):\n    re\n\nprint(1)\n"
+    anchor = doc.index("re") + 2
+    shown = remember("1", doc, anchor, "turn x + 1", "line")
+    shown.refine("sult = x")
+    shown.refine("sult = x * 2")
+    typed = doc[:anchor] + "tur" + doc[anchor:]
+    assert type_through(shown, typed, anchor + 3) == "n x + 1"  # the draft the editor showed
+    typed = doc[:anchor] + "sult" + doc[anchor:]
+    assert type_through(shown, typed, anchor + 4) == " = x * 2"  # the newest version wins
+    for i in range(5):
+        shown.refine(f"v{i}")
+    assert len(shown.earlier) == 4 and type_through(shown, doc[:anchor] + "tu" + doc[anchor:], anchor + 2) is None
+
+
 # -- packaging -----------------------------------------------------------------------------------
 def test_import_does_not_load_torch() -> None:
     code = ("import sys, llada_lsp.server, llada_lsp.cli, llada_lsp.demo; "
