@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.reference import NEG_INF, check_confidence_args
+from kernels.reference import NEG_INF, checked_fp32_logits
 
 
 def eager_confidence_tensors(
@@ -22,11 +22,8 @@ def eager_confidence_tensors(
     allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Return ``(top_id, top_prob, cur_prob, margin)`` as ``kernels.reference`` specifies."""
-    check_confidence_args(logits, current_ids, allowed)
-    n, v = logits.shape
-    x = logits.float()
-    if allowed is not None:
-        x = x.masked_fill(~allowed, NEG_INF)
+    x = checked_fp32_logits(logits, current_ids, allowed)
+    n, v = x.shape
     top, top_id = x.max(dim=1)
     alive = top > NEG_INF
     lse = torch.logsumexp(x, dim=1)

@@ -57,6 +57,15 @@ def check_confidence_args(
             raise ValueError("allowed must be on the same device as logits")
 
 
+def checked_fp32_logits(
+    logits: torch.Tensor, current_ids: torch.Tensor | None, allowed: torch.Tensor | None
+) -> torch.Tensor:
+    """Validate the arguments; the logits in float32 with disallowed columns at -inf."""
+    check_confidence_args(logits, current_ids, allowed)
+    x = logits.float()
+    return x if allowed is None else x.masked_fill(~allowed, NEG_INF)
+
+
 def reference_confidence_tensors(
     logits: torch.Tensor,
     current_ids: torch.Tensor | None = None,
@@ -65,11 +74,8 @@ def reference_confidence_tensors(
     allowed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Return ``(top_id, top_prob, cur_prob, margin)`` as specified in the module doc."""
-    check_confidence_args(logits, current_ids, allowed)
-    n, v = logits.shape
-    x = logits.float()
-    if allowed is not None:
-        x = x.masked_fill(~allowed, NEG_INF)
+    x = checked_fp32_logits(logits, current_ids, allowed)
+    n, v = x.shape
 
     row_max = x.max(dim=1).values  # [N]; -inf for an all -inf row
     alive = row_max > NEG_INF
