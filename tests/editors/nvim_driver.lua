@@ -73,6 +73,7 @@ local SNAPSHOT = [[
   local pos = vim.api.nvim_win_get_cursor(0)
   return { current = cur and { text = cur.text, cid = cur.cid, row = cur.row, col = cur.col } or vim.NIL,
            marks = marks, refines = llada.refines, cursor = pos,
+           line = cur and vim.api.nvim_buf_get_lines(buf, cur.row, cur.row + 1, false)[1] or vim.NIL,
            mode = vim.api.nvim_get_mode().mode, statusline = llada.statusline() }
 ]]
 
