@@ -40,6 +40,7 @@ class Request:
     engine_ms: float = 0.0  # time spent inside the engine (all its jobs) before the answer
     job: EngineJob | None = None  # the engine job now working for it (a remask's, later)
     stats: dict[str, Any] = field(default_factory=dict)
+    note: str = ""  # what post-processing last did to the text (why it is empty, when it is)
 
 
 @dataclass

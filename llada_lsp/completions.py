@@ -53,6 +53,7 @@ class CompletionService:
         self.serial = itertools.count(1)
         self.counters: Counter[str] = Counter()
         self.empty_reasons: Counter[str] = Counter()  # why requests got no suggestion
+        self.last_empty = ""  # the latest of them, in full
         self.history: deque[dict[str, Any]] = deque(maxlen=500)
         self.tasks: set[asyncio.Task[None]] = set()
         self.last_plan: dict[str, str] = {}  # the latest request's plan (for debugInfo)
@@ -171,7 +172,7 @@ class CompletionService:
             self._finish(req, ev, text)
             if not text:
                 self.report.stats(req, "engine")
-                self._nothing("empty after post-processing")
+                self._nothing(f"empty after post-processing ({req.note or 'nothing left'})")
                 return None
         self._show(req.uri, req.cid, req.doc_text, req.offset, text, req.plan.kind)
         self.counters["answered"] += 1
@@ -232,7 +233,8 @@ class CompletionService:
             job = req.job = nxt
 
     def clean(self, raw: str, req: Request) -> str:
-        return clean(raw, req.spec)[0]
+        text, req.note = clean(raw, req.spec)
+        return text
 
     def _new_errors(self, req: Request, text: str) -> list[tuple[int, int]]:
         """Character spans of `text` inside parse errors it adds ([] = none, or unchecked)."""
@@ -247,6 +249,7 @@ class CompletionService:
                                                             t, after))
         if note:
             self.counters["syntax_trimmed"] += 1
+            req.note = note
         return text
 
     def checked(self, raw: str, req: Request) -> str:
@@ -327,6 +330,7 @@ class CompletionService:
     def _nothing(self, why: str) -> None:
         self.counters["empty"] += 1
         self.empty_reasons[why.split(":", 1)[0].split(" (", 1)[0]] += 1
+        self.last_empty = why
         log.debug("no completion: %s", why)
         return None
 
@@ -355,4 +359,5 @@ class CompletionService:
                 "refining": len(self.tasks), "speculating": self.speculator.running(),
                 "emptyReasons": [{"reason": r, "count": n}
                                  for r, n in self.empty_reasons.most_common()],
+                "lastEmptyReason": self.last_empty,
                 "lastPlan": dict(self.last_plan)}

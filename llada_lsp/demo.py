@@ -101,7 +101,9 @@ class Demo:
         first_ms = (time.perf_counter() - t0) * 1000
         items = res.items if isinstance(res, t.InlineCompletionList) else (res or [])
         if not items:
-            self.say(f"--- {line + 1}:{col + 1}  no suggestion ({first_ms:.0f} ms)")
+            info = await self.client.protocol.send_request_async("llada/debugInfo", {})
+            why = info.get("lastEmptyReason", "") if isinstance(info, dict) else getattr(info, "lastEmptyReason", "")
+            self.say(f"--- {line + 1}:{col + 1}  no suggestion ({first_ms:.0f} ms){': ' + why if why else ''}")
             return
         item = items[0]
         text = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value

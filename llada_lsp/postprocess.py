@@ -167,6 +167,9 @@ def clean(raw: str, spec: Spec) -> tuple[str, str]:
     return text, "" if text == raw else "trimmed"
 
 
+_STRAY_CLOSER = re.compile(r'"""|\'\'\'|[)\]}]+[,;]?')
+
+
 def syntax_trim(text: str, adds_error: object) -> tuple[str, str]:
     """Keep the longest line-prefix of `text` that adds no parse error (`adds_error(text)`
     is a callable returning bool); at most 4 shorter candidates are tried."""
@@ -178,6 +181,12 @@ def syntax_trim(text: str, adds_error: object) -> tuple[str, str]:
         cand = "\n".join(lines[:n]).rstrip()
         if cand.strip() and not check(cand):
             return cand, "trimmed to parse"
+    # a first line that only closes what is already closed (a docstring's quotes, a bracket)
+    # is the model echoing the line above; what follows it may stand on its own
+    if len(lines) > 1 and _STRAY_CLOSER.fullmatch(lines[0].strip()) and lines[1].strip():
+        cand = "\n".join([lines[1].lstrip(), *lines[2:]]).rstrip()
+        if not check(cand):
+            return cand, "dropped a stray closing line"
     return "", "adds a parse error"
 
 

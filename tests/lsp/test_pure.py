@@ -267,6 +267,19 @@ def test_syntax_trim() -> None:
     assert syntax_trim("return (y +", check)[0] == ""
 
 
+def test_syntax_trim_drops_a_stray_closing_line() -> None:
+    """The model echoes the docstring's closing quotes on the line below them: the stray line
+    goes, the body after it stays (and only when that parses)."""
+    before, after = 'def f(x):\n    """Double x."""\n    ', "\n\n\ndef g():\n    pass\n"
+
+    def check(s: str) -> bool:
+        return adds_error("python", None, before, s, after)
+
+    assert syntax_trim('"""\n    return x * 2', check) == ("return x * 2", "dropped a stray closing line")
+    assert syntax_trim('"""\n    return (x *', check) == ("", "adds a parse error")
+    assert syntax_trim('x = """\n    return x', check)[0] != "return x"  # not a bare closer
+
+
 # -- cache and type-through ---------------------------------------------------------------------
 def test_lru_cache() -> None:
     c = SuggestionCache(2)
