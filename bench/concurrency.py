@@ -1,15 +1,18 @@
 """Concurrency benchmark of the engine daemon: batched scheduler vs one request at a time.
 
-Starts a daemon on loopback (temporary runtime dir, prompt cache off so both modes prefill
-alike), then for N = 1, 2, 4, 8 clients, each on its own connection, issues R completions
-per client back to back (infill tasks cut from real held-out source files), and measures
-completions/s, tokens/s and p50/p95 latency. The baseline serves the 8 x R requests of the
-largest run one at a time on one connection, in the same run, after an unmeasured warm-up
-round (one request per client, then one alone). Prints a table and ends with
-one JSON line:
+Starts a daemon on loopback (temporary runtime dir), builds a pool of editing sessions from
+real files (a session types through one document: R completions, each a few characters
+further, as an editor asks while the user types; infill tasks cut from held-out source
+files), and for N = 1, 2, 4, 8 clients, each on its own connection, lets the clients draw
+sessions from the shared pool until it is empty (N concurrent sessions at all times but the
+last few: the "max concurrency" load of serving benchmarks). It measures completions/s,
+tokens/s and p50/p95 latency. The baseline serves the same pool one request at a time on one
+connection, in the same run, after an unmeasured warm-up round. Every run tags its prompts so
+that no run reuses another's prompt cache. Prints a table and ends with one JSON line:
   {"clients": {N: {"throughput": x, "p95_ms": x, ...}}, "batched_vs_sequential_at_8": x}
 
-    python bench/concurrency.py [--quick] [--model DIR] [--clients 1,2,4,8] [--requests R]
+    python bench/concurrency.py [--quick] [--model DIR] [--clients 1,2,4,8] [--sessions S]
+                                [--requests R] [--threads T]
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Result:
     latency_ms: float
     tokens: int
     reason: str
+    end: float = 0.0  # time.perf_counter() at its done event
 
 
 Task = tuple[str, str, Plan]  # prefix, suffix, plan
@@ -73,21 +77,21 @@ def cut_points(n: int, seed: int, max_tokens: int) -> list[tuple[str, str, str, 
     return out
 
 
-def sessions(clients: int, per_client: int, seed: int, max_tokens: int, cold: bool) -> list[list[Task]]:
-    """Each client's requests. Typing (default): a client types the real continuation of its
+def sessions(n: int, per_session: int, seed: int, max_tokens: int, cold: bool) -> list[list[Task]]:
+    """n sessions of requests. Typing (default): a session types the real continuation of its
     file a few characters per request, the prefix window's start fixed (as the language server
     keeps it) and the suffix unchanged, so the prompt cache prefills only the new tokens, as in
     an editor. Cold: unrelated cut points, every request a full prefill."""
     if cold:
-        cuts = cut_points(clients * per_client, seed, max_tokens)
-        return [[(c[0][-1500:], c[2][:400], c[3]) for c in cuts[k * per_client:(k + 1) * per_client]]
-                for k in range(clients)]
+        cuts = cut_points(n * per_session, seed, max_tokens)
+        return [[(c[0][-1500:], c[2][:400], c[3]) for c in cuts[k * per_session:(k + 1) * per_session]]
+                for k in range(n)]
     out = []
-    for pre, typed, suf, plan in cut_points(clients, seed, max_tokens):
-        typed = (typed + suf)[: 8 * per_client]
-        suffix = (typed + suf)[8 * per_client:][:400] if len(typed) == 8 * per_client else suf[:400]
+    for pre, typed, suf, plan in cut_points(n, seed, max_tokens):
+        typed = (typed + suf)[: 8 * per_session]
+        suffix = (typed + suf)[8 * per_session:][:400] if len(typed) == 8 * per_session else suf[:400]
         base = pre[-1000:]
-        out.append([(base + typed[: 8 * i], suffix, plan) for i in range(per_client)])
+        out.append([(base + typed[: 8 * i], suffix, plan) for i in range(per_session)])
     return out
 
 
@@ -130,22 +134,55 @@ async def one(conn: WsConnection, rid: str, doc: str, task: Task) -> Result:
     ms = (time.perf_counter() - t0) * 1000
     if last is None or last.kind != "done":
         raise RuntimeError(f"request {rid} failed: {last}")
-    return Result(ms, int((last.stats or {}).get("tokens", 0)), str(last.reason))
+    return Result(ms, int((last.stats or {}).get("tokens", 0)), str(last.reason), time.perf_counter())
 
 
-async def client(url: str, tag: str, tasks: list[Task]) -> list[Result]:
+class Pool:
+    """The shared queue of sessions; remembers when the last one was handed out."""
+
+    def __init__(self, work: list[list[Task]], tag: str) -> None:
+        self.items = [(k, tagged(tasks, tag)) for k, tasks in enumerate(work)]
+        self.drained = 0.0
+
+    def take(self) -> tuple[int, list[Task]] | None:
+        if not self.items:
+            return None
+        item = self.items.pop(0)
+        if not self.items:
+            self.drained = time.perf_counter()
+        return item
+
+
+async def client(url: str, tag: str, pool: Pool) -> list[Result]:
+    """One connection: draws sessions from `pool` until it is empty, each a document of its
+    own (the prompt cache is keyed by it), its completions back to back."""
     conn = await WsConnection.open(url)
-    try:  # one document per session: the prompt cache is keyed by it
-        return [await one(conn, f"{tag}-{i}", f"bench://{tag}", t) for i, t in enumerate(tasks)]
+    out: list[Result] = []
+    try:
+        while (item := pool.take()) is not None:
+            k, tasks = item
+            out += [await one(conn, f"{tag}-{k}-{i}", f"bench://{tag}-{k}", t) for i, t in enumerate(tasks)]
+        return out
     finally:
         await conn.close()
 
 
-def summary(results: list[Result], wall: float) -> dict[str, float]:
+def summary(results: list[Result], wall: float, t0: float = 0.0, drained: float = 0.0,
+            before: dict | None = None, after: dict | None = None) -> dict[str, float]:
+    """Throughput over the whole run, and (`drained`: when the pool ran out) over the part of
+    it when every client had work ("steady": the drain tail, when fewer sessions than clients
+    are left, excluded). `before`/`after`: the daemon's stats, for the average batch."""
     lat = sorted(r.latency_ms for r in results)
     p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
-    return {"throughput": len(results) / wall, "tokens_per_s": sum(r.tokens for r in results) / wall,
-            "p50_ms": statistics.median(lat), "p95_ms": p95, "completions": len(results), "wall_s": wall}
+    out = {"throughput": len(results) / wall, "tokens_per_s": sum(r.tokens for r in results) / wall,
+           "p50_ms": statistics.median(lat), "p95_ms": p95, "completions": len(results), "wall_s": wall}
+    if drained > t0:
+        out["steady_throughput"] = sum(1 for r in results if r.end <= drained) / (drained - t0)
+    if before is not None and after is not None:
+        fw = after["forwards"] - before["forwards"]
+        out["avg_batch"] = (after["batched_rows"] - before["batched_rows"]) / max(1, fw)
+        out["forward_share"] = (after["forward_ms"] - before["forward_ms"]) / 1000 / wall
+    return out
 
 
 def tagged(tasks: list[Task], tag: str) -> list[Task]:
@@ -159,15 +196,28 @@ async def run(url: str, clients: list[int], work: list[list[Task]]) -> dict:
     # warm-up, not measured: the first forwards of each batch size and length pay one-time
     # kernel and allocator set-up that would otherwise land on whichever run comes first
     n_max = max(clients)
-    await asyncio.gather(*(client(url, f"w-{c}", tagged(work[c][:1], "warm")) for c in range(n_max)))
-    await client(url, "w-seq", tagged(work[0][:1], "warm1"))
-    for n in clients:
-        t0 = time.perf_counter()
-        parts = await asyncio.gather(*(client(url, f"b{n}-{c}", tagged(work[c], f"b{n:02d}")) for c in range(n)))
-        out["clients"][n] = summary([r for p in parts for r in p], time.perf_counter() - t0)
-    t0 = time.perf_counter()  # the largest run's requests, one at a time, session after session
-    seq = [r for c in range(max(clients)) for r in await client(url, f"s-{c}", tagged(work[c], "seq"))]
-    out["sequential"] = summary(seq, time.perf_counter() - t0)
+    warm = Pool([w[:1] for w in work[:n_max]], "warm")
+    await asyncio.gather(*(client(url, f"w-{c}", warm) for c in range(n_max)))
+    await client(url, "w-seq", Pool(work[:1], "warm1"))
+    stats = await WsConnection.open(url)
+    try:
+        for n in clients:
+            pool = Pool(work, f"b{n:02d}")
+            before = (await stats.query("stats"))["stats"]
+            t0 = time.perf_counter()
+            parts = await asyncio.gather(*(client(url, f"b{n}-{c}", pool) for c in range(n)))
+            wall = time.perf_counter() - t0
+            after = (await stats.query("stats"))["stats"]
+            out["clients"][n] = summary([r for p in parts for r in p], wall, t0, pool.drained, before, after)
+        before = (await stats.query("stats"))["stats"]
+        t0 = time.perf_counter()  # the same pool, one request at a time, session after session
+        pool = Pool(work, "seq")
+        seq = await client(url, "seq", pool)
+        wall = time.perf_counter() - t0
+        after = (await stats.query("stats"))["stats"]
+        out["sequential"] = summary(seq, wall, t0, pool.drained, before, after)
+    finally:
+        await stats.close()
     return out
 
 
@@ -175,7 +225,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="model directory or name (default: the embedded model)")
     ap.add_argument("--clients", default="1,2,4,8")
-    ap.add_argument("--requests", type=int, help="completions per client (default 6, quick 2)")
+    ap.add_argument("--sessions", type=int, help="editing sessions in the pool (default 48, quick 24)")
+    ap.add_argument("--requests", type=int, help="completions per session (default 4, quick 2)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, help="torch threads of the daemon")
     ap.add_argument("--dtype", default="auto", help="the daemon's --dtype (auto | float32 | bfloat16)")
@@ -184,14 +235,15 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="unrelated requests, prompt cache off (full prefills)")
     args = ap.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
-    per_client = args.requests or (2 if args.quick else 6)
+    per_session = args.requests or (2 if args.quick else 4)
+    n_sessions = args.sessions or (24 if args.quick else 48)
     model = args.model or default_model()
-    work = sessions(max(clients), per_client, args.seed, args.max_tokens, args.cold)
+    work = sessions(n_sessions, per_session, args.seed, args.max_tokens, args.cold)
     with tempfile.TemporaryDirectory(prefix="llada-bench-") as tmp:
         t_load = time.perf_counter()
         proc, info = start_daemon(model, max(clients), args.threads, Path(tmp), args.cold, args.dtype)
         print(f"daemon {info['url']} model {info['model']} ready in {time.perf_counter() - t_load:.1f} s; "
-              f"{per_client} completions per client, max_tokens {args.max_tokens}, "
+              f"{n_sessions} sessions of {per_session} completions, max_tokens {args.max_tokens}, "
               f"{'cold' if args.cold else 'typing'} scenario", file=sys.stderr)
         try:
             res = asyncio.run(run(str(info["url"]), clients, work))
@@ -199,17 +251,26 @@ def main() -> None:
             proc.terminate()
             proc.wait(30)
     seq = res["sequential"]
-    print(f"{'clients':>7} {'compl/s':>8} {'tok/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'vs seq':>7}")
+    print(f"{'clients':>7} {'compl/s':>8} {'tok/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'vs seq':>7} "
+          f"{'steady':>7} {'batch':>6} {'fwd %':>6}")
+
+    def row(name: str, s: dict, ratio: float) -> str:
+        steady = s.get("steady_throughput", s["throughput"]) / seq["throughput"]
+        return (f"{name:>7} {s['throughput']:8.2f} {s['tokens_per_s']:8.1f} {s['p50_ms']:8.0f} {s['p95_ms']:8.0f} "
+                f"{ratio:7.2f} {steady:7.2f} {s.get('avg_batch', 0):6.2f} {100 * s.get('forward_share', 0):6.0f}")
     for n, s in res["clients"].items():
-        print(f"{n:>7} {s['throughput']:8.2f} {s['tokens_per_s']:8.1f} {s['p50_ms']:8.0f} {s['p95_ms']:8.0f} "
-              f"{s['throughput'] / seq['throughput']:7.2f}")
-    print(f"{'seq':>7} {seq['throughput']:8.2f} {seq['tokens_per_s']:8.1f} {seq['p50_ms']:8.0f} {seq['p95_ms']:8.0f} "
-          f"{1.0:7.2f}   (the {seq['completions']} requests of the largest run, one at a time)")
+        print(row(str(n), s, s["throughput"] / seq["throughput"]))
+    print(row("seq", seq, 1.0) + f"   (the same {seq['completions']} requests, one at a time)")
+    print("vs seq: whole-run throughput over the baseline's; steady: over the part of the run when "
+          "the pool still had sessions for every client; batch: rows per forward; fwd %: share of "
+          "the wall time in forwards")
     n_ref = 8 if 8 in res["clients"] else max(res["clients"])
     final = {"clients": {str(n): {k: round(v, 3) for k, v in s.items()} for n, s in res["clients"].items()},
              "sequential": {k: round(v, 3) for k, v in seq.items()},
              "batched_vs_sequential_at_8": round(res["clients"][n_ref]["throughput"] / seq["throughput"], 3),
-             "model": info["model"], "dtype": args.dtype, "requests_per_client": per_client, "scenario": "cold" if args.cold else "typing",
+             "steady_batched_vs_sequential_at_8": round(res["clients"][n_ref].get("steady_throughput", 0) / seq["throughput"], 3),
+             "threads": args.threads,
+             "model": info["model"], "dtype": args.dtype, "sessions": n_sessions, "requests_per_session": per_session, "scenario": "cold" if args.cold else "typing",
              "device": "cpu"}
     print(json.dumps(final))
 

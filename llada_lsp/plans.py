@@ -97,6 +97,35 @@ def _neighbour(index: LineIndex, row: int, step: int) -> tuple[int, str] | None:
     return None
 
 
+_COMMENT = re.compile(r"\s*(#|//|--)")
+
+
+def _header(index: LineIndex, prev: tuple[int, str], language_id: str) -> tuple[int, str]:
+    """The line that heads `prev`'s body when `prev` ends a docstring or comment that opens
+    that body (a docstring or comments right under `def f():`); else `prev` itself."""
+    row, line = prev
+    ind = len(indentation(line))
+    start = row
+    s = line.strip()
+    if language_id == "python" and s.endswith(('"""', "'''")):
+        q = s[-3:]
+        if not (s.startswith(q) and len(s) >= 6):
+            start = next((r for r in range(row - 1, max(-1, row - 80), -1)
+                          if q in index.line_text(r)), -1)
+            if start < 0 or not index.line_text(start).strip().startswith(q):
+                return prev
+    elif not _COMMENT.match(line):
+        return prev
+    while start > 0 and _COMMENT.match(index.line_text(start - 1)) and \
+            len(indentation(index.line_text(start - 1))) == ind:
+        start -= 1
+    head = _neighbour(index, start, -1)
+    if head is not None and opens_block(head[1], language_id) and \
+            len(indentation(head[1])) < ind:
+        return head
+    return prev
+
+
 def choose_kind(text: str, offset: int, language_id: str, tree: Any = None,
                 index: LineIndex | None = None) -> tuple[Kind, str, str, bool]:
     """(kind, reason, body indent, starts_new_line) at `offset`."""
@@ -133,6 +162,8 @@ def choose_kind(text: str, offset: int, language_id: str, tree: Any = None,
         return "line", "finishing the line", indentation(left), False
     prev = _neighbour(index, row, -1)
     nxt = _neighbour(index, row, 1)
+    if prev is not None and not opens_block(prev[1], language_id):
+        prev = _header(index, prev, language_id)  # look past a docstring that opens the body
     if prev is not None and opens_block(prev[1], language_id):
         base = indentation(prev[1])
         body_empty = nxt is None or len(indentation(nxt[1])) <= len(base) or (

@@ -14,6 +14,7 @@ OPEN_TO_CLOSE = {"(": ")", "[": "]", "{": "}"}
 CLOSE_TO_OPEN = {v: k for k, v in OPEN_TO_CLOSE.items()}
 _CLOSER_LINE = re.compile(r"^[\s)\]}]*[)\]}][\s)\]};,]*$|^\s*end\b[\s)]*$")
 _CHAR_REPEAT = re.compile(r"(.{1,4}?)\1{7,}", re.S)
+_STRAY_CLOSER = re.compile(r'"""|\'\'\'|[)\]}]+[,;]?')
 
 
 @dataclass(frozen=True)
@@ -142,11 +143,25 @@ def _repeats_neighbours(text: str, spec: Spec) -> str | None:
     return None
 
 
+def _drop_echoed_closer(text: str, spec: Spec) -> str:
+    """At the start of a fresh line, a first line that only repeats how the line above ends
+    (a docstring's closing quotes, a closing bracket) is the model echoing it: drop it."""
+    if spec.kind == "line" or spec.left.strip():
+        return text
+    first, sep, rest = text.partition("\n")
+    closer = first.strip()
+    if sep and _STRAY_CLOSER.fullmatch(closer) and spec.line_above.rstrip().endswith(closer) \
+            and rest.strip():
+        return rest.lstrip(" \t\n")
+    return text
+
+
 def clean(raw: str, spec: Spec) -> tuple[str, str]:
     """(suggestion, note). An empty suggestion means: show nothing (note says why)."""
     text = raw.replace("\r\n", "\n")
     if spec.left and not spec.left.strip():  # the cursor sits after the indentation
         text = text.lstrip(" \t")
+    text = _drop_echoed_closer(text, spec)
     text = cut_at_stop(text, spec)
     text = balance_brackets(text, spec)
     text = _cut_repetition(text)
@@ -165,9 +180,6 @@ def clean(raw: str, spec: Spec) -> tuple[str, str]:
     if why is not None:
         return "", why
     return text, "" if text == raw else "trimmed"
-
-
-_STRAY_CLOSER = re.compile(r'"""|\'\'\'|[)\]}]+[,;]?')
 
 
 def syntax_trim(text: str, adds_error: object) -> tuple[str, str]:

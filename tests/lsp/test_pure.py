@@ -141,6 +141,25 @@ def test_plan_kinds_python() -> None:
     assert _kind("x = 1  # note that", "# note ", "python") == "line"  # inside a comment
 
 
+def test_plan_kind_looks_past_a_docstring_or_comment_that_opens_the_body() -> None:
+    """A function whose body is only its docstring (or a comment) is still an empty body:
+    ask for a block that ends at the dedent, not for statements that end at a blank line."""
+    one = 'def f(x):\n    """Double x."""\n    \n\n\ndef g():\n    pass\n'
+    assert _kind(one, '"""Double x."""\n    ', "python") == "block"
+    multi = 'def f(x):\n    """Double x.\n\n    More.\n    """\n    \n\nx = 1\n'
+    assert _kind(multi, '    """\n    ', "python") == "block"
+    comment = "def f(x):\n    # todo\n    # later\n    \n"
+    assert _kind(comment, "# later\n    ", "python") == "block"
+    # a body with statements after the docstring: statements; a module docstring: no header
+    busy = 'def f(x):\n    """Doc."""\n    \n    return x\n'
+    assert _kind(busy, '"""Doc."""\n    ', "python") == "statements"
+    module = '"""Module."""\n\n\nimport os\n'
+    assert _kind(module, '"""Module."""\n', "python") == "statements"
+    # a string that merely ends a statement is not a docstring
+    assign = 'def f():\n    x = """a\n    b"""\n    \n'
+    assert _kind(assign, 'b"""\n    ', "python") == "statements"
+
+
 def test_plan_kinds_braces() -> None:
     assert _kind((DATA / "queue.ts").read_text(), "size(): number {\n    ", "typescript") \
         == "block"
@@ -278,6 +297,21 @@ def test_syntax_trim_drops_a_stray_closing_line() -> None:
     assert syntax_trim('"""\n    return x * 2', check) == ("return x * 2", "dropped a stray closing line")
     assert syntax_trim('"""\n    return (x *', check) == ("", "adds a parse error")
     assert syntax_trim('x = """\n    return x', check)[0] != "return x"  # not a bare closer
+
+
+def test_clean_drops_an_echo_of_the_line_above_ending() -> None:
+    """At a fresh line under a docstring, a first line that only repeats its closing quotes
+    (the model echoing them) goes, and what follows it is the suggestion."""
+    spec = _spec(kind="block", left="    ", indent="    ", line_above='    """Double x."""',
+                 suffix="\n\n\ndef g():\n    pass\n")
+    assert clean('"""\n    return x * 2', spec)[0] == "return x * 2"
+    assert clean('"""\n\n    y = x\n    return y', spec)[0] == "y = x\n    return y"
+    assert clean('"""', spec)[0] == '"""'  # nothing after it: left to the syntax check
+    other = _spec(kind="block", left="    ", indent="    ", line_above="    x = f(a)",
+                  suffix="\n")
+    assert clean('"""\n    return x', other)[0] == '"""\n    return x'  # not an echo
+    line = _spec(kind="line", left="    ", line_above='    """Doc."""', suffix="\n")
+    assert clean('"""', line)[0] == '"""'  # single-line kind: untouched
 
 
 # -- cache and type-through ---------------------------------------------------------------------
