@@ -15,10 +15,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine.model import ModelConfig, Transformer
+from engine.model_path import EMBEDDED_DIR
+
+__all__ = ["EMBEDDED_DIR", "load_checkpoint", "load_config", "save_checkpoint"]
 
 MODEL_TYPE = "llada_lsp"
 WEIGHT_PREFIX = "model."
-EMBEDDED_DIR = Path(__file__).with_name("checkpoints") / "tiny-code"
 
 
 def save_checkpoint(model: Transformer, out: Path, tokenizer_json: Path | None = None,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,9 @@ from torch import Tensor, nn
 from engine.adapters import find_family, known_model_types
 from engine.adapters.common import AdapterModel
 from engine.model import ModelConfig, SpecialTokens
+from engine.model_path import ModelNotFoundError, resolve
+
+__all__ = ["LoadedModel", "ModelNotFoundError", "load_model", "resolve", "resolve_dtype"]
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +36,6 @@ MASK_NAMES = ("<|mask|>", "<|mdm_mask|>", "<mask>", "[MASK]")
 FIM_NAMES = {"fim_prefix": ("<|fim_prefix|>", "<fim_prefix>"), "fim_suffix": ("<|fim_suffix|>", "<fim_suffix>"),
              "fim_middle": ("<|fim_middle|>", "<fim_middle>")}
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """The model is neither a local checkpoint directory nor in the local HF cache."""
 
 
 @dataclass
@@ -52,32 +50,6 @@ class LoadedModel:
     @property
     def config(self) -> ModelConfig:
         return self.model.config  # type: ignore[return-value]
-
-
-def resolve(model: str | Path) -> Path:
-    """A checkpoint directory: `model` itself, or its snapshot in the local HF cache."""
-    p = Path(model).expanduser()
-    if p.is_dir():
-        if not (p / "config.json").exists():
-            raise ModelNotFoundError(f"{p} is a directory but holds no config.json: not a model checkpoint")
-        return p
-    os.environ["HF_HUB_OFFLINE"] = "1"  # never touch the network, here or in transformers
-    from huggingface_hub import constants, snapshot_download
-
-    name = str(model)
-    try:
-        snap = Path(snapshot_download(repo_id=name, local_files_only=True))
-    except (FileNotFoundError, ValueError, OSError) as e:
-        raise ModelNotFoundError(
-            f"model {name!r} not found: it is not a local directory and not in the local Hugging Face "
-            f"cache ({constants.HF_HUB_CACHE}). Models are never downloaded at run time; download it "
-            f"once with `hf download {name}` (or `huggingface-cli download {name}`), point HF_HOME / "
-            f"HF_HUB_CACHE at the cache that holds it, or pass --model /path/to/checkpoint-dir ({e.__class__.__name__})."
-        ) from None
-    if not (snap / "config.json").exists():
-        raise ModelNotFoundError(f"cached snapshot {snap} of {name!r} has no config.json: download it again "
-                                 f"with `hf download {name}`")
-    return snap
 
 
 # -- special ids ---------------------------------------------------------------------------

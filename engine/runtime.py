@@ -24,19 +24,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from engine import model_path
+
 RUNTIME_NAME = "engine.json"
 LOCK_NAME = "engine.lock"
 TOKEN_NAME = "token"
 LOG_NAME = "engine.log"
-EMBEDDED_DIR = Path(__file__).with_name("checkpoints") / "tiny-code"
+EMBEDDED_DIR = model_path.EMBEDDED_DIR
 
 
 class DaemonError(RuntimeError):
     """The daemon could not be found, started or stopped."""
 
 
-class ModelNotFound(FileNotFoundError):
-    """A model name or path that resolves to nothing on this machine."""
+ModelNotFound = model_path.ModelNotFoundError
 
 
 # -- files ---------------------------------------------------------------------------------------
@@ -137,51 +138,7 @@ def file_lock(path: Path, timeout: float) -> Iterator[None]:
 
 
 # -- models --------------------------------------------------------------------------------------
-def hf_cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]) / "hub"
-    base = Path(os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")))
-    return base / "huggingface" / "hub"
-
-
-def resolve_model(spec: str | None) -> Path:
-    """A model directory from a local path, "embedded" (the default: $LLADA_MODEL or the
-    packaged checkpoint), a packaged checkpoint name, or a Hugging Face repo id found in the
-    local cache. Never downloads; a miss says what to download and where."""
-    if not spec or spec == "embedded":
-        d = Path(os.environ.get("LLADA_MODEL") or EMBEDDED_DIR)
-        if not (d / "config.json").exists():
-            raise ModelNotFound(f"the embedded model is missing at {d} (no config.json): reinstall llada-lsp, "
-                                "set LLADA_MODEL to a model directory, or pass --model PATH")
-        return d
-    p = Path(spec).expanduser()
-    if p.exists():
-        if not (p / "config.json").exists():
-            raise ModelNotFound(f"{p} is not a model directory (config.json missing)")
-        return p
-    packaged = EMBEDDED_DIR.parent / spec
-    if "/" not in spec and (packaged / "config.json").exists():
-        return packaged
-    looks_like_path = spec.startswith((".", "/", "~")) or spec.count("/") != 1
-    if looks_like_path:
-        raise ModelNotFound(f"model {spec!r}: no such directory")
-    cache = hf_cache_dir()
-    repo = cache / ("models--" + spec.replace("/", "--"))
-    snap = None
-    ref = repo / "refs" / "main"
-    if ref.exists():
-        snap = repo / "snapshots" / ref.read_text().strip()
-    elif (repo / "snapshots").is_dir():
-        snaps = sorted((repo / "snapshots").iterdir(), key=lambda q: q.stat().st_mtime)
-        snap = snaps[-1] if snaps else None
-    if snap is None or not (snap / "config.json").exists():
-        raise ModelNotFound(
-            f"model {spec!r} is not in the local Hugging Face cache ({cache}); the engine never downloads "
-            f"at run time. Download it first: `huggingface-cli download {spec}` (it is stored under {repo}), "
-            "or pass a local model directory to --model.")
-    return snap
+resolve_model = model_path.resolve  # one resolver for the daemon, the CLI and the loader
 
 
 # -- probing, auto-start, stop --------------------------------------------------------------------
