@@ -58,17 +58,20 @@ class Demo:
         self.refines: dict[str, list[tuple[float, dict[str, Any]]]] = {}
         self.stats: dict[str, dict[str, Any]] = {}
         self.ready = asyncio.Event()
+        self.changed = asyncio.Event()  # a refinement or stats notification arrived
         self.status = ""
 
         @self.client.feature("llada/refine")
         def _refine(ls: Any, params: Any) -> None:
             p = _plain(params)
             self.refines.setdefault(p["completionId"], []).append((time.perf_counter(), p))
+            self.changed.set()
 
         @self.client.feature("llada/stats")
         def _stats(ls: Any, params: Any) -> None:
             p = _plain(params)
             self.stats[p["completionId"]] = p
+            self.changed.set()
 
         @self.client.feature("llada/status")
         def _status(ls: Any, params: Any) -> None:
@@ -111,7 +114,7 @@ class Demo:
         self.say(f"--- {line + 1}:{col + 1}  first draft after {first_ms:.0f} ms:")
         self.say(_indent(text))
         deadline = time.monotonic() + timeout
-        seen = 0
+        seen, final_at = 0, 0.0
         while time.monotonic() < deadline:
             got = self.refines.get(cid, [])
             for when, p in got[seen:]:
@@ -122,12 +125,17 @@ class Demo:
                 if p["edits"]:
                     self.say(_indent(p["text"]))
                 if p["final"]:
-                    seen = -1
-                    break
-            if seen == -1:
-                break
+                    final_at = final_at or time.monotonic()
             seen = len(got)
-            await asyncio.sleep(0.01)
+            # the stats notification follows the final refinement; give it a moment
+            if final_at and (cid in self.stats or time.monotonic() - final_at > 2.0):
+                break
+            self.changed.clear()
+            wait = min(deadline, final_at + 2.0 if final_at else deadline) - time.monotonic()
+            try:
+                await asyncio.wait_for(self.changed.wait(), max(0.0, wait))
+            except TimeoutError:
+                continue
         st = self.stats.get(cid)
         if st:
             reuse = st["reusedTokens"] / max(1, st["reusedTokens"] + st["prefillTokens"])
