@@ -32,7 +32,7 @@ def save_checkpoint(model: Transformer, out: Path, tokenizer_json: Path | None =
     for name, t in model.state_dict().items():
         if model.config.tie_embeddings and name == "output.weight":
             continue
-        state[WEIGHT_PREFIX + name] = t.detach().to(dtype).contiguous()
+        state[WEIGHT_PREFIX + name] = t.detach().to("cpu", dtype).contiguous()
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     if tokenizer_json is not None and tokenizer_json.resolve() != (out / "tokenizer.json").resolve():
         shutil.copyfile(tokenizer_json, out / "tokenizer.json")

@@ -130,12 +130,16 @@ def encode_example(tok: Tokenizer, sp: SpecialTokens, ex: Example, block: int,
     return Encoded(ids + mid, len(ids), len(mid))
 
 
+MAX_PREFIX, MAX_SUFFIX, MAX_MIDDLE = 320, 128, 96  # tokens of an example's parts
+MAX_POSITIONS = MAX_PREFIX + MAX_SUFFIX + MAX_MIDDLE + 16  # with the markers and end padding
+
+
 class ExampleStream:
     """Endless, seeded stream of encoded examples from a list of texts."""
 
     def __init__(self, texts: list[str], weights: list[float], tok: Tokenizer, sp: SpecialTokens,
-                 block: int, seed: int, max_prefix: int = 320, max_suffix: int = 128,
-                 max_middle: int = 96) -> None:
+                 block: int, seed: int, max_prefix: int = MAX_PREFIX, max_suffix: int = MAX_SUFFIX,
+                 max_middle: int = MAX_MIDDLE) -> None:
         self.texts, self.weights, self.tok, self.sp, self.block = texts, weights, tok, sp, block
         self.rng = random.Random(seed)
         self.parser = Parser(PY)

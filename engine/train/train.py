@@ -10,6 +10,7 @@ block-diffusion loss on noisy copies of the middle blocks. Deterministic from --
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -24,7 +25,8 @@ from engine.checkpoint import save_checkpoint
 from engine.model import ModelConfig, Transformer, preset
 from engine.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.corpus import read_text, split
-from engine.train.data import Batch, Encoded, ExampleStream, make_batch
+from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, make_batch
+from engine.train.parallel import ParallelStream
 
 
 def load_texts() -> tuple[list[str], list[float], list[str]]:
@@ -44,6 +46,14 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
         return peak * (step + 1) / warmup
     frac = min(1.0, (step - warmup) / max(1, total - warmup))
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def to_device(b: Batch, dev: torch.device) -> Batch:
+    if dev.type == "cpu":
+        return b
+    moved = {f.name: getattr(b, f.name).to(dev, non_blocking=True) for f in dataclasses.fields(b)
+             if isinstance(getattr(b, f.name), torch.Tensor)}
+    return dataclasses.replace(b, **moved)
 
 
 def losses(model: Transformer, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,10 +88,15 @@ def main() -> None:
     ap.add_argument("--init-from", type=Path, help="start from a checkpoint directory's weights "
                     "(e.g. the committed engine/checkpoints/tiny-code), with a fresh optimizer")
     ap.add_argument("--data-seed", type=int, help="seed of the example stream (default: --seed)")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
+    ap.add_argument("--data-workers", type=int, default=0, help="processes preparing examples (0: the "
+                    "trainer's own; a GPU run needs several: see engine/train/parallel.py)")
     args = ap.parse_args()
     from engine.loader import cpu_has_bf16_matmul
 
-    if args.bf16 and not cpu_has_bf16_matmul():
+    dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                       "cpu" if args.device == "auto" else args.device)
+    if args.bf16 and dev.type == "cpu" and not cpu_has_bf16_matmul():
         ap.error("--bf16 needs a CPU that multiplies bfloat16 natively (AMX); on this one it is "
                  "~20x slower than float32 (measured: 55 s a step against 2-3 s). Drop --bf16.")
     torch.set_num_threads(args.threads)
@@ -89,6 +104,8 @@ def main() -> None:
     tok = load_tokenizer(args.tokenizer)
     sp = special_tokens_of(tok)
     cfg: ModelConfig = preset(args.preset, vocab_size=tok.get_vocab_size(), special=sp)
+    if cfg.max_seq_len < MAX_POSITIONS:  # the rotary tables must cover every example
+        cfg = dataclasses.replace(cfg, max_seq_len=MAX_POSITIONS)
     model = Transformer(cfg)
     model.init_weights(args.seed)
     if args.init_from is not None:
@@ -96,6 +113,7 @@ def main() -> None:
 
         model.load_state_dict(load_checkpoint(args.init_from).state_dict())
         print(f"initialised from {args.init_from}")
+    model.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     texts, weights, held_texts = load_texts()
     data_seed = args.seed if args.data_seed is None else args.data_seed
@@ -108,13 +126,15 @@ def main() -> None:
     step, tokens = 0, 0
     state_path = args.out / "state.pt"
     if args.resume and state_path.exists():
-        st = torch.load(state_path, weights_only=False)
+        st = torch.load(state_path, weights_only=False, map_location=dev)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, tokens = st["step"], st["tokens"]
         stream.rng.setstate(st["data_rng"])
         noise.set_state(st["noise_rng"])
         print(f"resumed at step {step}")
+    par = ParallelStream(texts, weights, tok, sp, cfg.block_size, data_seed, args.batch,
+                         args.data_workers, step) if args.data_workers > 0 else None
     log = (args.out / "log.jsonl").open("a")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params / 1e6:.2f}M, train texts {len(texts)}, held-out texts {len(held_texts)}")
@@ -123,11 +143,11 @@ def main() -> None:
     while step < args.steps:
         model.train()
         diffusion = step >= args.ar_steps
-        rows = [stream.next() for _ in range(args.batch)]
-        b = make_batch(rows, sp, cfg.vocab_size, cfg.block_size, noise, diffusion)
+        rows = par.next_batch() if par is not None else [stream.next() for _ in range(args.batch)]
+        b = to_device(make_batch(rows, sp, cfg.vocab_size, cfg.block_size, noise, diffusion), dev)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
             ar, diff = losses(model, b)
         loss = ar + diff
         opt.zero_grad(set_to_none=True)
@@ -143,8 +163,8 @@ def main() -> None:
         if step % args.eval_every == 0 or step == args.steps:
             model.eval()
             with torch.no_grad():
-                hb = make_batch(held_rows, sp, cfg.vocab_size, cfg.block_size,
-                                torch.Generator().manual_seed(held_noise_seed), True)
+                hb = to_device(make_batch(held_rows, sp, cfg.vocab_size, cfg.block_size,
+                                          torch.Generator().manual_seed(held_noise_seed), True), dev)
                 har, hdiff = losses(model, hb)
             rec |= {"held_ar": round(har.item(), 4), "held_diff": round(hdiff.item(), 4)}
         log.write(json.dumps(rec) + "\n")
@@ -156,6 +176,8 @@ def main() -> None:
             save_checkpoint(model, args.out / "latest", args.tokenizer / "tokenizer.json")
             save_checkpoint(model, args.out / f"snap-{step:06d}", args.tokenizer / "tokenizer.json")
     bar.close()
+    if par is not None:
+        par.close()
 
 
 if __name__ == "__main__":
