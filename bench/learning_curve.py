@@ -30,13 +30,16 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=1, help="evaluate every k-th snapshot")
     ap.add_argument("--plot", default="")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--offset-steps", type=int, default=0, help="steps of earlier runs of the chain "
+                    "that are not given (their directories are gone; the model card lists them)")
+    ap.add_argument("--offset-tokens", type=float, default=0.0, help="their tokens, e.g. 21.73e6")
     args = ap.parse_args()
     from engine.service import TextEngine
 
     tasks = [t for t in make_tasks(args.tasks, seed=1) if t.kind == "single_line"]
     log: list[dict] = []
     curve = []
-    step0 = tokens0 = 0
+    step0, tokens0 = args.offset_steps, int(args.offset_tokens)
     for run in args.runs:
         run_log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
         for r in run_log:
