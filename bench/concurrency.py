@@ -44,6 +44,8 @@ class Result:
     tokens: int
     reason: str
     end: float = 0.0  # time.perf_counter() at its done event
+    prefill: int = 0  # prompt tokens this request fed (not found in the prompt cache)
+    reused: int = 0  # prompt tokens restored from the prompt cache
 
 
 Task = tuple[str, str, Plan]  # prefix, suffix, plan
@@ -134,7 +136,9 @@ async def one(conn: WsConnection, rid: str, doc: str, task: Task) -> Result:
     ms = (time.perf_counter() - t0) * 1000
     if last is None or last.kind != "done":
         raise RuntimeError(f"request {rid} failed: {last}")
-    return Result(ms, int((last.stats or {}).get("tokens", 0)), str(last.reason), time.perf_counter())
+    st = last.stats or {}
+    return Result(ms, int(st.get("tokens", 0)), str(last.reason), time.perf_counter(),
+                  int(st.get("prefill_tokens", 0)), int(st.get("reused_tokens", 0)))
 
 
 class Pool:
@@ -175,7 +179,8 @@ def summary(results: list[Result], wall: float, t0: float = 0.0, drained: float 
     lat = sorted(r.latency_ms for r in results)
     p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
     out = {"throughput": len(results) / wall, "tokens_per_s": sum(r.tokens for r in results) / wall,
-           "p50_ms": statistics.median(lat), "p95_ms": p95, "completions": len(results), "wall_s": wall}
+           "p50_ms": statistics.median(lat), "p95_ms": p95, "completions": len(results), "wall_s": wall,
+           "prompt_reuse": sum(r.reused for r in results) / max(1, sum(r.reused + r.prefill for r in results))}
     if drained > t0:
         out["steady_throughput"] = sum(1 for r in results if r.end <= drained) / (drained - t0)
     if before is not None and after is not None:
@@ -252,18 +257,19 @@ def main() -> None:
             proc.wait(30)
     seq = res["sequential"]
     print(f"{'clients':>7} {'compl/s':>8} {'tok/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'vs seq':>7} "
-          f"{'steady':>7} {'batch':>6} {'fwd %':>6}")
+          f"{'steady':>7} {'batch':>6} {'fwd %':>6} {'reuse':>6}")
 
     def row(name: str, s: dict, ratio: float) -> str:
         steady = s.get("steady_throughput", s["throughput"]) / seq["throughput"]
         return (f"{name:>7} {s['throughput']:8.2f} {s['tokens_per_s']:8.1f} {s['p50_ms']:8.0f} {s['p95_ms']:8.0f} "
-                f"{ratio:7.2f} {steady:7.2f} {s.get('avg_batch', 0):6.2f} {100 * s.get('forward_share', 0):6.0f}")
+                f"{ratio:7.2f} {steady:7.2f} {s.get('avg_batch', 0):6.2f} {100 * s.get('forward_share', 0):6.0f} {s['prompt_reuse']:6.2f}")
     for n, s in res["clients"].items():
         print(row(str(n), s, s["throughput"] / seq["throughput"]))
     print(row("seq", seq, 1.0) + f"   (the same {seq['completions']} requests, one at a time)")
     print("vs seq: whole-run throughput over the baseline's; steady: over the part of the run when "
           "the pool still had sessions for every client; batch: rows per forward; fwd %: share of "
-          "the wall time in forwards")
+          "the wall time in forwards; reuse: share of prompt tokens restored from the prompt cache "
+          "(the rest is prefilled, which batching cannot speed up on a compute-bound CPU)")
     n_ref = 8 if 8 in res["clients"] else max(res["clients"])
     final = {"clients": {str(n): {k: round(v, 3) for k, v in s.items()} for n, s in res["clients"].items()},
              "sequential": {k: round(v, 3) for k, v in seq.items()},

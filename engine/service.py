@@ -28,6 +28,7 @@ from engine.policies import Policy, make_policy
 from engine.prompt_cache import PromptCache
 from engine.stops import cut_text, stop_index
 from engine.tokenizer import load_tokenizer
+from engine.window import char_window, token_window
 
 DEFAULT_MAX_PROMPT = 448  # the embedded model trained on <= 128 suffix + 320 prefix tokens
 SUFFIX_SHARE = 0.28
@@ -108,11 +109,12 @@ class TextEngine:
         """Prompt ids and (for bidirectional models) the suffix ids that follow the masked
         middle, trimmed to the budget; plus token healing's backed-off text and allowed set."""
         sp = self.sp
-        pre = self.tok.encode(prefix[-self.max_prompt_tokens * 6:]).ids if prefix else []
+        # the prefix's cuts move in quanta (engine.window): typing keeps the prompt's start
+        pre = self.tok.encode(char_window(prefix, self.max_prompt_tokens * 6)).ids if prefix else []
         suf = self.tok.encode(suffix[: self.max_prompt_tokens * 6]).ids if suffix else []
         budget = self.max_prompt_tokens - 3
         suf = suf[: max(0, min(len(suf), int(budget * SUFFIX_SHARE)))]
-        pre = pre[-(budget - len(suf)):] if budget - len(suf) > 0 else []
+        pre = token_window(pre, budget - len(suf))
         partial, allowed = "", None
         if heal and pre:
             # back off the trailing word fragment (up to 3 tokens) if some token extends it

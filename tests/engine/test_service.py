@@ -83,3 +83,22 @@ def test_token_healing_extends_a_partial_word(eng: TextEngine) -> None:
     assert all(eng.healing.texts[i].startswith(" ret") for i in allowed.nonzero().flatten().tolist())
     text = list(eng.complete(CompletionRequest("h", "h", "def f(x):\n    ret", "\n", Plan(max_tokens=8, stop="line"))))[-1].text
     assert not text.startswith("ret")  # the healed part is not repeated
+
+
+def test_typing_deep_in_a_long_file_keeps_the_prompt_start(eng: TextEngine) -> None:
+    """Past the prompt budget the prefix is cut from the left; the cut must not move with
+    every keystroke, or the prompt cache misses everything after the suffix."""
+    from engine.prompt_cache import common_prefix
+
+    text = (Path(__file__).resolve().parents[2] / "engine" / "service.py").read_text()
+    at = len(text) * 2 // 3
+    typed = "        result = [word.strip() for word in words if word]\n        return result\n"
+    prev: list[int] | None = None
+    shared = []
+    for k in range(len(typed)):  # one keystroke at a time; the text after the cursor stays
+        ids, _, _ = eng.encode(text[:at] + typed[:k], text[at:], heal=False)
+        assert len(ids) <= eng.max_prompt_tokens
+        if prev is not None:
+            shared.append(common_prefix(prev, ids) / len(prev))
+        prev = ids
+    assert sum(s > 0.95 for s in shared) >= len(shared) - 2  # at most a window jump or two
