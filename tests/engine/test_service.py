@@ -102,3 +102,20 @@ def test_typing_deep_in_a_long_file_keeps_the_prompt_start(eng: TextEngine) -> N
             shared.append(common_prefix(prev, ids) / len(prev))
         prev = ids
     assert sum(s > 0.95 for s in shared) >= len(shared) - 2  # at most a window jump or two
+
+
+def test_healing_finds_exactly_the_tokens_that_extend_a_partial_word(eng: TextEngine) -> None:
+    texts = [eng.tok.decode([i]) for i in range(eng.tok.get_vocab_size())]
+    n_special = 1 + max(v for v in eng.sp.__dict__.values() if v < len(texts))
+    for partial in [" re", "ret", "self", " ", "zzzzq", "_", " sorted", "\n   "]:
+        want = [i >= n_special and t.startswith(partial) for i, t in enumerate(texts)]
+        longer = any(w and len(t) > len(partial) for w, t in zip(want, texts, strict=True))
+        got = eng.healing.allowed(partial)
+        if not longer:
+            assert got is None, partial
+        else:
+            assert got is not None and got.tolist() == want, partial
+    assert eng.healing.allowed(" re") is eng.healing.allowed(" re")  # cached
+    for k in range(eng.healing.MAX_CACHED + 10):
+        eng.healing.allowed(f"x{k}")
+    assert len(eng.healing._cache) == eng.healing.MAX_CACHED  # bounded
