@@ -18,7 +18,7 @@ def test_char_window_is_bounded_starts_at_a_line_and_moves_in_quanta() -> None:
         assert text[:n].endswith(cut) and 0 < len(cut) <= 2000
         assert text[start - 1] == "\n"  # a line start within the first quantum (lines < 256 chars)
         starts.append(start)
-    moves = sum(a != b for a, b in zip(starts, starts[1:]))
+    moves = sum(a != b for a, b in zip(starts, starts[1:], strict=False))
     assert 0 < moves <= (len(text) - 3000) // 256 + 1
     assert starts == sorted(starts)
 
@@ -39,7 +39,7 @@ def test_token_window_fits_the_budget_and_keeps_its_start_while_growing() -> Non
         w = token_window(ids[:n], 100)
         assert 75 < len(w) <= 100 and w == ids[n - len(w):n]
         firsts.append(w[0])
-    changes = sum(a != b for a, b in zip(firsts, firsts[1:]))
+    changes = sum(a != b for a, b in zip(firsts, firsts[1:], strict=False))
     assert changes == (999 - 100) // 25  # one move per quantum (a quarter of the budget)
 
 
