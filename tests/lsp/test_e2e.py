@@ -201,14 +201,17 @@ async def test_cancel_request_gets_request_cancelled(client: Any) -> None:
 async def test_type_through_and_cache_serve_without_engine(client: Any) -> None:
     text = (DATA / "shapes.py.txt").read_text()
     uri = (DATA / "typethrough.py").as_uri()
-    # the empty body first (the file's hole); then mid-line spots, where a weak model often
-    # has little to add
-    candidates = ["def centroid(points: list[Point]) -> Point:\n    ", "        total += ",
-                  "        return math.", "        b = ", "    name = ", "    print("]
+    # the spot this test needs is any suggestion of 2+ characters; a small model has little
+    # to add mid-line, so each indented line in turn has its code blanked out, the cursor
+    # after its indentation (the single-line infill of the decode benchmark)
+    lines = text.split("\n")
+    spots = [k for k, ln in enumerate(lines) if ln.strip() and ln != ln.lstrip()]
     hit = None
-    for needle in candidates:
-        open_doc(client, "shapes.py.txt", "python", uri=uri)
-        pos = position_of(text, needle)
+    for k in spots:
+        ind = len(lines[k]) - len(lines[k].lstrip())
+        open_doc(client, "shapes.py.txt", "python", uri=uri,
+                 text="\n".join(lines[:k] + [lines[k][:ind]] + lines[k + 1:]))
+        pos = t.Position(k, ind)
         res = await inline(client, uri, pos)
         if len(_text(res).strip()) >= 2:
             hit = (pos, _text(res), _cid(res))
