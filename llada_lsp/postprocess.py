@@ -15,6 +15,7 @@ CLOSE_TO_OPEN = {v: k for k, v in OPEN_TO_CLOSE.items()}
 _CLOSER_LINE = re.compile(r"^[\s)\]}]*[)\]}][\s)\]};,]*$|^\s*end\b[\s)]*$")
 _CHAR_REPEAT = re.compile(r"(.{1,4}?)\1{7,}", re.S)
 _STRAY_CLOSER = re.compile(r'"""|\'\'\'|[)\]}]+[,;]?')
+_TERMINAL = re.compile(r"^(return|raise|throw|continue|break)\b")
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,25 @@ def _drop_echoed_closer(text: str, spec: Spec) -> str:
     return text
 
 
+def _cut_unreachable(text: str, spec: Spec) -> str:
+    """Cut the lines after a complete return/raise/throw/continue/break that sit at its
+    indentation or deeper: they can never run (a small model repeats such a line). A line
+    of closing brackets (or `end`) after it closes the scope and is kept."""
+    if spec.kind == "line":
+        return text
+    lines = text.split("\n")
+    first_indent = len(spec.left) if not spec.left.strip() else len(indentation(spec.left))
+    indents = [first_indent] + [len(indentation(ln)) for ln in lines[1:]]
+    for i, line in enumerate(lines):
+        code = (spec.left + line).strip() if i == 0 else line.strip()
+        if not _TERMINAL.match(code) or open_brackets(code) or code.endswith(("\\", ",")):
+            continue
+        nxt = next((j for j in range(i + 1, len(lines)) if lines[j].strip()), None)
+        if nxt is not None and indents[nxt] >= indents[i] and not _CLOSER_LINE.match(lines[nxt]):
+            return "\n".join(lines[: i + 1])
+    return text
+
+
 def clean(raw: str, spec: Spec) -> tuple[str, str]:
     """(suggestion, note). An empty suggestion means: show nothing (note says why)."""
     text = raw.replace("\r\n", "\n")
@@ -165,6 +185,7 @@ def clean(raw: str, spec: Spec) -> tuple[str, str]:
     text = cut_at_stop(text, spec)
     text = balance_brackets(text, spec)
     text = _cut_repetition(text)
+    text = _cut_unreachable(text, spec)
     text = _drop_closer_the_suffix_has(text, spec.suffix)
     if spec.kind != "line":
         text = "\n".join(line.rstrip() for line in text.split("\n")).rstrip()

@@ -238,6 +238,20 @@ def test_clean_dedent_and_blank_line() -> None:
     assert clean("\n    return 1\ndef g():\n    pass", spec_b)[0] == "\n    return 1"
 
 
+def test_clean_cuts_lines_a_return_makes_unreachable() -> None:
+    spec = _spec(kind="block", left="    ", indent="    ", suffix="\n\n\ndef g():\n")
+    # the demo's body: the first line sits after the cursor's indentation
+    assert clean("return x + y\n    return x + y\n    return x + y", spec)[0] == "return x + y"
+    assert clean("x = f()\n    raise ValueError(x)\n    y = 2", spec)[0] == "x = f()\n    raise ValueError(x)"
+    # reachable: what follows a return nested deeper, and a return still open over lines
+    nested = "if a:\n        return 1\n    return 2"
+    assert clean(nested, spec)[0] == nested
+    open_return = "return (\n        a,\n        b)"
+    assert clean(open_return, spec)[0] == open_return
+    js = _spec(kind="block", left="  ", indent="  ", suffix="\n}\n")
+    assert clean("if (a) {\n    break;\n  }\n  throw e;\n  b();", js)[0] == "if (a) {\n    break;\n  }\n  throw e;"
+
+
 def test_clean_drops_repeats() -> None:
     spec = _spec(kind="line", left="    ", line_above="    total = 0", suffix="\n    return 1\n")
     assert clean("total = 0", spec) == ("", "repeats the line above")
