@@ -15,8 +15,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.api import CompletionRequest, Plan
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _position(text: str, line: int, col: int | None) -> int:
@@ -74,6 +78,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return _serve(args, model_dir, token, register)
 
 
+def default_cpu_threads(cores: int, dtype: torch.dtype) -> int:
+    """The daemon's torch threads on the CPU when `--threads` is not given. float32 forwards
+    are compute-bound and use every core (on 2 AVX2 cores, 2 threads served 1.3x more than 1,
+    batched and one at a time); bfloat16 on AMX is fast enough that threads sharing a core
+    with the event loop stall at every barrier, so one core is left to it (on 2 cores, 1
+    thread served ~1.4x more)."""
+    import torch
+
+    return max(1, cores if dtype == torch.float32 else cores - 1)
+
+
 def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, register: bool) -> int:
     import asyncio
     import logging
@@ -93,19 +108,17 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.threads is None and args.device == "cpu":
-        import torch
-
-        # leave a core to the event loop and the editors: intra-op threads that share their
-        # cores stall at every barrier (measured on 2 cores: 1 thread serves ~1.4x more)
-        args.threads = max(1, torch.get_num_threads() - 1)
     try:
         limits = {"max_prompt_tokens": args.max_prompt_tokens} if args.max_prompt_tokens else {}
         from engine.loader import resolve_dtype
 
+        dtype = resolve_dtype(args.dtype, args.device)
+        if args.threads is None and args.device == "cpu":
+            import torch
+
+            args.threads = default_cpu_threads(torch.get_num_threads(), dtype)
         engine = TextEngine(model_dir, mode=args.mode, device=args.device, threads=args.threads,
-                            trust_remote_code=args.trust_remote_code,
-                            dtype=resolve_dtype(args.dtype, args.device), **limits)
+                            trust_remote_code=args.trust_remote_code, dtype=dtype, **limits)
     except (OSError, ValueError) as e:
         bar.close()
         print(f"llada-engine: cannot load the model at {model_dir}: {e}", file=sys.stderr)
@@ -199,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--token-file", help="file holding the clients' token (created with a random one if missing)")
     s.add_argument("--mode", default="speedy", help="default preset: speedy | quality | a policy preset")
     s.add_argument("--device", default="cpu", help="cpu | cuda | auto")
-    s.add_argument("--threads", type=int, help="torch CPU threads (default on the CPU: all cores but one)")
+    s.add_argument("--threads", type=int, help="torch CPU threads (default on the CPU: all cores for float32, all but one for bfloat16)")
     s.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: bfloat16 on "
                    "a GPU or a CPU with AMX, where batched forwards gain most; float32 elsewhere)")
     s.add_argument("--max-batch", type=int, default=8, help="concurrent requests (cache rows); more get busy")

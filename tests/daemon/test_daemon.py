@@ -231,3 +231,14 @@ def test_non_loopback_needs_a_token(tiny_model_dir: Path, tmp_path: Path) -> Non
     r = engine_cli(env, "serve", "--model", str(tiny_model_dir), "--host", "0.0.0.0")
     assert r.returncode == 2 and "token" in r.stderr
 
+
+
+def test_default_cpu_threads_use_every_core_for_float32_and_leave_one_for_bfloat16() -> None:
+    import torch
+
+    from engine.cli import default_cpu_threads
+
+    assert default_cpu_threads(2, torch.float32) == 2
+    assert default_cpu_threads(2, torch.bfloat16) == 1
+    assert default_cpu_threads(16, torch.bfloat16) == 15
+    assert default_cpu_threads(1, torch.bfloat16) == 1
