@@ -26,7 +26,14 @@ from llada_lsp.engine_client import EngineClient, EngineJob
 from llada_lsp.options import Options
 from llada_lsp.plans import InfillPlan, make_plan
 from llada_lsp.positions import Encoding
-from llada_lsp.postprocess import Spec, clean, open_brackets, raw_spans, syntax_trim
+from llada_lsp.postprocess import (
+    Spec,
+    clean,
+    open_brackets,
+    raw_spans,
+    remask_can_help,
+    syntax_trim,
+)
 from llada_lsp.reporting import Reporter
 from llada_lsp.speculation import Speculator
 from llada_lsp.syntax import adds_error, error_spans
@@ -183,8 +190,10 @@ class CompletionService:
                      until_done: bool) -> Settled | str:
         """Drive `job` to a text worth showing: its first complete draft (its final text with
         `until_done`) that adds no parse error. A final text that still adds one has the
-        error's tokens re-masked (up to `syntax_remask_passes` engine passes); after that it
-        is trimmed to the longest prefix that parses. A string result says why nothing."""
+        error's tokens re-masked (up to `syntax_remask_passes` engine passes, while a pass may
+        help: not when the error covers all of it, nor after a pass that changed nothing);
+        after that it is trimmed to the longest prefix that parses. A string result says why
+        nothing."""
         passes = 0
         bad: tuple[str, EngineJob, EngineEvent] | None = None
         while True:
@@ -213,7 +222,8 @@ class CompletionService:
                 if spans and not done:
                     continue  # the engine's own edits may fix it; else remask at the end
                 req.engine_ms += (t_ev - job.submitted_at) * 1000
-                if spans and passes < self.options.syntax_remask_passes:
+                if spans and passes < self.options.syntax_remask_passes \
+                        and remask_can_help(text, spans, bad[0] if bad is not None else None):
                     nxt = self.engine.remask(job, raw_spans(ev.text, text, spans))
                     if nxt is not None:
                         passes += 1

@@ -243,3 +243,17 @@ def raw_spans(raw: str, cleaned: str, spans: list[tuple[int, int]]) -> list[tupl
         if s < e:
             out.append((pos[s], pos[e - 1] + 1))
     return out
+
+
+def remask_can_help(text: str, spans: list[tuple[int, int]], previous: str | None = None) -> bool:
+    """Whether re-masking character `spans` of `text` is worth an engine pass. Not when they
+    cover all of its non-blank characters: that is a fresh greedy decode of the same prompt,
+    which comes out the same or as broken (bench/decode.py --repair, see BENCHMARKS.md);
+    nor when the last remask (of `previous`) changed nothing, as it would again."""
+    if previous is not None and text == previous:
+        return False
+    covered = [False] * len(text)
+    for s, e in spans:
+        for i in range(max(0, s), min(e, len(text))):
+            covered[i] = True
+    return any(not c and not ch.isspace() for c, ch in zip(covered, text, strict=True))

@@ -15,7 +15,7 @@ from llada_lsp.completions import CompletionService
 from llada_lsp.documents import DocumentStore
 from llada_lsp.engine_client import EngineClient, EngineJob, InProcessEngine, Progress, make_engine
 from llada_lsp.options import Options, parse_options
-from llada_lsp.postprocess import raw_spans
+from llada_lsp.postprocess import raw_spans, remask_can_help
 from llada_lsp.speculation import Accept
 from llada_lsp.syntax import error_spans
 from llada_lsp.ws_engine import WsEngineClient
@@ -104,7 +104,7 @@ def _run(coro_fn: Callable[[], Any]) -> Any:
 
 @pytest.mark.parametrize(("remask_texts", "expected", "fixed"), [
     (["    return w * h"], "    return w * h", True),  # the first remask fixes it
-    (["    x = w * h = :", "    x = w * h\n    return x"], "    x = w * h\n    return x", True),
+    (["    x = w * h = :\n    y = 1", "    x = w * h\n    return x"], "    x = w * h\n    return x", True),
     (["    x = = 1", "    x = = 2"], "", False),  # still broken after 2 passes: trimmed away
 ])
 def test_remask_before_showing(remask_texts: list[str], expected: str, fixed: bool) -> None:
@@ -115,6 +115,29 @@ def test_remask_before_showing(remask_texts: list[str], expected: str, fixed: bo
     assert engine.remasks[0] == [(4, 17)]  # raw text: "    " was stripped before checking
     assert svc.counters["syntax_remasks"] == min(2, len(engine.remasks))
     assert bool(svc.counters["syntax_fixed"]) == fixed
+
+
+def test_no_remask_when_it_cannot_change_the_text() -> None:
+    # the error covers every character: a remask would be a fresh decode of the same prompt
+    engine = Scripted("    x = = :", ["    x = 1"])
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2)
+    answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
+    assert answer is None and engine.remasks == [] and svc.counters["syntax_unfixed"] == 1
+    # a remask that changed nothing is not repeated
+    engine = Scripted("    y = w * h\n    x = = :", ["    y = w * h\n    x = = :", "    y = w * h"])
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2)
+    answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
+    assert answer is not None and answer.text == "y = w * h"
+    assert len(engine.remasks) == 1 and svc.counters["syntax_trimmed"] == 1
+
+
+def test_remask_can_help() -> None:
+    assert remask_can_help("x = = 1\ny = 2", [(0, 7)])
+    assert not remask_can_help("x = = 1", [(0, 7)])
+    assert not remask_can_help("x = = 1\n  ", [(0, 4), (4, 7)])  # blanks left over do not count
+    assert not remask_can_help("x = = 1\ny = 2", [(0, 7)], previous="x = = 1\ny = 2")
+    assert remask_can_help("x = = 1\ny = 2", [(0, 7)], previous="x = = 3\ny = 2")
+    assert remask_can_help("abc", [(5, 9)])  # spans outside the text cover nothing
 
 
 def test_no_remask_when_disabled_trims_instead() -> None:
