@@ -105,13 +105,15 @@ def main() -> None:
     ap.add_argument("--plot", default="bench/out/decode.png")
     ap.add_argument("--policies", default="", help="comma-separated labels (default: all)")
     ap.add_argument("--repair", action="store_true", help="add quality + the server's syntax repair")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated task kinds")
     args = ap.parse_args()
     from engine.policies import PRESETS
     from engine.service import TextEngine
 
     eng = TextEngine(args.model, threads=args.threads)
     per_kind = 8 if args.quick else args.per_kind
-    tasks = make_tasks(per_kind, args.seed)
+    kinds = [k for k in KINDS if k in args.kinds.split(",")]
+    tasks = [t for t in make_tasks(per_kind, args.seed) if t.kind in kinds]
     speedy_tau = PRESETS["speedy"][1].mask_threshold
     wanted = set(filter(None, args.policies.split(",")))
     speedy_fb = PRESETS["speedy"][1].fallback
@@ -119,10 +121,10 @@ def main() -> None:
             if not wanted or lab in wanted or lab == "one_per_step"]
     if args.repair:
         pols.append(("quality+repair", "quality", {REPAIR: True}))
-    rows: dict[str, dict[str, dict[str, float]]] = {k: {} for k in KINDS}
+    rows: dict[str, dict[str, dict[str, float]]] = {k: {} for k in kinds}
     t_start = time.perf_counter()
     for lab, name, ov in pols:
-        for kind in KINDS:
+        for kind in kinds:
             ks = [t for t in tasks if t.kind == kind]
             lat, fw, toks, em, es, ok, empty = [], [], [], [], [], [], 0
             for t in ks:
@@ -144,7 +146,7 @@ def main() -> None:
                 "em_lo": wilson(sum(em), len(ks))[0], "em_hi": wilson(sum(em), len(ks))[1],
                 "parse_ok": (sum(ok) / len(ok)) if ok else 0.0, "empty": empty / n,
             }
-    for kind in KINDS:
+    for kind in kinds:
         base = rows[kind]["one_per_step"]
         for r in rows[kind].values():
             r["speedup_vs_one_per_step"] = base["mean_ms"] / r["mean_ms"] if r["mean_ms"] else 0.0
@@ -155,7 +157,7 @@ def main() -> None:
     hdr = f"{'kind':12} {'policy':17} {'TPF':>5} {'fwd':>6} {'p50ms':>7} {'p95ms':>7} {'EM':>5} {'EM 95% CI':>11} {'ES':>5} {'parse':>5} {'empty':>5} {'speedup':>7}"
     print(hdr)
     print("-" * len(hdr))
-    for kind in KINDS:
+    for kind in kinds:
         for lab, r in rows[kind].items():
             print(f"{kind:12} {lab:17} {r['tpf']:5.2f} {r['forwards']:6.1f} {r['p50_ms']:7.1f} {r['p95_ms']:7.1f} "
                   f"{r['exact_match']:5.2f} {r['em_lo']:5.2f}-{r['em_hi']:5.2f} {r['edit_sim']:5.2f} {r['parse_ok']:5.2f} {r['empty']:5.2f} "
@@ -163,7 +165,7 @@ def main() -> None:
     if args.plot:
         plot(rows, Path(args.plot))
     out = {"model": info["model"], "tasks": len(tasks),
-           "kinds": {k: {lab: {m: round(v, 4) for m, v in r.items()} for lab, r in rows[k].items()} for k in KINDS}}
+           "kinds": {k: {lab: {m: round(v, 4) for m, v in r.items()} for lab, r in rows[k].items()} for k in kinds}}
     print(json.dumps(out))
 
 
