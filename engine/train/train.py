@@ -41,11 +41,25 @@ def load_texts() -> tuple[list[str], list[float], list[str]]:
     return texts, weights, held_texts
 
 
-def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+def lr_at(step: int, total: int, peak: float, warmup: int, schedule: str = "cosine", decay_steps: int = 0) -> float:
+    """Linear warm-up, then either a cosine to 10% of the peak at `total`, or warmup-stable-decay
+    ("wsd"): the peak until `total - decay_steps`, then down to 0 as 1 - sqrt(progress)
+    (Hägele et al. 2024). A wsd run keeps its state at the start of the decay, so that a later
+    session can go on from the un-annealed weights instead of warming a finished run up again."""
     if step < warmup:
         return peak * (step + 1) / warmup
+    if schedule == "wsd":
+        start = stable_end(total, decay_steps)
+        if step < start:
+            return peak
+        return peak * (1 - math.sqrt(min(1.0, (step - start + 1) / max(1, decay_steps))))
     frac = min(1.0, (step - warmup) / max(1, total - warmup))
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def stable_end(total: int, decay_steps: int) -> int:
+    """The first step of a wsd run's decay (its stable state is saved just before it)."""
+    return max(0, total - decay_steps)
 
 
 def to_device(b: Batch, dev: torch.device) -> Batch:
@@ -87,11 +101,18 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true", help="continue from OUT/state.pt (model, optimizer, data)")
     ap.add_argument("--init-from", type=Path, help="start from a checkpoint directory's weights "
                     "(e.g. the committed engine/checkpoints/tiny-code), with a fresh optimizer")
+    ap.add_argument("--resume-from", type=Path, help="continue from another run's state file (e.g. "
+                    "runs/prev/state-stable.pt: a wsd run before its decay), the step count going on")
+    ap.add_argument("--schedule", choices=("cosine", "wsd"), default="cosine",
+                    help="cosine to 10%% of --lr, or warmup-stable-decay (see lr_at)")
+    ap.add_argument("--decay-steps", type=int, default=0, help="wsd: the steps of the final decay")
     ap.add_argument("--data-seed", type=int, help="seed of the example stream (default: --seed)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     ap.add_argument("--data-workers", type=int, default=0, help="processes preparing examples (0: the "
                     "trainer's own; a GPU run needs several: see engine/train/parallel.py)")
     args = ap.parse_args()
+    if args.schedule == "wsd" and not 0 < args.decay_steps <= args.steps:
+        ap.error("--schedule wsd needs 0 < --decay-steps <= --steps")
     from engine.loader import cpu_has_bf16_matmul
 
     dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -125,8 +146,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     step, tokens = 0, 0
     state_path = args.out / "state.pt"
-    if args.resume and state_path.exists():
-        st = torch.load(state_path, weights_only=False, map_location=dev)
+    resume_path = args.resume_from if args.resume_from is not None else state_path if args.resume else None
+    if resume_path is not None and args.resume_from is not None and not resume_path.exists():
+        ap.error(f"--resume-from: no such state file {resume_path}")
+    if resume_path is not None and resume_path.exists():
+        st = torch.load(resume_path, weights_only=False, map_location=dev)
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, tokens = st["step"], st["tokens"]
@@ -146,7 +170,7 @@ def main() -> None:
         rows = par.next_batch() if par is not None else [stream.next() for _ in range(args.batch)]
         b = to_device(make_batch(rows, sp, cfg.vocab_size, cfg.block_size, noise, diffusion), dev)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+            g["lr"] = lr_at(step, args.steps, args.lr, args.warmup, args.schedule, args.decay_steps)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
             ar, diff = losses(model, b)
         loss = ar + diff
@@ -169,10 +193,15 @@ def main() -> None:
             rec |= {"held_ar": round(har.item(), 4), "held_diff": round(hdiff.item(), 4)}
         log.write(json.dumps(rec) + "\n")
         log.flush()
-        if step % args.save_every == 0 or step == args.steps:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                        "tokens": tokens, "data_rng": stream.rng.getstate(),
-                        "noise_rng": noise.get_state(), "args": vars(args)}, state_path)
+        at_stable_end = args.schedule == "wsd" and step == stable_end(args.steps, args.decay_steps)
+        if step % args.save_every == 0 or step == args.steps or at_stable_end:
+            state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                     "tokens": tokens, "data_rng": stream.rng.getstate(),
+                     "noise_rng": noise.get_state(), "args": vars(args)}
+            torch.save(state, state_path)
+            if at_stable_end:  # the un-annealed weights a later run goes on from (--resume-from)
+                torch.save(state, args.out / "state-stable.pt")
+                save_checkpoint(model, args.out / "stable", args.tokenizer / "tokenizer.json")
             save_checkpoint(model, args.out / "latest", args.tokenizer / "tokenizer.json")
             save_checkpoint(model, args.out / f"snap-{step:06d}", args.tokenizer / "tokenizer.json")
     bar.close()

@@ -87,3 +87,36 @@ def test_train_refuses_bf16_without_native_support(tmp_path: Path) -> None:
         pytest.skip("this CPU multiplies bfloat16 natively: --bf16 is allowed here")
     r = _train(tmp_path / "x", "--steps", "1", "--bf16")
     assert r.returncode == 2 and "AMX" in r.stderr
+
+
+def test_wsd_schedule_holds_the_peak_then_decays_to_zero() -> None:
+    from engine.train.train import lr_at
+
+    lrs = [lr_at(s, 100, 1e-3, 10, "wsd", 20) for s in range(100)]
+    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)  # linear warm-up
+    assert all(lr == 1e-3 for lr in lrs[10:80])  # stable
+    decay = lrs[80:]
+    assert all(a > b for a, b in zip(decay, decay[1:], strict=False)) and decay[-1] == pytest.approx(0.0)
+    cos = [lr_at(s, 100, 1e-3, 10) for s in range(100)]  # the default: cosine to 10% of the peak
+    assert cos[10] > cos[50] > cos[99] >= 1e-4 - 1e-12 and cos[99] == pytest.approx(1e-4, rel=0.01)
+
+
+def test_wsd_run_keeps_its_stable_state_and_a_later_run_goes_on_from_it(tmp_path: Path) -> None:
+    """A wsd run saves its un-annealed state where the decay starts; another run (another
+    directory) goes on from it with a longer schedule: step count, tokens and the peak rate."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    r = _train(first, "--steps", "4", "--schedule", "wsd", "--decay-steps", "2", "--save-every", "100")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (first / "state-stable.pt").exists() and load_checkpoint(first / "stable").config.n_layer >= 1
+    log_a = [json.loads(line) for line in (first / "log.jsonl").read_text().splitlines()]
+    assert log_a[-1]["lr"] < log_a[1]["lr"]  # the decay ran
+    r = _train(second, "--steps", "6", "--schedule", "wsd", "--decay-steps", "2",
+               "--resume-from", str(first / "state-stable.pt"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resumed at step 2" in r.stdout
+    log_b = [json.loads(line) for line in (second / "log.jsonl").read_text().splitlines()]
+    assert [rec["step"] for rec in log_b] == [3, 4, 5, 6]
+    assert log_b[0]["tokens"] > log_a[1]["tokens"]
+    assert log_b[0]["lr"] == log_b[1]["lr"] == pytest.approx(1.5e-3)  # the peak again, no warm-up
+    r = _train(tmp_path / "c", "--steps", "2", "--schedule", "wsd")
+    assert r.returncode == 2 and "--decay-steps" in r.stderr
