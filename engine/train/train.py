@@ -82,6 +82,21 @@ def losses(model: Transformer, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return ar, diff
 
 
+def save_state(model: Transformer, opt: torch.optim.Optimizer, step: int, tokens: int,
+               stream: ExampleStream, noise: torch.Generator, args: argparse.Namespace, stable: bool) -> None:
+    """OUT/state.pt (what --resume reads), OUT/latest and OUT/snap-STEP; with `stable`, also the
+    un-annealed state a later run goes on from (OUT/state-stable.pt, --resume-from) and OUT/stable."""
+    state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "tokens": tokens,
+             "data_rng": stream.rng.getstate(), "noise_rng": noise.get_state(), "args": vars(args)}
+    torch.save(state, args.out / "state.pt")
+    tok_file = args.tokenizer / "tokenizer.json"
+    save_checkpoint(model, args.out / "latest", tok_file)
+    save_checkpoint(model, args.out / f"snap-{step:06d}", tok_file)
+    if stable:
+        torch.save(state, args.out / "state-stable.pt")
+        save_checkpoint(model, args.out / "stable", tok_file)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", type=Path, required=True)
@@ -106,13 +121,20 @@ def main() -> None:
     ap.add_argument("--schedule", choices=("cosine", "wsd"), default="cosine",
                     help="cosine to 10%% of --lr, or warmup-stable-decay (see lr_at)")
     ap.add_argument("--decay-steps", type=int, default=0, help="wsd: the steps of the final decay")
+    ap.add_argument("--time-budget-s", type=float, help="wsd sized by wall clock: the stable phase runs "
+                    "until (1 - --decay-frac) of this many seconds have passed, then the decay takes the "
+                    "steps the measured rate fits in the rest (--steps stays the cap)")
+    ap.add_argument("--decay-frac", type=float, default=0.2, help="with --time-budget-s: the decay's share")
     ap.add_argument("--data-seed", type=int, help="seed of the example stream (default: --seed)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     ap.add_argument("--data-workers", type=int, default=0, help="processes preparing examples (0: the "
                     "trainer's own; a GPU run needs several: see engine/train/parallel.py)")
     args = ap.parse_args()
-    if args.schedule == "wsd" and not 0 < args.decay_steps <= args.steps:
-        ap.error("--schedule wsd needs 0 < --decay-steps <= --steps")
+    if args.time_budget_s is not None:
+        if args.schedule != "wsd" or args.decay_steps or not 0 < args.decay_frac < 1:
+            ap.error("--time-budget-s goes with --schedule wsd, 0 < --decay-frac < 1 and no --decay-steps")
+    elif args.schedule == "wsd" and not 0 < args.decay_steps <= args.steps:
+        ap.error("--schedule wsd needs 0 < --decay-steps <= --steps (or --time-budget-s)")
     from engine.loader import cpu_has_bf16_matmul
 
     dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -163,14 +185,24 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params / 1e6:.2f}M, train texts {len(texts)}, held-out texts {len(held_texts)}")
     t0 = time.time()
-    bar = tqdm(total=args.steps, initial=step, desc="train")
-    while step < args.steps:
+    total, decay, first = args.steps, args.decay_steps, step
+    bar = tqdm(total=total, initial=step, desc="train")
+    while step < total:
+        if args.time_budget_s is not None and not decay \
+                and time.time() - t0 >= (1 - args.decay_frac) * args.time_budget_s:
+            rate = (step - first) / max(1e-9, time.time() - t0)
+            decay = max(1, round(rate * args.decay_frac * args.time_budget_s))
+            total = min(args.steps, step + decay)
+            decay = total - step
+            bar.total = total
+            print(f"\ndecay from step {step} to {total} ({rate:.3f} steps/s)")
+            save_state(model, opt, step, tokens, stream, noise, args, stable=True)
         model.train()
         diffusion = step >= args.ar_steps
         rows = par.next_batch() if par is not None else [stream.next() for _ in range(args.batch)]
         b = to_device(make_batch(rows, sp, cfg.vocab_size, cfg.block_size, noise, diffusion), dev)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps, args.lr, args.warmup, args.schedule, args.decay_steps)
+            g["lr"] = lr_at(step, total, args.lr, args.warmup, args.schedule, decay)  # wsd, decay 0: the peak
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
             ar, diff = losses(model, b)
         loss = ar + diff
@@ -184,7 +216,7 @@ def main() -> None:
         bar.set_postfix(ar=f"{ar.item():.3f}", diff=f"{diff.item():.3f}", tok=f"{tokens / 1e6:.2f}M")
         rec = {"step": step, "tokens": tokens, "ar": round(ar.item(), 4), "diff": round(diff.item(), 4),
                "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1)}
-        if step % args.eval_every == 0 or step == args.steps:
+        if step % args.eval_every == 0 or step == total:
             model.eval()
             with torch.no_grad():
                 hb = to_device(make_batch(held_rows, sp, cfg.vocab_size, cfg.block_size,
@@ -193,15 +225,10 @@ def main() -> None:
             rec |= {"held_ar": round(har.item(), 4), "held_diff": round(hdiff.item(), 4)}
         log.write(json.dumps(rec) + "\n")
         log.flush()
-        at_stable_end = args.schedule == "wsd" and step == stable_end(args.steps, args.decay_steps)
-        if step % args.save_every == 0 or step == args.steps or at_stable_end:
-            state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                     "tokens": tokens, "data_rng": stream.rng.getstate(),
-                     "noise_rng": noise.get_state(), "args": vars(args)}
-            torch.save(state, state_path)
-            if at_stable_end:  # the un-annealed weights a later run goes on from (--resume-from)
-                torch.save(state, args.out / "state-stable.pt")
-                save_checkpoint(model, args.out / "stable", args.tokenizer / "tokenizer.json")
+        at_stable_end = args.time_budget_s is None and args.schedule == "wsd" \
+            and step == stable_end(total, decay)
+        if step % args.save_every == 0 or step == total or at_stable_end:
+            save_state(model, opt, step, tokens, stream, noise, args, stable=at_stable_end)
             save_checkpoint(model, args.out / "latest", args.tokenizer / "tokenizer.json")
             save_checkpoint(model, args.out / f"snap-{step:06d}", args.tokenizer / "tokenizer.json")
     bar.close()

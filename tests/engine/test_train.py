@@ -120,3 +120,20 @@ def test_wsd_run_keeps_its_stable_state_and_a_later_run_goes_on_from_it(tmp_path
     assert log_b[0]["lr"] == log_b[1]["lr"] == pytest.approx(1.5e-3)  # the peak again, no warm-up
     r = _train(tmp_path / "c", "--steps", "2", "--schedule", "wsd")
     assert r.returncode == 2 and "--decay-steps" in r.stderr
+
+
+def test_time_budget_sizes_the_decay_from_the_measured_rate(tmp_path: Path) -> None:
+    """--time-budget-s: the stable phase runs until the budget's stable share has passed,
+    then the state is kept and a decay of the steps that fit the rest runs to zero."""
+    out = tmp_path / "t"
+    r = _train(out, "--steps", "1000", "--schedule", "wsd", "--time-budget-s", "6", "--decay-frac", "0.5",
+               "--save-every", "1000", "--eval-every", "1000")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "decay from step" in r.stdout and (out / "state-stable.pt").exists()
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    lrs = [rec["lr"] for rec in log]
+    assert len(log) < 1000  # the budget, not the step cap, ended it
+    peak = [i for i, lr in enumerate(lrs) if lr == pytest.approx(1.5e-3)]
+    assert peak and peak[-1] < len(lrs) - 1  # the peak, then the decay
+    assert all(a > b for a, b in zip(lrs[peak[-1]:], lrs[peak[-1] + 1:], strict=False))
+    assert lrs[-1] < 0.5 * 1.5e-3 and "held_ar" in log[-1]
