@@ -108,10 +108,11 @@ def default_model() -> str:
 
 
 def start_daemon(model: str, max_batch: int, threads: int | None, run_dir: Path,
-                 cold: bool, dtype: str) -> tuple[subprocess.Popen[bytes], dict]:
+                 cold: bool, dtype: str, device: str = "cpu") -> tuple[subprocess.Popen[bytes], dict]:
     env = dict(os.environ, LLADA_RUNTIME_DIR=str(run_dir), HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", model, "--port", "0",
-           "--max-batch", str(max_batch), "--dtype", dtype] + (["--prompt-cache", "0"] if cold else [])
+           "--max-batch", str(max_batch), "--dtype", dtype,
+           "--device", device] + (["--prompt-cache", "0"] if cold else [])
     if threads:
         cmd += ["--threads", str(threads)]
     log = (run_dir / "bench-daemon.log").open("wb")
@@ -234,6 +235,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, help="completions per session (default 4, quick 2)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, help="torch threads of the daemon")
+    ap.add_argument("--device", default="cpu", help="the daemon's --device (cpu | cuda | auto)")
     ap.add_argument("--dtype", default="auto", help="the daemon's --dtype (auto | float32 | bfloat16)")
     ap.add_argument("--quick", action="store_true", help="fewer requests: under 2 minutes")
     ap.add_argument("--seed", type=int, default=0)
@@ -246,7 +248,8 @@ def main() -> None:
     work = sessions(n_sessions, per_session, args.seed, args.max_tokens, args.cold)
     with tempfile.TemporaryDirectory(prefix="llada-bench-") as tmp:
         t_load = time.perf_counter()
-        proc, info = start_daemon(model, max(clients), args.threads, Path(tmp), args.cold, args.dtype)
+        proc, info = start_daemon(model, max(clients), args.threads, Path(tmp), args.cold, args.dtype,
+                                   args.device)
         print(f"daemon {info['url']} model {info['model']} ready in {time.perf_counter() - t_load:.1f} s; "
               f"{n_sessions} sessions of {per_session} completions, max_tokens {args.max_tokens}, "
               f"{'cold' if args.cold else 'typing'} scenario", file=sys.stderr)
@@ -277,7 +280,7 @@ def main() -> None:
              "steady_batched_vs_sequential_at_8": round(res["clients"][n_ref].get("steady_throughput", 0) / seq["throughput"], 3),
              "threads": args.threads,
              "model": info["model"], "dtype": args.dtype, "sessions": n_sessions, "requests_per_session": per_session, "scenario": "cold" if args.cold else "typing",
-             "device": "cpu"}
+             "device": args.device}
     print(json.dumps(final))
 
 
