@@ -22,6 +22,9 @@ import kernels
 from engine.model import CLEAN, INVALID, NOISY, SpecialTokens, Transformer, layout_mask
 from engine.policies import BlockView, Policy
 
+# the confidence an end-of-middle needs to commit ahead of a mask (Sequence._end_in_order);
+# above 1: only behind committed tokens; 0: like any token
+END_AHEAD_MIN = 1.01
 StopFn = Callable[[list[int]], int | None]  # committed middle prefix -> cut index (or None)
 Reason = Literal["end_of_middle", "stop_rule", "budget", "cancelled"]
 
@@ -71,7 +74,7 @@ class Sequence:
     def __init__(self, prompt: list[int], special: SpecialTokens, policy: Policy, block: int,
                  max_new_tokens: int, shift: bool, row: int = 0, reused: int = 0,
                  first_allowed: Tensor | None = None, stop_fn: StopFn | None = None,
-                 max_len: int = 2048, align: bool = False) -> None:
+                 max_len: int = 2048, align: bool = False, end_ahead_min: float | None = None) -> None:
         if not prompt:
             raise ValueError("empty prompt")
         if align and shift:
@@ -104,6 +107,7 @@ class Sequence:
         self.multi_pass = 0
         self.phase: Literal["draft", "edit", "multi", "done"] = "draft"
         self.first_allowed, self.stop_fn = first_allowed, stop_fn
+        self.end_ahead_min = END_AHEAD_MIN if end_ahead_min is None else end_ahead_min
 
     # -- views ---------------------------------------------------------------------------
     def live_limit(self) -> int:
@@ -218,6 +222,8 @@ class Sequence:
         else:
             d = self.policy.decide(view)
             commit, edit = d.commit & masked & live, d.edit & editable & live
+            if self.end_ahead_min > 0:
+                commit = self._end_in_order(commit, masked & live, view.top_id, view.top_prob)
         ev = TokenEvent("edit_pass" if edit_only else "step", self.forwards)
         for i in edit.nonzero().flatten().tolist():
             old, new = int(cur[i]), int(view.top_id[i])
@@ -234,6 +240,21 @@ class Sequence:
         self.block_step += 1
         self._find_end()
         return ev
+
+    def _end_in_order(self, commit: Tensor, cand: Tensor, top: Tensor, prob: Tensor) -> Tensor:
+        """Drop the end-of-middle commits that would leave a mask before them, unless their
+        confidence reaches `end_ahead_min`. A committed end-of-middle ends the completion, and
+        the padding after a short middle is what a small model is surest of: committed out of
+        order, it cuts an unfinished answer short. Otherwise it commits once everything before
+        it is (or is now) committed; if that leaves no commit, the leftmost candidate commits,
+        whatever its token, so a step never stalls."""
+        pending = cand & ~commit
+        before = torch.cumsum(pending.int(), 0) - pending.int()
+        ahead = (top == self.sp.end_of_middle) & (before > 0) & (prob < self.end_ahead_min)
+        out = commit & ~ahead
+        if not bool(out.any()) and bool(cand.any()):
+            out[int(cand.nonzero()[0])] = True
+        return out
 
     def _find_end(self) -> None:
         """The completion ends at the first committed end-of-middle with no mask before it,

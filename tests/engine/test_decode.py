@@ -133,7 +133,7 @@ def test_masks_after_a_committed_end_are_never_decoded(tiny: Transformer) -> Non
     cfg = tiny.config
     eom = cfg.special.end_of_middle
     seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("threshold", threshold=0.999),
-                   cfg.block_size, 4, cfg.shift_logits, max_len=512)
+                   cfg.block_size, 4, cfg.shift_logits, max_len=512, end_ahead_min=0.0)
     orig = seq._apply
 
     def forced(logits: torch.Tensor, where: slice, edit_only: bool) -> TokenEvent:
@@ -147,3 +147,41 @@ def test_masks_after_a_committed_end_are_never_decoded(tiny: Transformer) -> Non
     assert evs[0].fills == [(2, eom)]
     assert seq.forwards == 3  # positions 0 and 1, one per step; position 3 is dead
     assert evs[-1].reason == "end_of_middle" and len(seq.final_middle()) == 2
+
+
+def _forced_end(seq: Sequence, eom: int, confident: tuple[int, ...]) -> None:
+    """The model is sure of end-of-middle at middle position 2 and of `confident` positions."""
+    orig = seq._apply
+
+    def forced(logits: torch.Tensor, where: slice, edit_only: bool) -> TokenEvent:
+        logits = logits.clone() / 100.0
+        for i in confident:
+            logits[i, :] = -1e9
+            logits[i, 20 + i] = 1e9
+        logits[2, :] = -1e9
+        logits[2, eom] = 1e9
+        return orig(logits, where, edit_only)
+
+    seq._apply = forced  # type: ignore[method-assign]
+
+
+def test_end_of_middle_commits_only_behind_committed_tokens(tiny: Transformer) -> None:
+    """The default: a confident end-of-middle waits for the masks before it (committed out of
+    order it would cut the answer short); the leftmost mask commits instead, so no step stalls."""
+    cfg = tiny.config
+    eom = cfg.special.end_of_middle
+    seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("threshold", threshold=0.999),
+                   cfg.block_size, 4, cfg.shift_logits, max_len=512)
+    assert seq.end_ahead_min > 1
+    _forced_end(seq, eom, ())
+    evs = list(generate(tiny, seq))
+    assert [i for i, _ in evs[0].fills] == [0] and [i for i, _ in evs[1].fills] == [1]
+    assert evs[2].fills == [(2, eom)] and seq.forwards == 3
+    assert evs[-1].reason == "end_of_middle" and len(seq.final_middle()) == 2
+    # tokens committed in the same step count as committed: the end joins them at once
+    seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("threshold", threshold=0.999),
+                   cfg.block_size, 4, cfg.shift_logits, max_len=512)
+    _forced_end(seq, eom, (0, 1))
+    evs = list(generate(tiny, seq))
+    assert sorted(evs[0].fills) == [(0, 20), (1, 21), (2, eom)] and seq.forwards == 1
+    assert seq.final_middle() == [20, 21]
