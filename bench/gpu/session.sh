@@ -14,13 +14,13 @@ OUT=${OUT:-bench/out/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TQDM_DISABLE=1
 PY=${PY:-python3}
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+DRY=${GPU_SESSION_DRY:-0}
+if [ "$DRY" != 1 ] && [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then  # the device's wheels
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
-DRY=${GPU_SESSION_DRY:-0}
 if [ "$DRY" = 1 ]; then
   TRAIN_S=${TRAIN_S:-8}; DEVICE=cpu; BATCH=2; WORKERS=2; PRESET_ARGS=(--threads 1)
 else
