@@ -21,27 +21,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.t2t import Arm, paired, run  # noqa: E402
-from bench.tasks import KINDS, make_tasks  # noqa: E402
+from bench.t2t import Arm, engine_and_tasks, paired, run, task_args  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--per-kind", type=int, default=24)
-    ap.add_argument("--kinds", default=",".join(KINDS))
+    task_args(ap, 24)
     ap.add_argument("--presets", default="speedy,quality")
     ap.add_argument("--values", default="0,1.01", help="END_AHEAD_MIN values; the first is the baseline")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     import engine.decode as decode
     from engine.policies import make_policy
-    from engine.service import TextEngine
 
-    eng = TextEngine(args.model, threads=args.threads)
-    kinds = [k for k in KINDS if k in args.kinds.split(",")]
-    tasks = [t for t in make_tasks(args.per_kind, args.seed) if t.kind in kinds]
+    eng, kinds, tasks = engine_and_tasks(args)
     values = [float(v) for v in args.values.split(",")]
     default = decode.END_AHEAD_MIN
     t0 = time.perf_counter()

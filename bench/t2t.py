@@ -79,22 +79,32 @@ def run(eng, task: Task, policy) -> Outcome:  # noqa: ANN001
                    edit_similarity(text, task.middle), parses(task.prefix + text + task.suffix) if text.strip() else None)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def task_args(ap: argparse.ArgumentParser, per_kind: int) -> None:
+    """The options every paired task bench shares."""
     ap.add_argument("--model", default=None)
-    ap.add_argument("--per-kind", type=int, default=40)
+    ap.add_argument("--per-kind", type=int, default=per_kind)
     ap.add_argument("--kinds", default=",".join(KINDS))
-    ap.add_argument("--taus", default="0.1,0.2,0.3,0.5", help="mask thresholds")
-    ap.add_argument("--edits", default="0.5,0.8", help="edit thresholds of draft_edit")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    from engine.policies import PRESETS, make_policy
+
+
+def engine_and_tasks(args: argparse.Namespace):  # noqa: ANN201 - (TextEngine, kinds, tasks)
     from engine.service import TextEngine
 
-    eng = TextEngine(args.model, threads=args.threads)
     kinds = [k for k in KINDS if k in args.kinds.split(",")]
     tasks = [t for t in make_tasks(args.per_kind, args.seed) if t.kind in kinds]
+    return TextEngine(args.model, threads=args.threads), kinds, tasks
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    task_args(ap, 40)
+    ap.add_argument("--taus", default="0.1,0.2,0.3,0.5", help="mask thresholds")
+    ap.add_argument("--edits", default="0.5,0.8", help="edit thresholds of draft_edit")
+    args = ap.parse_args()
+    from engine.policies import PRESETS, make_policy
+
+    eng, kinds, tasks = engine_and_tasks(args)
     fallback = PRESETS["speedy"][1].fallback
     taus = [float(x) for x in args.taus.split(",")]
     edits = [float(x) for x in args.edits.split(",")]
