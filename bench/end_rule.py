@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.t2t import Arm, engine_and_tasks, paired, run, task_args  # noqa: E402
+from bench.t2t import Arm, engine_and_tasks, paired, print_table, run, task_args  # noqa: E402
 
 
 def main() -> None:
@@ -57,15 +57,11 @@ def main() -> None:
     finally:
         decode.END_AHEAD_MIN = default
     print(f"model {eng.info()['model']}, {len(tasks)} tasks, {time.perf_counter() - t0:.0f} s")
-    hdr = (f"{'preset':8} {'kind':11} {'ahead':>5} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5} {'empty':>5} "
-           f"{'chars':>6} {'differ':>6} {'EM +/-':>7} {'ES +/-':>7} {'sign p':>6}")
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows:
-        extra = (f"{r['differ']:6d} {r['em_wins']:3d}/{r['em_losses']:<3d} {r['es_wins']:3d}/{r['es_losses']:<3d} "
-                 f"{r['es_sign_p']:6.3f}") if "differ" in r else ""
-        print(f"{r['preset']:8} {r['kind']:11} {r['end_ahead_min']:5.2f} {r['tpf']:5.2f} {r['exact_match']:5.2f} "
-              f"{r['edit_sim']:5.2f} {r['parse_ok']:5.2f} {r['empty']:5.2f} {r['mean_chars']:6.1f} {extra}")
+    print_table(f"{'preset':8} {'kind':11} {'ahead':>5} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5} {'empty':>5} "
+                f"{'chars':>6}", rows,
+                lambda r: f"{r['preset']:8} {r['kind']:11} {r['end_ahead_min']:5.2f} {r['tpf']:5.2f} "
+                          f"{r['exact_match']:5.2f} {r['edit_sim']:5.2f} {r['parse_ok']:5.2f} {r['empty']:5.2f} "
+                          f"{r['mean_chars']:6.1f}")
     print(json.dumps({"bench": "end_rule", "model": eng.info()["model"], "tasks": len(tasks),
                       "rows": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]}))
 

@@ -70,6 +70,20 @@ def paired(base: Arm, other: Arm) -> dict[str, float]:
             "es_wins": es_w, "es_losses": es_l, "es_sign_p": sign_test(es_w, es_l)}
 
 
+PAIRED_HEADER = f"{'differ':>6} {'EM +/-':>7} {'ES +/-':>7} {'sign p':>6}"
+
+
+def print_table(head: str, rows: list[dict], cells) -> None:  # noqa: ANN001 - cells: row -> str
+    """A table with the paired columns (blank on the baseline rows) after each row's cells."""
+    hdr = f"{head} {PAIRED_HEADER}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        extra = (f"{r['differ']:6d} {r['em_wins']:3d}/{r['em_losses']:<3d} {r['es_wins']:3d}/{r['es_losses']:<3d} "
+                 f"{r['es_sign_p']:6.3f}") if "differ" in r else ""
+        print(f"{cells(r)} {extra}")
+
+
 def run(eng, task: Task, policy) -> Outcome:  # noqa: ANN001
     eng.prompt_cache.clear()
     done = list(eng.complete(CompletionRequest("t2t", "t2t", task.prefix, task.suffix, task.plan), policy=policy))[-1]
@@ -128,15 +142,9 @@ def main() -> None:
                 results.append(row)
     info = eng.info()
     print(f"model {info['model']}, {len(tasks)} tasks, {time.perf_counter() - t0:.0f} s")
-    hdr = (f"{'tau':>4} {'kind':11} {'policy':16} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5} "
-           f"{'differ':>6} {'EM +/-':>7} {'ES +/-':>7} {'sign p':>6}")
-    print(hdr)
-    print("-" * len(hdr))
-    for r in results:
-        extra = (f"{r['differ']:6d} {r['em_wins']:3d}/{r['em_losses']:<3d} {r['es_wins']:3d}/{r['es_losses']:<3d} "
-                 f"{r['es_sign_p']:6.3f}") if "differ" in r else ""
-        print(f"{r['tau']:4.2f} {r['kind']:11} {r['policy']:16} {r['tpf']:5.2f} {r['exact_match']:5.2f} "
-              f"{r['edit_sim']:5.2f} {r['parse_ok']:5.2f} {extra}")
+    print_table(f"{'tau':>4} {'kind':11} {'policy':16} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5}", results,
+                lambda r: f"{r['tau']:4.2f} {r['kind']:11} {r['policy']:16} {r['tpf']:5.2f} {r['exact_match']:5.2f} "
+                          f"{r['edit_sim']:5.2f} {r['parse_ok']:5.2f}")
     print(json.dumps({"bench": "t2t", "model": info["model"], "tasks": len(tasks),
                       "rows": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in results]}))
 
