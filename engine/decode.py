@@ -4,14 +4,14 @@ A `Sequence` is one request's state: its prompt, a middle canvas of [MASK] token
 block by block, and its cache row. Each forward feeds the clean tokens the cache still
 lacks (the prompt, or the block just finished: causal, written for good) together with a
 noisy copy of the active block (bidirectional inside the block, reading the clean tokens
-before it). `prepare` says what one sequence feeds, `execute` runs one batched forward for
-any number of sequences, `update` applies a policy to the logits and returns token events.
-`generate` is the loop for a single sequence.
+before it). `prepare` says what one sequence feeds, `update` applies a policy to the logits and returns
+token events; `engine.batch` runs the forwards (`execute` for any number of sequences,
+`generate` the loop for one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 import kernels
-from engine.model import CLEAN, INVALID, NOISY, SpecialTokens, Transformer, layout_mask
+from engine.model import CLEAN, NOISY, SpecialTokens
 from engine.policies import BlockView, Policy
 
 # the confidence an end-of-middle needs to commit ahead of a mask (Sequence._end_in_order);
@@ -362,76 +362,3 @@ class Sequence:
         if reason is not None:
             self.reason, self.phase = reason, "done"
         return TokenEvent("done", self.forwards, complete=True, reason=self.reason, middle=self.final_middle())
-
-
-def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_attrs: list[Tensor]) -> list[Tensor]:
-    """One batched forward for several sequences; returns each one's logits rows [K_i, V].
-
-    slot_attrs[i]: [3, max_len] long (kind, pos, blk) of sequence i's cache row, updated here.
-    """
-    dev = model.output.weight.device
-    B = len(seqs)
-    T = max(len(f.ids) for f in feeds)
-    K = max(len(f.logits_at) for f in feeds)
-    S = max(f.kv_len for f in feeds)
-    ids = torch.zeros((B, T), dtype=torch.long)
-    pos = torch.zeros((B, T), dtype=torch.long)
-    scratch = slot_attrs[0].shape[1] - 1  # the last slot absorbs padding writes
-    slots = torch.full((B, T), scratch, dtype=torch.long)
-    qk = torch.full((B, T), CLEAN, dtype=torch.long)
-    qb = torch.full((B, T), -1, dtype=torch.long)
-    at = torch.zeros((B, K), dtype=torch.long)
-    keys = torch.zeros((B, 3, S), dtype=torch.long)
-    for r, (seq, f) in enumerate(zip(seqs, feeds, strict=True)):
-        n = len(f.ids)
-        ids[r, :n] = torch.tensor(f.ids)
-        pos[r, :n] = torch.tensor(f.pos)
-        slots[r, :n] = torch.tensor(f.slots)
-        qk[r, :n] = torch.tensor(f.kind)
-        qb[r, :n] = torch.tensor(f.blk)
-        at[r, : len(f.logits_at)] = torch.tensor(f.logits_at, dtype=torch.long)
-        attrs = slot_attrs[r]
-        attrs[0, seq.clean_len if seq.phase != "multi" else seq.P:] = INVALID
-        sl = torch.tensor(f.slots)
-        attrs[0, sl] = qk[r, :n]
-        attrs[1, sl] = pos[r, :n]
-        attrs[2, sl] = qb[r, :n]
-        keys[r] = attrs[:, :S]
-    bidir = model.config.attention == "bidirectional"
-    mask = layout_mask(qk, pos, qb, keys[:, 0], keys[:, 1], keys[:, 2], bidirectional=bidir)
-    for r, f in enumerate(feeds):  # padding queries read slot 0 (no NaN rows)
-        mask[r, 0, len(f.ids):, 0] = True
-    rows = torch.tensor([s.row for s in seqs], dtype=torch.long)
-    with torch.inference_mode():
-        logits = model(ids.to(dev), pos.to(dev), mask.to(dev), rows=rows.to(dev), slots=slots.to(dev),
-                       kv_len=S, logits_at=at.to(dev))
-    return [logits[r, : len(f.logits_at)] for r, f in enumerate(feeds)]
-
-
-def new_slot_attrs(max_len: int, clean_len: int) -> Tensor:
-    a = torch.zeros((3, max_len), dtype=torch.long)
-    a[0, :clean_len] = CLEAN
-    a[1] = torch.arange(max_len)
-    a[2] = -1
-    return a
-
-
-def generate(model: Transformer, seq: Sequence, cancel: Callable[[], bool] | None = None,
-             on_prefilled: Callable[[Sequence], None] | None = None) -> Iterator[TokenEvent]:
-    """Decode one sequence on cache row `seq.row`; yields an event per forward, then done.
-
-    `cancel` is checked before every forward; `on_prefilled` runs once the prompt's KV is
-    in the cache (the prompt cache stores it)."""
-    attrs = new_slot_attrs(model.cache_len, seq.clean_len)
-    while not seq.done():
-        if cancel is not None and cancel():
-            yield seq.finish_event("cancelled")
-            return
-        feed = seq.prepare()
-        (logits,) = execute(model, [seq], [feed], [attrs])
-        first = seq.forwards == 0
-        ev = seq.update(logits)
-        if first and on_prefilled is not None:
-            on_prefilled(seq)
-        yield ev
-    yield seq.finish_event()

@@ -11,7 +11,7 @@ reference, and the only mode for a model without a KV cache (`--trust-remote-cod
 
 `BidirSequence` subclasses `decode.Sequence` and keeps its interface (prepare / update /
 done / finish_event / final_middle / remask, fields `row`, `clean_len`, `phase`, `P`), so
-`decode.execute`, `decode.generate` and the scheduler drive it unchanged. Policies, edits,
+`batch.execute`, `batch.generate` and the scheduler drive it unchanged. Policies, edits,
 stop rules and events are the parent's. The completion ends at the first committed
 end-of-middle token with nothing masked before it; trailing end-of-text tokens are trimmed.
 """
@@ -24,16 +24,8 @@ from typing import Literal
 
 from torch import Tensor, nn
 
-from engine.decode import (
-    CLEAN,
-    Feed,
-    Sequence,
-    StopFn,
-    TokenEvent,
-    execute,
-    generate,
-    new_slot_attrs,
-)
+from engine.batch import execute, generate, new_slot_attrs
+from engine.decode import CLEAN, Feed, Sequence, StopFn, TokenEvent
 from engine.model import ModelConfig, SpecialTokens
 from engine.policies import Policy
 
@@ -143,7 +135,7 @@ def make_sequence(model: nn.Module, prompt: list[int], policy: Policy, max_new_t
 def run(model: nn.Module, seq: Sequence, max_len: int = 2048,
         cancel: Callable[[], bool] | None = None,
         on_prefilled: Callable[[Sequence], None] | None = None) -> Iterator[TokenEvent]:
-    """`decode.generate` for any sequence; for a model without a KV cache, the same loop over
+    """`batch.generate` for any sequence; for a model without a KV cache, the same loop over
     a slot layout of `max_len`."""
     if len(getattr(model, "layers", [])):
         yield from generate(model, seq, cancel=cancel, on_prefilled=on_prefilled)  # type: ignore[arg-type]

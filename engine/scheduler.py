@@ -5,7 +5,7 @@ One thread owns the model. Each iteration of its loop is
               between forwards: a new request supersedes the running one with the same document
               key (per connection), expired deadlines end their requests;
   execute   - one forward over every running sequence, each on its own KV-cache row
-              (`engine.decode.execute` pads the ragged feeds); a new arrival's prompt prefill
+              (`engine.batch.execute` pads the ragged feeds); a new arrival's prompt prefill
               runs as a second forward of the same step so short blocks are not padded to it;
   update    - each sequence applies its policy, text events go out, finished rows are freed.
 Rows are the concurrency limit: a request arriving with every row taken gets a "busy" error.
@@ -28,7 +28,8 @@ from torch import Tensor
 
 from engine import protocol as P
 from engine.api import CompletionRequest, DoneReason, EngineEvent
-from engine.decode import Feed, Sequence, execute, new_slot_attrs
+from engine.batch import execute, new_slot_attrs
+from engine.decode import Feed, Sequence
 from engine.policies import POLICIES, PRESETS
 from engine.service import TextEngine, TextStream
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.decode import execute, new_slot_attrs
+from engine.batch import execute, new_slot_attrs
 from engine.decode_bidir import BidirSequence, make_sequence
 from engine.loader import LoadedModel
 from engine.policies import PRESETS, make_policy

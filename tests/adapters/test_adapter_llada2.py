@@ -11,7 +11,8 @@ import torch
 from tiny_ckpts import MASK, prompt_ids, write_llada2
 
 from engine.adapters.llada2 import Gate, SparseMoe
-from engine.decode import Sequence, execute, generate, new_slot_attrs
+from engine.batch import execute, generate, new_slot_attrs
+from engine.decode import Sequence
 from engine.decode_bidir import make_sequence
 from engine.loader import LoadedModel, load_model
 from engine.policies import PRESETS, make_policy

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.decode import Sequence, TokenEvent, generate
+from engine.batch import generate
+from engine.decode import Sequence, TokenEvent
 from engine.model import Transformer
 from engine.policies import PRESETS, make_policy
 from tests.engine.conftest import prompt_of

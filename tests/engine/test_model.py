@@ -6,8 +6,9 @@ from pathlib import Path
 
 import torch
 
+from engine.batch import execute, new_slot_attrs
 from engine.checkpoint import load_checkpoint, save_checkpoint
-from engine.decode import Sequence, execute, new_slot_attrs
+from engine.decode import Sequence
 from engine.model import CLEAN, NOISY, Transformer, layout_mask
 from engine.policies import make_policy
 from tests.engine.conftest import prompt_of

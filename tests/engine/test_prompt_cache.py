@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from engine.decode import Sequence, generate
+from engine.batch import generate
+from engine.decode import Sequence
 from engine.model import Transformer
 from engine.policies import make_policy
 from engine.prompt_cache import PromptCache, common_prefix

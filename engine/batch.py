@@ -1,0 +1,90 @@
+"""The forwards of block-diffusion decoding: one batched forward for many sequences, and
+the loop that decodes a single sequence.
+
+`execute` pads the ragged feeds of several `engine.decode.Sequence`s (each on its own KV-cache
+row) into one forward and hands each its logits rows; `generate` is prepare, execute, update
+for one sequence until it is done. The scheduler drives `execute` for many requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from engine.decode import Feed, Sequence, TokenEvent
+from engine.model import CLEAN, INVALID, Transformer, layout_mask
+
+
+def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_attrs: list[Tensor]) -> list[Tensor]:
+    """One batched forward for several sequences; returns each one's logits rows [K_i, V].
+
+    slot_attrs[i]: [3, max_len] long (kind, pos, blk) of sequence i's cache row, updated here.
+    """
+    dev = model.output.weight.device
+    B = len(seqs)
+    T = max(len(f.ids) for f in feeds)
+    K = max(len(f.logits_at) for f in feeds)
+    S = max(f.kv_len for f in feeds)
+    ids = torch.zeros((B, T), dtype=torch.long)
+    pos = torch.zeros((B, T), dtype=torch.long)
+    scratch = slot_attrs[0].shape[1] - 1  # the last slot absorbs padding writes
+    slots = torch.full((B, T), scratch, dtype=torch.long)
+    qk = torch.full((B, T), CLEAN, dtype=torch.long)
+    qb = torch.full((B, T), -1, dtype=torch.long)
+    at = torch.zeros((B, K), dtype=torch.long)
+    keys = torch.zeros((B, 3, S), dtype=torch.long)
+    for r, (seq, f) in enumerate(zip(seqs, feeds, strict=True)):
+        n = len(f.ids)
+        ids[r, :n] = torch.tensor(f.ids)
+        pos[r, :n] = torch.tensor(f.pos)
+        slots[r, :n] = torch.tensor(f.slots)
+        qk[r, :n] = torch.tensor(f.kind)
+        qb[r, :n] = torch.tensor(f.blk)
+        at[r, : len(f.logits_at)] = torch.tensor(f.logits_at, dtype=torch.long)
+        attrs = slot_attrs[r]
+        attrs[0, seq.clean_len if seq.phase != "multi" else seq.P:] = INVALID
+        sl = torch.tensor(f.slots)
+        attrs[0, sl] = qk[r, :n]
+        attrs[1, sl] = pos[r, :n]
+        attrs[2, sl] = qb[r, :n]
+        keys[r] = attrs[:, :S]
+    bidir = model.config.attention == "bidirectional"
+    mask = layout_mask(qk, pos, qb, keys[:, 0], keys[:, 1], keys[:, 2], bidirectional=bidir)
+    for r, f in enumerate(feeds):  # padding queries read slot 0 (no NaN rows)
+        mask[r, 0, len(f.ids):, 0] = True
+    rows = torch.tensor([s.row for s in seqs], dtype=torch.long)
+    with torch.inference_mode():
+        logits = model(ids.to(dev), pos.to(dev), mask.to(dev), rows=rows.to(dev), slots=slots.to(dev),
+                       kv_len=S, logits_at=at.to(dev))
+    return [logits[r, : len(f.logits_at)] for r, f in enumerate(feeds)]
+
+
+def new_slot_attrs(max_len: int, clean_len: int) -> Tensor:
+    a = torch.zeros((3, max_len), dtype=torch.long)
+    a[0, :clean_len] = CLEAN
+    a[1] = torch.arange(max_len)
+    a[2] = -1
+    return a
+
+
+def generate(model: Transformer, seq: Sequence, cancel: Callable[[], bool] | None = None,
+             on_prefilled: Callable[[Sequence], None] | None = None) -> Iterator[TokenEvent]:
+    """Decode one sequence on cache row `seq.row`; yields an event per forward, then done.
+
+    `cancel` is checked before every forward; `on_prefilled` runs once the prompt's KV is
+    in the cache (the prompt cache stores it)."""
+    attrs = new_slot_attrs(model.cache_len, seq.clean_len)
+    while not seq.done():
+        if cancel is not None and cancel():
+            yield seq.finish_event("cancelled")
+            return
+        feed = seq.prepare()
+        (logits,) = execute(model, [seq], [feed], [attrs])
+        first = seq.forwards == 0
+        ev = seq.update(logits)
+        if first and on_prefilled is not None:
+            on_prefilled(seq)
+        yield ev
+    yield seq.finish_event()
