@@ -131,8 +131,10 @@ class KVCache(nn.Module):
         """Write k/v [B, T, H, D] at cache rows `rows` [B] and slots [B, T]; read back [B, kv_len]."""
         self.k[rows[:, None], slots] = k.to(self.k.dtype)
         self.v[rows[:, None], slots] = v.to(self.v.dtype)
-        if rows.numel() == self.k.shape[0] and bool((rows == torch.arange(rows.numel(), device=rows.device)).all()):
-            return self.k[:, :kv_len], self.v[:, :kv_len]
+        r0 = int(rows[0])
+        if bool((rows == torch.arange(r0, r0 + rows.numel(), device=rows.device)).all()):
+            # consecutive rows (the scheduler hands out the lowest free ones): a view, no copy
+            return self.k[r0 : r0 + rows.numel(), :kv_len], self.v[r0 : r0 + rows.numel(), :kv_len]
         return self.k[rows, :kv_len], self.v[rows, :kv_len]
 
 
