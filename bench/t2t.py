@@ -126,7 +126,9 @@ def main() -> None:
     results = []
     for tau in taus:
         arms = [("threshold", make_policy("threshold", threshold=tau, fallback=fallback))]
-        arms += [(f"draft_edit e={e}", make_policy("speedy", mask_threshold=tau, edit_threshold=e)) for e in edits]
+        # the loop guard off: the pair differs in edits alone (bench/loops.py measures the guard)
+        arms += [(f"draft_edit e={e}", make_policy("speedy", mask_threshold=tau, edit_threshold=e, loop_repeats=0))
+                 for e in edits]
         by_kind: dict[str, list[Arm]] = {}
         for kind in kinds:
             ks = [t for t in tasks if t.kind == kind]

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 import kernels
+from engine.loops import loop_bans
 from engine.model import CLEAN, NOISY, SpecialTokens
 from engine.policies import BlockView, Policy
 
@@ -108,6 +109,8 @@ class Sequence:
         self.phase: Literal["draft", "edit", "multi", "done"] = "draft"
         self.first_allowed, self.stop_fn = first_allowed, stop_fn
         self.end_ahead_min = END_AHEAD_MIN if end_ahead_min is None else end_ahead_min
+        # a unit may repeat this many times back to back (engine.loops); 0: no guard
+        self.loop_repeats: int = getattr(getattr(policy, "config", None), "loop_repeats", 0)
 
     # -- views ---------------------------------------------------------------------------
     def live_limit(self) -> int:
@@ -212,6 +215,12 @@ class Sequence:
         if self.first_allowed is not None and sl.start == 0:
             logits = logits.clone()
             logits[0, ~self.first_allowed] = float("-inf")
+        if self.loop_repeats:
+            bans = loop_bans(self.middle.tolist(), self.committed.tolist(), sl.start, sl.start + n, self.loop_repeats)
+            if bans:
+                logits = logits.clone()
+                for j, t in bans:
+                    logits[j - sl.start, t] = float("-inf")
         conf = kernels.confidence(logits, torch.where(masked, -1, cur))
         assert conf.cur_prob is not None
         view = BlockView(masked=masked, editable=editable, live=live, current=cur, top_id=conf.top_id.cpu(),

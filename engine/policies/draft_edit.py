@@ -23,10 +23,12 @@ class DraftEditConfig:
     # edit threshold and whose last step edited nothing (a pass could then rarely change it)
     skip_confident_blocks: bool = True
     fallback: str = "leftmost"  # the forced commit when nothing passes (see base.at_least_one)
+    loop_repeats: int = 0  # forbid a token completing this many back-to-back copies (engine.loops); 0: off
 
 
-SPEEDY = DraftEditConfig(mask_threshold=0.5, edit_threshold=0.8, edit_passes=3)
-QUALITY = DraftEditConfig(mask_threshold=0.9, edit_threshold=0.9, edit_passes=2)
+# the loop guard raises edit similarity at no cost in exact match (bench/loops.py, BENCHMARKS.md)
+SPEEDY = DraftEditConfig(mask_threshold=0.5, edit_threshold=0.8, edit_passes=3, loop_repeats=4)
+QUALITY = DraftEditConfig(mask_threshold=0.9, edit_threshold=0.9, edit_passes=2, loop_repeats=4)
 
 
 def edits_of(view: BlockView, threshold: float) -> Tensor:
