@@ -14,16 +14,22 @@ DEFAULT_REPEATS = 4
 DEFAULT_MAX_UNIT = 8
 
 
-def loop_token(tokens: list[int], known: list[bool], i: int, repeats: int, max_unit: int) -> list[int]:
+def loop_token(tokens: list[int], known: list[bool], i: int, repeats: int, max_unit: int,
+               run_start: int | None = None) -> list[int]:
     """The tokens that, placed at index `i`, would end `repeats` copies of a unit of u tokens
-    (u = 1..max_unit) laid back to back; the window before `i` must be committed."""
+    (u = 1..max_unit) laid back to back; the window before `i` must be committed.
+    `run_start`: where the committed run ending at i - 1 starts (found here when None)."""
+    if run_start is None:
+        run_start = i
+        while run_start > 0 and known[run_start - 1]:
+            run_start -= 1
     out: list[int] = []
     for u in range(1, max_unit + 1):
         lo = i - repeats * u + 1  # the window tokens[lo:i] plus the candidate at i
-        if lo < 0:
+        if lo < run_start:
             break
-        if not all(known[lo:i]):
-            continue
+        if i - 1 - u >= lo and tokens[i - 1] != tokens[i - 1 - u]:
+            continue  # the window's last token breaks the period already
         if all(tokens[j] == tokens[j + u] for j in range(lo, i - u)):
             t = tokens[i - u]
             if t not in out:
@@ -37,6 +43,12 @@ def loop_bans(tokens: list[int], known: list[bool], start: int, stop: int,
     if repeats < 2:
         raise ValueError("repeats must be at least 2")
     bans: list[tuple[int, int]] = []
+    run = start  # start of the committed run ending just before i
+    while run > 0 and known[run - 1]:
+        run -= 1
     for i in range(start, min(stop, len(tokens))):
-        bans.extend((i, t) for t in loop_token(tokens, known, i, repeats, max_unit))
+        if i > start and not known[i - 1]:
+            run = i
+        if i - run >= repeats - 1:  # at least one unit of copies fits the run
+            bans.extend((i, t) for t in loop_token(tokens, known, i, repeats, max_unit, run))
     return bans

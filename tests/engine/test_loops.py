@@ -52,3 +52,34 @@ def test_the_guard_breaks_a_loop_the_model_prefers() -> None:
     out = _decode(4)
     assert out == [A, A, A, B, A, A, A, B]
     assert all(out[i : i + 4] != [A] * 4 for i in range(len(out) - 3))
+
+
+def _brute(tokens: list[int], known: list[bool], start: int, stop: int, repeats: int, max_unit: int
+           ) -> list[tuple[int, int]]:
+    """The definition: t is forbidden at i when window + [t] is `repeats` copies of its first u tokens."""
+    out = []
+    for i in range(start, min(stop, len(tokens))):
+        seen: list[int] = []
+        for u in range(1, max_unit + 1):
+            lo = i - repeats * u + 1
+            if lo < 0 or not all(known[lo:i]):
+                continue
+            full = [*tokens[lo:i], tokens[i - u]]
+            if full == full[:u] * repeats and tokens[i - u] not in seen:
+                seen.append(tokens[i - u])
+        out += [(i, t) for t in seen]
+    return out
+
+
+def test_the_fast_scan_agrees_with_the_definition_on_random_canvases() -> None:
+    import random
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        n = rng.randint(1, 40)
+        tokens = [rng.choice([1, 2, 3]) for _ in range(n)]
+        known = [rng.random() < 0.85 for _ in range(n)]
+        start = rng.randint(0, n - 1)
+        stop, repeats, max_unit = rng.randint(start, n), rng.randint(2, 5), rng.randint(0, 8)
+        got = loop_bans(tokens, known, start, stop, repeats, max_unit)
+        assert sorted(got) == sorted(_brute(tokens, known, start, stop, repeats, max_unit))
