@@ -119,11 +119,15 @@ end
 
 local function settle(before)
   return wait('a suggestion or an empty answer', spec.ghost_timeout, function()
-    local s = snapshot()
-    if s.current ~= vim.NIL and #s.marks > 0 and s.current.text ~= '' then
-      return s
-    end
+    -- counters first: an answer counted as handled is in the snapshot taken after it
     local c = counters()
+    local s = snapshot()
+    if s.current ~= vim.NIL and s.current.text ~= '' then
+      if #s.marks > 0 then
+        return s
+      end
+      return nil -- answered with a suggestion the editor has not drawn yet (next redraw)
+    end
     if c.sent > before.sent and c.handled + c.cancelled >= c.sent then
       return 'empty'
     end
@@ -230,6 +234,7 @@ if spec.partial then
   end
   -- The rest is shown again (locally, or by the server's answer for the new text).
   local got = settle(before_counts)
+  note({ after_partial = type(got) == 'table', counters = counters(), shown = snapshot().current })
   if type(got) ~= 'table' then
     -- the server had nothing for the new text: accept what is left of the old suggestion
     -- is impossible now; the session ends with the partial accept checked

@@ -24,6 +24,11 @@ vim.api.nvim_create_autocmd('LspAttach', {
       if method == 'textDocument/inlineCompletion' and handler then
         local inner = handler
         handler = function(...)
+          local err, res0 = ...
+          local items = type(res0) == 'table' and (res0.items or res0) or {}
+          table.insert(_G.llada_test.answers, { n = #items, err = err and err.message or nil,
+            text = items[1] and (type(items[1].insertText) == 'table' and items[1].insertText.value
+              or items[1].insertText) or nil })
           local ok, res = pcall(inner, ...)
           _G.llada_test.handled = _G.llada_test.handled + 1
           if not ok then
