@@ -3,6 +3,8 @@
     python bench/quality.py [--quick] [--limit N] [--model DIR] [--presets speedy,quality,...]
 
 The cursor sits after the line's indentation; the model chooses the length (stop rule "line").
+Presets run as shipped: `quality` is scored on the candidate of its alternatives the language
+server would show (bench.t2t.chosen).
 pass@1: prompt + completion + suffix + test runs in a fresh subprocess within a timeout.
 Prints a table and ends with one JSON line.
 """
@@ -20,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.tasks import edit_similarity, exact_match, parses  # noqa: E402
+from bench.t2t import chosen  # noqa: E402
+from bench.tasks import Task, edit_similarity, exact_match, parses  # noqa: E402
 from engine.api import CompletionRequest, Plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,9 +77,9 @@ def main() -> None:
             eng.prompt_cache.clear()
             req = CompletionRequest(f"he-{i}", "he", prefix, suffix, Plan(max_tokens=48, stop="line", preset=preset))
             done = list(eng.complete(req))[-1]
-            text = done.text
+            text = chosen(Task("he", "he", prefix, gold, suffix, req.plan), done)  # quality: its alternatives
             st = done.stats or {}
-            fw += st.get("forwards", 0)
+            fw += st.get("group_forwards", st.get("forwards", 0))
             toks += st.get("tokens", 0)
             em += exact_match(text, gold)
             es += edit_similarity(text, gold)

@@ -18,13 +18,13 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tasks import KINDS, Task, edit_similarity, exact_match, make_tasks, parses  # noqa: E402
-from engine.api import CompletionRequest  # noqa: E402
+from engine.api import CompletionRequest, EngineEvent  # noqa: E402
 
 
 @dataclass
@@ -35,6 +35,7 @@ class Outcome:
     em: bool
     es: float
     parse: bool | None  # None: empty
+    ms: float = 0.0  # the request's wall time, done event included
 
 
 @dataclass
@@ -84,13 +85,29 @@ def print_table(head: str, rows: list[dict], cells) -> None:  # noqa: ANN001 - c
         print(f"{cells(r)} {extra}")
 
 
-def run(eng, task: Task, policy) -> Outcome:  # noqa: ANN001
+def chosen(task: Task, done: EngineEvent) -> str:
+    """The candidate the language server would show: the first of the primary and its
+    alternatives that adds no parse error (llada_lsp.postprocess.first_fitting)."""
+    cands = [done.text, *done.alternatives]
+    if len(cands) == 1:
+        return done.text
+    from llada_lsp.postprocess import first_fitting
+    from llada_lsp.syntax import adds_error
+
+    return cands[first_fitting(cands, lambda t: adds_error("python", None, task.prefix, t, task.suffix))]
+
+
+def run(eng, task: Task, policy, alternatives: int = 1) -> Outcome:  # noqa: ANN001
+    """Decode `task` with `policy` (the prompt cache cleared); `alternatives` candidates, the
+    shown one chosen as the server does. Forwards count the whole group's."""
     eng.prompt_cache.clear()
-    done = list(eng.complete(CompletionRequest("t2t", "t2t", task.prefix, task.suffix, task.plan), policy=policy))[-1]
+    plan = replace(task.plan, alternatives=alternatives)
+    done = list(eng.complete(CompletionRequest("t2t", "t2t", task.prefix, task.suffix, plan), policy=policy))[-1]
     st = done.stats or {}
-    text = done.text
-    return Outcome(text, int(st.get("tokens", 0)), int(st.get("forwards", 0)), exact_match(text, task.middle),
-                   edit_similarity(text, task.middle), parses(task.prefix + text + task.suffix) if text.strip() else None)
+    text = chosen(task, done)
+    return Outcome(text, int(st.get("tokens", 0)), int(st.get("group_forwards", st.get("forwards", 0))),
+                   exact_match(text, task.middle), edit_similarity(text, task.middle),
+                   parses(task.prefix + text + task.suffix) if text.strip() else None, float(st.get("total_ms", 0.0)))
 
 
 def task_args(ap: argparse.ArgumentParser, per_kind: int) -> None:

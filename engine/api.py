@@ -38,6 +38,9 @@ class Plan:
     keep_closer: bool = False
     preset: str | None = None  # a policy preset name ("speedy", "quality", ...); None = engine default
     first_token_prefix: str = ""  # token healing: the generated text must start with this
+    # candidates decoded side by side from the most likely first tokens (engine.alternatives);
+    # None: the preset's default (quality 4, others 1)
+    alternatives: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +52,9 @@ class Plan:
         if unknown:
             raise ValueError(f"unknown plan fields: {sorted(unknown)}")
         return cls(**d)
+
+
+MAX_ALTERNATIVES = 8  # Plan.alternatives at most
 
 
 @dataclass(frozen=True)
@@ -81,10 +87,12 @@ class EngineEvent:
     error: str | None = None  # set on "error"
     stats: dict[str, Any] | None = None  # on "done": forwards, tokens, tpf, prefill_tokens,
     # reused_tokens, queue_ms, first_draft_ms, total_ms
+    alternatives: tuple[str, ...] = ()  # on "done": the other candidates' texts, in rank order
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["edits"] = [asdict(e) for e in self.edits]
+        d["alternatives"] = list(self.alternatives)
         return d
 
 

@@ -108,6 +108,9 @@ class Sequence:
         self.multi_pass = 0
         self.phase: Literal["draft", "edit", "multi", "done"] = "draft"
         self.first_allowed, self.stop_fn = first_allowed, stop_fn
+        # the first step's logits at middle index 0, kept when asked (engine.alternatives)
+        self.keep_first_logits = False
+        self.first_logits: Tensor | None = None
         self.end_ahead_min = END_AHEAD_MIN if end_ahead_min is None else end_ahead_min
         # a unit may repeat this many times back to back (engine.loops); 0: no guard
         self.loop_repeats: int = getattr(getattr(policy, "config", None), "loop_repeats", 0)
@@ -215,6 +218,8 @@ class Sequence:
         if self.first_allowed is not None and sl.start == 0:
             logits = logits.clone()
             logits[0, ~self.first_allowed] = float("-inf")
+        if self.keep_first_logits and sl.start == 0 and self.first_logits is None and not edit_only:
+            self.first_logits = logits[0].detach().float().cpu().clone()
         if self.loop_repeats:
             bans = loop_bans(self.middle.tolist(), self.committed.tolist(), sl.start, sl.start + n, self.loop_repeats)
             if bans:

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent, Plan, TextEdit
+from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan, TextEdit
 
 PROTOCOL_VERSION = 1
 MAX_ID_CHARS = 256
@@ -113,6 +113,8 @@ def parse_plan(d: Any, rid: str | None, max_tokens: int = 1024) -> Plan:
         raise ProtocolError(INVALID_PLAN, f"invalid plan: {e}", rid) from e
     _int(plan.max_tokens, "plan.max_tokens", 1, max_tokens, rid)
     _int(plan.max_lines, "plan.max_lines", 0, 10_000, rid)
+    if plan.alternatives is not None:
+        _int(plan.alternatives, "plan.alternatives", 1, MAX_ALTERNATIVES, rid)
     if plan.stop not in STOP_KINDS:
         raise ProtocolError(INVALID_PLAN, f"plan.stop must be one of {STOP_KINDS}, got {plan.stop!r}", rid)
     for name in ("indent", "first_token_prefix"):
@@ -201,7 +203,7 @@ def event_from_message(d: dict[str, Any]) -> EngineEvent:
         err = f"{d['code']}: {err}"
     return EngineEvent(d["type"], str(d.get("id") or ""), str(d.get("text") or ""), edits,
                        int(d.get("step") or 0), bool(d.get("draft_complete")), d.get("reason"),
-                       err, d.get("stats"))
+                       err, d.get("stats"), tuple(str(t) for t in d.get("alternatives") or ()))
 
 
 def complete_message(req: CompletionRequest, deadline_ms: int | None = None,

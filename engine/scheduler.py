@@ -11,6 +11,10 @@ One thread owns the model. Each iteration of its loop is
 Rows are the concurrency limit: a request arriving with every row taken gets a "busy" error.
 Work for a cancelled, superseded or disconnected request stops before the next forward.
 A failure inside one request (prepare, forward, update) fails that request only.
+Alternatives (`engine.alternatives`): after a request's first step, forks from its next most
+likely first tokens take free rows and advance in the same forwards; the request's done event
+waits for them (bounded as in `run_group`). A new request that finds no free row takes a
+fork's row instead of getting "busy".
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any, Literal
 from torch import Tensor
 
 from engine import protocol as P
+from engine.alternatives import alternatives_for, fork_tokens, group_stats
 from engine.api import CompletionRequest, DoneReason, EngineEvent
 from engine.batch import execute, new_slot_attrs
 from engine.decode import Feed, Sequence
@@ -54,6 +59,9 @@ class Job:
     partial: str = ""
     row: int = -1
     batch_sum: int = 0  # sum of the batch sizes of the forwards it took part in
+    parent: Job | None = None  # set on a fork: the request it decodes an alternative of
+    forks: list[Job] = field(default_factory=list)
+    last_step: int | None = None  # a done request waiting for its forks: until this step
 
     @property
     def key(self) -> Key:
@@ -192,6 +200,8 @@ class Scheduler:
         if prev is not None and prev in self.running:
             self._finish(self.running[prev], "superseded")
         if not self.free_rows:
+            self._preempt_fork()
+        if not self.free_rows:
             self.counters["busy"] += 1
             return self._reject(job, P.BUSY, f"busy: {self.max_batch} requests are running; retry later")
         row = self.free_rows.pop()
@@ -209,6 +219,7 @@ class Scheduler:
             log.exception("request %s failed to start", rid)
             return self._reject(job, P.INTERNAL, f"{type(e).__name__}: {e}")
         job.seq, job.row = seq, row
+        seq.keep_first_logits = job.op == "complete" and alternatives_for(job.req.plan, self.engine.mode) > 1
         job.stream = TextStream(self.engine, job.req, seq, job.partial, job.submitted, reused,
                                 (time.perf_counter() - job.submitted) * 1000)
         job.attrs = new_slot_attrs(self.engine.max_len, seq.clean_len)
@@ -220,7 +231,34 @@ class Scheduler:
         now = time.perf_counter()
         for job in [j for j in self.running.values() if now > j.deadline]:
             self._finish(job, "deadline")
-        return list(self.running.values())
+        steps = self.counters["steps"]
+        for job in list(self.running.values()):  # a done request waiting for its forks
+            if job.last_step is not None and (steps >= job.last_step or
+                                              not any(f.key in self.running for f in job.forks)):
+                self._finish(job, None)
+        return [j for j in self.running.values() if j.last_step is None]
+
+    # -- alternatives --------------------------------------------------------------------------
+    def _spawn_forks(self, job: Job) -> None:
+        assert job.seq is not None
+        n = alternatives_for(job.req.plan, self.engine.mode)
+        if job.seq.first_logits is None or n < 2:
+            return
+        for i, tok in enumerate(fork_tokens(job.seq.first_logits, n)):
+            if not self.free_rows:
+                return
+            row = self.free_rows.pop()
+            fork = Job(job.req, job.owner, lambda ev, code: None, job.deadline, parent=job, row=row)
+            fork.seq = self.engine.fork(job.req, tok, row)
+            fork.attrs = new_slot_attrs(self.engine.max_len, fork.seq.clean_len)
+            fork.req = CompletionRequest(f"{job.req.request_id}\0alt{i}", job.req.doc_key, "", "", job.req.plan)
+            job.forks.append(fork)
+            self.running[fork.key] = fork
+
+    def _preempt_fork(self) -> None:
+        forks = [j for j in self.running.values() if j.parent is not None]
+        if forks:
+            self._release(forks[-1])
 
     def _execute(self, jobs: list[Job]) -> dict[Key, Tensor]:
         feeds: list[tuple[Job, Feed]] = []
@@ -287,6 +325,9 @@ class Scheduler:
             logits = results.get(job.key)
             if logits is None or self.running.get(job.key) is not job:
                 continue
+            if job.parent is not None:
+                self._update_fork(job, logits)
+                continue
             seq, stream = job.seq, job.stream
             assert seq is not None and stream is not None
             try:
@@ -294,13 +335,28 @@ class Scheduler:
                 tev = seq.update(logits)
                 if first:
                     self.engine.prompt_cache.store(self.engine.model, job.row, job.req.doc_key, seq.prompt)
+                    self._spawn_forks(job)
                 ev = stream.feed(tev)
                 if ev is not None:
                     job.emit(ev, None)
-                if seq.done():
+                if seq.done() and any(f.key in self.running for f in job.forks):
+                    job.last_step = int(self.counters["steps"]) + max(seq.b, seq.forwards)
+                elif seq.done():
                     self._finish(job, None)
             except Exception as e:  # noqa: BLE001
                 self._fail(job, e)
+
+    def _update_fork(self, fork: Job, logits: Tensor) -> None:
+        assert fork.seq is not None
+        try:
+            fork.seq.update(logits)
+        except Exception:  # noqa: BLE001 - an alternative that fails is dropped, the request goes on
+            log.exception("an alternative of %s failed", fork.req.request_id)
+            fork.seq.reason = "cancelled"
+            self._release(fork)
+            return
+        if fork.seq.done():
+            self._release(fork)
 
     # -- endings -------------------------------------------------------------------------------
     def _release(self, job: Job) -> None:
@@ -313,12 +369,21 @@ class Scheduler:
             job.row = -1
 
     def _finish(self, job: Job, reason: DoneReason | None) -> None:
-        """End a running request with a done event (reason None: its own, it finished)."""
+        """End a running request with a done event (reason None: its own, it finished); a
+        fork just gives its row back."""
         self._release(job)
+        if job.parent is not None:
+            return
+        for f in job.forks:
+            self._release(f)
         assert job.seq is not None and job.stream is not None
         tev = job.seq.finish_event(reason)  # type: ignore[arg-type]
         steps = max(1, job.seq.forwards)
-        done = job.stream.finish(tev, {"avg_batch": job.batch_sum / steps, "row_wait_ms": job.stream.queue_ms})
+        forks = [f.seq for f in job.forks if f.seq is not None and f.seq.done() and f.seq.reason != "cancelled"]
+        extra = {"avg_batch": job.batch_sum / steps, "row_wait_ms": job.stream.queue_ms}
+        if job.forks:
+            extra |= group_stats(job.seq, forks)
+        done = job.stream.finish(tev, extra, forks if reason is None else None)
         if reason is None:
             self.counters["completed"] += 1
         elif reason in ("cancelled", "superseded", "deadline"):

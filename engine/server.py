@@ -28,7 +28,7 @@ from websockets.exceptions import ConnectionClosed
 
 from engine import protocol as P
 from engine import runtime
-from engine.api import CompletionRequest, EngineEvent, Plan
+from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan
 from engine.policies import POLICIES, PRESETS
 from engine.scheduler import Scheduler
 from engine.service import TextEngine
@@ -142,7 +142,8 @@ class Daemon:
         return {"type": "hello", "ref": ref, "protocol": P.PROTOCOL_VERSION, "server": SERVER_NAME, "pid": os.getpid(),
                 "model": self.info,
                 "capabilities": {"cancel": True, "remask": True, "supersede": "doc_per_connection",
-                                 "batching": True, "deadline": True, "presets": sorted(set(PRESETS) | set(POLICIES))},
+                                 "batching": True, "deadline": True, "presets": sorted(set(PRESETS) | set(POLICIES)),
+                                 "alternatives": MAX_ALTERNATIVES},
                 "limits": {"max_batch": c.max_batch, "max_prompt_tokens": c.max_prompt_tokens,
                            "max_prompt_chars": self.max_prompt_chars, "max_tokens": c.max_new_tokens,
                            "max_message_bytes": c.max_message_bytes, "deadline_ms": int(c.deadline_s * 1000)}}

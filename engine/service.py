@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import torch
 
+from engine.alternatives import alternatives_for, group_stats, only, run_group
 from engine.api import CompletionRequest, EngineEvent, EventKind, Plan, diff_edits
 from engine.checkpoint import EMBEDDED_DIR
 from engine.decode import Sequence, TokenEvent
@@ -173,8 +174,28 @@ class TextEngine:
     def _complete(self, req: CompletionRequest, cancel: threading.Event | None,
                   policy: Policy | None = None) -> Iterator[EngineEvent]:
         t0 = time.perf_counter()
+        n = alternatives_for(req.plan, self.mode)
+        if n > 1 and self.model.cache_batch < n:  # before prepare: a new cache drops row 0
+            self.model.setup_cache(n, self.max_len)
         seq, partial, reused = self.prepare(req, 0, policy)
-        yield from self._run(req, seq, partial, t0, reused, cancel)
+        yield from self._run(req, seq, partial, t0, reused, cancel, n, policy)
+
+    def fork(self, req: CompletionRequest, token: int, row: int, policy: Policy | None = None) -> Sequence:
+        """A candidate of `req` on cache row `row` whose first token is `token` (engine.alternatives);
+        its prompt comes from the prompt cache when the primary stored it."""
+        seq, _partial, _reused = self.prepare(req, row, policy)
+        seq.first_allowed = only(token, self.config.vocab_size)
+        return seq
+
+    def alternative_texts(self, req: CompletionRequest, forks: list[Sequence], partial: str, primary: str
+                          ) -> tuple[str, ...]:
+        """The forks' final texts in rank order, without the primary's text and repeats."""
+        out: list[str] = []
+        for f in forks:
+            text = self._final_text(f, req.plan, partial)
+            if text != primary and text not in out:
+                out.append(text)
+        return tuple(out)
 
     def _stop_fn(self, plan: Plan, partial: str):  # noqa: ANN202 - a closure over the tokenizer
         if plan.stop == "none" and plan.max_lines == 0:
@@ -200,7 +221,7 @@ class TextEngine:
         return cut_text(text, plan)[0]
 
     def _run(self, req: CompletionRequest, seq: Sequence, partial: str, t0: float, reused: int,
-             cancel: threading.Event | None) -> Iterator[EngineEvent]:
+             cancel: threading.Event | None, n: int = 1, policy: Policy | None = None) -> Iterator[EngineEvent]:
         prompt = seq.prompt
 
         def store(s: Sequence) -> None:
@@ -209,13 +230,20 @@ class TextEngine:
 
         stream = TextStream(self, req, seq, partial, t0, reused, (time.perf_counter() - t0) * 1000)
         ev: TokenEvent
-        for ev in run(self.model, seq, self.max_len, cancel=(cancel.is_set if cancel else None), on_prefilled=store):
+        stop = cancel.is_set if cancel else None
+        forks: list[Sequence] = []
+        if n > 1:
+            events = run_group(self.model, seq, n, lambda tok, row: self.fork(req, tok, row, policy), self.max_len,
+                               cancel=stop, on_prefilled=store, forks=forks)
+        else:
+            events = run(self.model, seq, self.max_len, cancel=stop, on_prefilled=store)
+        for ev in events:
             if ev.kind == "done":
                 self.finished[req.request_id] = (req, seq, partial)
                 self.finished.move_to_end(req.request_id)
                 while len(self.finished) > FINISHED_KEPT:
                     self.finished.popitem(last=False)
-                yield stream.finish(ev)
+                yield stream.finish(ev, group_stats(seq, forks) if n > 1 else None, forks)
                 return
             out = stream.feed(ev)
             if out is not None:
@@ -278,9 +306,12 @@ class TextStream:
         kind: EventKind = "draft" if self.first_draft_ms is None else "edit"
         return EngineEvent(kind, rid, text, diff_edits(prev, text), ev.step, self.first_draft_ms is not None)
 
-    def finish(self, ev: TokenEvent, extra: dict[str, Any] | None = None) -> EngineEvent:
+    def finish(self, ev: TokenEvent, extra: dict[str, Any] | None = None,
+               forks: list[Sequence] | None = None) -> EngineEvent:
         seq = self.seq
         text = self.engine._final_text(seq, self.req.plan, self.partial)
+        alts = self.engine.alternative_texts(self.req, forks, self.partial, text) \
+            if forks and ev.reason != "cancelled" else ()
         total = (time.perf_counter() - self.t0) * 1000
         n_tok = len(seq.final_middle())
         stats = {"forwards": seq.forwards, "tokens": n_tok, "tpf": n_tok / max(1, seq.forwards),
@@ -289,4 +320,4 @@ class TextStream:
                  "first_draft_ms": self.first_draft_ms if self.first_draft_ms is not None else total,
                  "total_ms": total, **(extra or {})}
         return EngineEvent("done", self.req.request_id, text, diff_edits(self.prev, text), seq.forwards, True,
-                           reason=ev.reason, stats=stats)
+                           reason=ev.reason, stats=stats, alternatives=alts)

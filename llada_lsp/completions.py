@@ -5,6 +5,8 @@ parse error (syntax-guided edit: the tokens inside a new error go back to the en
 re-masking, a bounded number of passes, before anything is shown; then it is trimmed). The
 engine's later edits go out as `llada/refine` notifications, then one `llada/stats`
 notification. The newest request for a document wins: it cancels the older one's engine job.
+When the engine decoded alternatives (other first tokens, `engine.alternatives`), the done
+event's candidates are weighed: the first that adds no parse error is the one shown.
 After an accept, `llada_lsp.speculation` asks for the next completion ahead of time.
 """
 
@@ -29,6 +31,7 @@ from llada_lsp.positions import Encoding
 from llada_lsp.postprocess import (
     Spec,
     clean,
+    first_fitting,
     open_brackets,
     raw_spans,
     remask_can_help,
@@ -213,6 +216,9 @@ class CompletionService:
                 if not done and (until_done or not ev.draft_complete):
                     continue
                 text = self.clean(ev.text, req)
+                chosen = 0
+                if done and ev.alternatives:
+                    text, chosen = self.pick(ev, req, text)
                 if not text and not done:
                     continue  # an empty draft: wait for the edits
                 if not wanted():
@@ -222,7 +228,7 @@ class CompletionService:
                 if spans and not done:
                     continue  # the engine's own edits may fix it; else remask at the end
                 req.engine_ms += (t_ev - job.submitted_at) * 1000
-                if spans and passes < self.options.syntax_remask_passes \
+                if spans and chosen == 0 and passes < self.options.syntax_remask_passes \
                         and remask_can_help(text, spans, bad[0] if bad is not None else None):
                     nxt = self.engine.remask(job, raw_spans(ev.text, text, spans))
                     if nxt is not None:
@@ -245,6 +251,24 @@ class CompletionService:
     def clean(self, raw: str, req: Request) -> str:
         text, req.note = clean(raw, req.spec)
         return text
+
+    def pick(self, ev: EngineEvent, req: Request, primary: str) -> tuple[str, int]:
+        """The text to show among the primary's (`primary`, cleaned) and the done event's
+        alternatives (cleaned here), and its index: the first that adds no parse error
+        (every plan kind; without a tree, the first non-empty one)."""
+        cleaned = [clean(a, req.spec) for a in ev.alternatives]
+        cands = [primary, *(t for t, _ in cleaned)]
+        check = None
+        if req.tree is not None:
+            before, after = req.doc_text[: req.offset], req.doc_text[req.offset:]
+
+            def check(t: str) -> bool:
+                return adds_error(req.language_id, req.tree, before, t, after)
+        i = first_fitting(cands, check)
+        if i:
+            self.counters["alternative_shown"] += 1
+            req.note = cleaned[i - 1][1]
+        return cands[i], i
 
     def _new_errors(self, req: Request, text: str) -> list[tuple[int, int]]:
         """Character spans of `text` inside parse errors it adds ([] = none, or unchecked)."""
@@ -285,6 +309,9 @@ class CompletionService:
                 self._send_final(req, last, last, ev.step, reason="error")
                 return
             new = self.checked(ev.text, req) if ev.text or ev.kind != "done" else last
+            if ev.kind == "done" and ev.alternatives and ev.reason not in ("cancelled", "superseded"):
+                new = self.pick(ev, req, self.clean(ev.text, req))[0]
+                new = self._trim(new, req) if self._new_errors(req, new) else new
             if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
                 self._send_final(req, last, last, ev.step, reason=ev.reason)
                 self._finish(req, ev, None)

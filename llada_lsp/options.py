@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from engine.api import MAX_ALTERNATIVES
+
 Mode = Literal["speedy", "quality"]
 MODES: tuple[str, ...] = ("speedy", "quality")
 
@@ -56,6 +58,9 @@ class Options:
     speculative: bool = True  # after an accept, request the next completion ahead of time
     syntax_remask_passes: int = 2  # re-mask the tokens of a parse error this often, then trim
     max_lines: int = 0  # 0 = the plan's own limit
+    # candidates decoded side by side from the most likely first tokens, the first that adds
+    # no parse error shown (engine.alternatives); 0 = the mode's default (quality 4, speedy 1)
+    alternatives: int = 0
 
     def language_enabled(self, language_id: str) -> bool:
         return "*" in self.languages or language_id in self.languages
@@ -141,6 +146,8 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
         _merge_into(opts, src, "", warnings)
     if opts.mode not in MODES:
         raise OptionsError(f"option 'mode' must be one of {MODES}, got {opts.mode!r}")
+    if opts.alternatives > MAX_ALTERNATIVES:
+        raise OptionsError(f"option 'alternatives' must be at most {MAX_ALTERNATIVES}, got {opts.alternatives}")
     if opts.device not in ("cpu", "cuda", "auto"):
         raise OptionsError(f"option 'device' must be cpu, cuda or auto, got {opts.device!r}")
     if not (opts.engine in ("inprocess", "auto") or opts.engine.startswith(("ws://", "wss://"))):

@@ -199,5 +199,5 @@ def make_plan(text: str, offset: int, language_id: str, options: Options, *, tre
         nxt = ctx.suffix.lstrip()
         keep_closer = not nxt.startswith("}")
     plan = Plan(max_tokens=budget, stop=stop, indent=indent, max_lines=max_lines,
-                keep_closer=keep_closer, preset=options.mode)
+                keep_closer=keep_closer, preset=options.mode, alternatives=options.alternatives or None)
     return InfillPlan(kind, reason, plan, ctx, indent, brace, new_line)

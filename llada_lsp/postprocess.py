@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llada_lsp.context import indentation
@@ -221,6 +222,21 @@ def syntax_trim(text: str, adds_error: object) -> tuple[str, str]:
         if not check(cand):
             return cand, "dropped a stray closing line"
     return "", "adds a parse error"
+
+
+def first_fitting(candidates: list[str], adds_error: Callable[[str], bool] | None) -> int:
+    """Which of the engine's candidates to show (the primary first, then its alternatives in
+    rank order): the first non-empty one that adds no parse error; failing that, the first
+    non-empty one; 0 when all are empty. `adds_error` None: no syntax check, the first
+    non-empty one."""
+    nonempty = [i for i, c in enumerate(candidates) if c.strip()]
+    if not nonempty:
+        return 0
+    if adds_error is not None:
+        for i in nonempty:
+            if not adds_error(candidates[i]):
+                return i
+    return nonempty[0]
 
 
 def raw_spans(raw: str, cleaned: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

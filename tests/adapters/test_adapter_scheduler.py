@@ -1,5 +1,6 @@
 """Every real family through the daemon's batched scheduler: a request batched with others
-gives the events it gives alone, and the text the in-process engine gives."""
+gives the events it gives alone, and the text the in-process engine gives; so do its
+alternatives (engine.alternatives)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.adapters.tiny_ckpts import write_dream, write_llada, write_llada2
 
 PROMPTS = [
     ("def f(x):\n    return ", "\n\nprint(f(2))\n", Plan(max_tokens=12)),
-    ("x = [", "]\n", Plan(max_tokens=8, preset="quality")),
+    ("x = [", "]\n", Plan(max_tokens=8, preset="quality", alternatives=1)),
     ("import os\nos.", "", Plan(max_tokens=20, preset="one_per_step")),
 ]
 
@@ -55,3 +56,25 @@ def test_family_batches_like_it_runs_alone(write: Callable[[Path], Path], family
         eng.prompt_cache.clear()
         alone = [(e.kind, e.text) for e in eng.complete(CompletionRequest(f"ip{i}", f"c{i}", pre, suf, plan))]
         assert alone == log[f"solo{i}"]
+
+
+@pytest.mark.parametrize("write, family", [(write_llada2, "llada2"), (write_llada, "llada"), (write_dream, "dream")])
+def test_family_alternatives_match_in_process(write: Callable[[Path], Path], family: str, tmp_path: Path) -> None:
+    path = write(tmp_path / family)
+    char_tokenizer(path)
+    eng = TextEngine(path, threads=1, max_len=256, max_prompt_tokens=64)
+    req = CompletionRequest("r", "d", "def f(x):\n    return ", "\n", Plan(max_tokens=8, preset="quality"))
+    eng.prompt_cache.clear()
+    alone = list(eng.complete(req))
+    done: list[EngineEvent] = []
+    s = Scheduler(eng, max_batch=4)
+    eng.prompt_cache.clear()
+    s.submit(req, "owner", lambda ev, code: done.append(ev))
+    for _ in range(1000):
+        if done and done[-1].kind in ("done", "error"):
+            break
+        s.step()
+    assert done[-1].kind == "done" and alone[-1].kind == "done"
+    assert done[-1].text == alone[-1].text and done[-1].alternatives == alone[-1].alternatives
+    assert alone[-1].alternatives and alone[-1].text not in alone[-1].alternatives
+    assert s.counters["max_batch_seen"] > 1 and len(s.free_rows) == 4

@@ -109,6 +109,9 @@ async def test_bad_input_gets_errors_and_the_connection_stays_usable(daemon: Dae
             (json.dumps({**ok, "plan": {"stop": "sometimes"}}), "invalid_plan"),
             (json.dumps({**ok, "plan": {"bogus": 1}}), "invalid_plan"),
             (json.dumps({**ok, "plan": {"preset": "warp"}}), "invalid_plan"),
+            (json.dumps({**ok, "plan": {"alternatives": 0}}), "invalid_plan"),
+            (json.dumps({**ok, "plan": {"alternatives": 9}}), "invalid_plan"),
+            (json.dumps({**ok, "plan": {"alternatives": "all"}}), "invalid_plan"),
             (json.dumps({**ok, "prefix": "x" * 5000}), "prompt_too_long"),
             (json.dumps({**ok, "model": "nobody/no-such-model"}), "unknown_model"),
             (json.dumps({"type": "hello", "protocol": 99}), "unsupported_version"),
@@ -125,6 +128,7 @@ async def test_bad_input_gets_errors_and_the_connection_stays_usable(daemon: Dae
         while (reply := json.loads(await asyncio.wait_for(ws.recv(), 20)))["type"] not in ("done", "error"):
             pass
         assert reply["type"] == "done" and reply["id"] == "ok" and reply["stats"]["total_ms"] > 0
+        assert reply["alternatives"] == []
         await ws.send("x" * 300_000)  # above the frame limit: the connection is closed (1009)
         with pytest.raises(ConnectionClosed) as exc:
             await asyncio.wait_for(ws.recv(), 10)

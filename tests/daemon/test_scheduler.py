@@ -17,7 +17,7 @@ PREFIX = "def fibonacci(n):\n    if n < 2:\n        return n\n    "
 PROMPTS = [
     (PREFIX, "\n\nprint(fibonacci(10))\n", Plan(max_tokens=16)),
     ("import os\n\nclass Runtime:\n    def __init__(self, path):\n        self.", "", Plan(max_tokens=12, stop="line")),
-    ("for i in range(", "):\n    pass\n", Plan(max_tokens=20, preset="quality")),
+    ("for i in range(", "):\n    pass\n", Plan(max_tokens=20, preset="quality", alternatives=1)),
 ]
 
 
@@ -186,3 +186,34 @@ def test_crash_fails_only_that_request_and_remask(engine: TextEngine) -> None:
     s.step()
     assert sink.events["p"][-1][1] == "invalid_plan"
     assert len(s.free_rows) == 3
+
+
+def test_alternatives_ride_along_and_give_their_rows_to_new_requests(engine: TextEngine) -> None:
+    pre, suf, _ = PROMPTS[0]
+    plan = Plan(max_tokens=16, alternatives=3)
+    engine.prompt_cache.clear()
+    ip = list(engine.complete(CompletionRequest("ip", "ip", pre, suf, plan)))[-1]
+    s, sink = Scheduler(engine, max_batch=4), Sink()
+    engine.prompt_cache.clear()
+    s.submit(CompletionRequest("r", "d", pre, suf, plan), "a", sink.emit_for("a"))
+    run_until_done(s, sink, ["r"])
+    done = sink.last("r")
+    # the daemon's candidates are the in-process engine's, decoded in the same forwards
+    assert done.kind == "done" and done.text == ip.text and done.alternatives == ip.alternatives
+    assert s.counters["max_batch_seen"] == 3 and done.stats["avg_batch"] > 1
+    assert len(s.free_rows) == 4 and not s.running
+    # every row taken by a request and its two forks plus one more request: a newcomer takes
+    # a fork's row instead of getting "busy"; a cancel gives every row back
+    s = Scheduler(engine, max_batch=4)
+    s.submit(long_req("x", "dx"), "b", sink.emit_for("b"))
+    s.submit(CompletionRequest("y", "dy", pre, suf, Plan(max_tokens=64, alternatives=3)), "b", sink.emit_for("b"))
+    s.step()
+    s.step()
+    assert len(s.running) == 4 and not s.free_rows
+    s.submit(long_req("z", "dz"), "c", sink.emit_for("c"))
+    s.step()
+    assert s.counters["busy"] == 0 and ("c", "z") in s.running and len(s.running) == 4
+    for rid in ("x", "y"):
+        s.cancel(rid, "b")
+    s.step()
+    assert sink.last("y").reason == "cancelled" and list(s.running) == [("c", "z")] and len(s.free_rows) == 3

@@ -15,7 +15,7 @@ from llada_lsp.documents import Document, looks_binary
 from llada_lsp.options import OptionsError, parse_options
 from llada_lsp.plans import choose_kind, indent_unit, make_plan
 from llada_lsp.positions import LineIndex, chars_for_units, text_position, units
-from llada_lsp.postprocess import Spec, clean, open_brackets, syntax_trim
+from llada_lsp.postprocess import Spec, clean, first_fitting, open_brackets, syntax_trim
 from llada_lsp.reporting import edits_between
 from llada_lsp.syntax import adds_error, grammar, normalize_language
 
@@ -71,6 +71,8 @@ def test_options_camel_case_nested_and_errors() -> None:
         parse_options({"debounceMs": "x"})
     with pytest.raises(OptionsError, match="engine"):
         parse_options({"engine": "http://x"})
+    with pytest.raises(OptionsError, match="alternatives"):
+        parse_options({"alternatives": 9})
 
 
 # -- syntax and documents ------------------------------------------------------------------
@@ -178,6 +180,8 @@ def test_plan_maps_onto_engine_plan() -> None:
     assert p.kind == "block" and p.plan is not None
     assert p.plan.stop == "brace" and not p.plan.keep_closer  # the suffix has the "}"
     assert p.plan.max_tokens == Options().max_tokens.block and p.plan.preset == "speedy"
+    assert p.plan.alternatives is None  # the mode's default
+    assert make_plan(src, i, "typescript", Options(alternatives=2)).plan.alternatives == 2  # type: ignore[union-attr]
     j = src.index("const task = this.tasks.shift();") + len("const task = this.tasks.shift();")
     q = make_plan(src, j, "typescript", Options())
     assert q.kind == "line" and q.plan is not None and q.plan.stop == "line"
@@ -377,3 +381,14 @@ def test_import_does_not_load_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_first_fitting_prefers_the_first_candidate_without_a_new_error() -> None:
+    def bad(t: str) -> bool:
+        return "(" in t and ")" not in t
+
+    assert first_fitting(["f(x", "g(x)", "h(x)"], bad) == 1
+    assert first_fitting(["f(x)", "g(x)"], bad) == 0
+    assert first_fitting(["", "  ", "f(x", "g(y"], bad) == 2  # none fits: the first non-empty
+    assert first_fitting(["", "f(x"], None) == 1  # no check: the first non-empty
+    assert first_fitting(["", ""], bad) == 0

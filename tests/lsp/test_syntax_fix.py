@@ -57,26 +57,27 @@ def test_raw_spans_undo_cleaning() -> None:
 class Scripted(EngineClient):
     """An engine whose completions and remasks return scripted texts."""
 
-    def __init__(self, complete_text: str, remask_texts: list[str]) -> None:
+    def __init__(self, complete_text: str, remask_texts: list[str], alternatives: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.state = "ready"
         self.complete_text, self.remask_texts = complete_text, list(remask_texts)
+        self.alternatives = alternatives
         self.remasks: list[list[tuple[int, int]]] = []
 
     async def start(self, progress: Progress) -> None:
         return None
 
-    def _job(self, request: CompletionRequest, text: str) -> EngineJob:
+    def _job(self, request: CompletionRequest, text: str, alternatives: tuple[str, ...] = ()) -> EngineJob:
         job = EngineJob(request, asyncio.get_running_loop())
         self.counters["submitted"] += 1
         job.push(EngineEvent("draft", request.request_id, text, (), 1, True))
         job.push(EngineEvent("done", request.request_id, text, (), 2, True, reason="stop_rule",
-                             stats={"forwards": 2}))
+                             stats={"forwards": 2}, alternatives=alternatives))
         job.finished = True
         return job
 
     def submit(self, request: CompletionRequest) -> EngineJob:
-        return self._job(request, self.complete_text)
+        return self._job(request, self.complete_text, self.alternatives)
 
     def remask(self, job: EngineJob, spans: list[tuple[int, int]]) -> EngineJob | None:
         self.remasks.append(spans)
@@ -174,3 +175,45 @@ def test_make_engine_locations() -> None:
     opts, _ = parse_options({"engine": "auto", "engineToken": "s3cret"})
     assert opts.to_json()["engine_token"] == "***"
     assert Options().speculative is True
+
+
+@pytest.mark.parametrize(("alternatives", "expected", "remasked"), [
+    # the first alternative that adds no parse error is shown, with no remask
+    (("    return = w", "    return w * h", "    return h"), "return w * h", False),
+    # none fits: the primary goes through the remask loop as before
+    (("    return = w", "    x = ) :"), "return w + h", True),
+    # an empty primary: the first alternative that fits
+    (("    return w - h",), "return w - h", False),
+])
+def test_alternatives_first_fitting_candidate_is_shown(alternatives: tuple[str, ...], expected: str,
+                                                        remasked: bool) -> None:
+    primary = "" if len(alternatives) == 1 else "    x = w * h = :\n    return x"
+    engine = Scripted(primary, ["    return w + h"], alternatives)
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2)
+    answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
+    assert answer is not None and answer.text == expected
+    assert bool(engine.remasks) == remasked
+    assert svc.counters["alternative_shown"] == (0 if remasked else 1)
+
+
+def test_a_line_answer_is_refined_to_the_first_fitting_alternative() -> None:
+    """A line is shown at its first complete draft (lines are not checked); the done event's
+    alternatives are weighed and the final refinement switches to the one that parses."""
+    engine = Scripted("w * (h", [], ("w + = h", "w * h", "h * w"))
+    svc, sent = _service(engine, BEFORE + "    return " + AFTER)
+
+    async def go() -> Any:
+        task = asyncio.ensure_future(svc.complete("file:///a.py", 1, 11))
+        answer = await task
+        for _ in range(100):  # the refinement starts from the answer task's done callback
+            if svc.tasks:
+                break
+            await asyncio.sleep(0)
+        await asyncio.gather(*svc.tasks)
+        return answer
+
+    answer = _run(go)
+    assert answer is not None and answer.text == "w * (h"
+    finals = [p for m, p in sent if m == "llada/refine" and p.get("final")]
+    assert len(finals) == 1 and finals[0]["text"] == "w * h"
+    assert svc.counters["alternative_shown"] == 1

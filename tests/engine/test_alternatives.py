@@ -1,0 +1,127 @@
+"""Alternatives (engine.alternatives): forks from the next most likely first tokens, decoded in
+the same forwards as their request, give what each gives alone; the primary is untouched;
+the group's latency is bounded; the text engine returns the forks' texts on done."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.alternatives import (
+    PRESET_ALTERNATIVES,
+    alternatives_for,
+    fork_tokens,
+    group_stats,
+    only,
+    run_group,
+)
+from engine.api import MAX_ALTERNATIVES, CompletionRequest, Plan
+from engine.batch import generate
+from engine.decode import Sequence
+from engine.model import ModelConfig, Transformer
+from engine.policies import make_policy
+from tests.engine.conftest import prompt_of
+
+INF = float("inf")
+
+
+def seq_of(cfg: ModelConfig, prompt: list[int], row: int, first: int | None = None, max_new: int = 12,
+           policy: str = "speedy") -> Sequence:
+    allowed = only(first, cfg.vocab_size) if first is not None else None
+    return Sequence(prompt, cfg.special, make_policy(policy), cfg.block_size, max_new, cfg.shift_logits,
+                    row=row, first_allowed=allowed)
+
+
+def test_fork_tokens_take_the_next_ranks_and_skip_disallowed() -> None:
+    logits = torch.tensor([0.1, 3.0, -INF, 2.0, 1.0])
+    assert fork_tokens(logits, 3) == [3, 4]
+    assert fork_tokens(logits, 5) == [3, 4, 0]  # -inf never counts
+    assert fork_tokens(logits, 1) == []
+    assert fork_tokens(torch.tensor([5.0, -INF, -INF]), 3) == []  # healing allowed one token
+
+
+def test_alternatives_for_follows_the_preset_unless_the_plan_says() -> None:
+    assert alternatives_for(Plan(), "speedy") == 1
+    assert alternatives_for(Plan(), "quality") == PRESET_ALTERNATIVES["quality"] > 1
+    assert alternatives_for(Plan(preset="speedy"), "quality") == 1
+    assert alternatives_for(Plan(alternatives=2), "speedy") == 2
+    assert alternatives_for(Plan(alternatives=99), "speedy") == MAX_ALTERNATIVES
+
+
+def test_forks_batched_with_their_request_equal_each_decoded_alone(tiny: Transformer, cfg: ModelConfig) -> None:
+    prompt = prompt_of(cfg, [11, 12, 13, 14], [21, 22])
+    alone = seq_of(cfg, prompt, 0)
+    alone_events = list(generate(tiny, alone))
+    primary, forks = seq_of(cfg, prompt, 0), []
+    events = list(run_group(tiny, primary, 2, lambda tok, row: seq_of(cfg, prompt, row, tok), tiny.cache_len,
+                            forks=forks))
+    # the primary decodes exactly as without its fork
+    assert primary.final_middle() == alone.final_middle()
+    assert [(e.kind, e.fills, e.edits) for e in events] == [(e.kind, e.fills, e.edits) for e in alone_events]
+    assert primary.first_logits is not None
+    (tok,) = fork_tokens(primary.first_logits, 2)
+    assert tok != primary.final_middle()[0] or primary.final_middle()[0] == cfg.special.end_of_middle
+    (fork,) = forks
+    assert fork.row == 1 and fork.final_middle()[0] == tok
+    solo = seq_of(cfg, prompt, 0, tok)
+    list(generate(tiny, solo))
+    assert fork.final_middle() == solo.final_middle()
+    st = group_stats(primary, forks)
+    assert st["alternative_rows"] == 1
+    assert primary.forwards <= st["group_forwards"] <= primary.forwards + max(cfg.block_size, primary.forwards)
+
+
+def test_a_fork_that_would_outlast_its_request_is_dropped(tiny: Transformer, cfg: ModelConfig) -> None:
+    prompt = prompt_of(cfg, [11, 12, 13], [])
+    primary = seq_of(cfg, prompt, 0, max_new=cfg.block_size, policy="one_per_step")
+    forks: list[Sequence] = []
+    made: list[Sequence] = []
+
+    def slow(tok: int, row: int) -> Sequence:  # one token a forward over a long budget
+        made.append(seq_of(cfg, prompt, row, tok, max_new=40 * cfg.block_size, policy="one_per_step"))
+        return made[-1]
+
+    events = list(run_group(tiny, primary, 2, slow, tiny.cache_len, forks=forks))
+    assert events[-1].kind == "done" and primary.done()
+    assert len(made) == 1 and not made[0].done() and forks == []
+    assert made[0].forwards <= primary.forwards + max(cfg.block_size, primary.forwards)
+
+
+def test_cancel_stops_the_whole_group(tiny: Transformer, cfg: ModelConfig) -> None:
+    prompt = prompt_of(cfg, [11, 12, 13], [])
+    primary, made, checks = seq_of(cfg, prompt, 0, max_new=24, policy="one_per_step"), [], []
+
+    def fork(tok: int, row: int) -> Sequence:
+        made.append(seq_of(cfg, prompt, row, tok, max_new=24, policy="one_per_step"))
+        return made[-1]
+
+    def cancel() -> bool:  # checked before every forward: cancel before the fourth
+        checks.append(1)
+        return len(checks) >= 4
+
+    events = list(run_group(tiny, primary, 2, fork, tiny.cache_len, cancel=cancel))
+    assert events[-1].kind == "done" and events[-1].reason == "cancelled"
+    assert primary.forwards == 3 and made and made[0].forwards == 2 and not made[0].done()
+
+
+@pytest.fixture(scope="module")
+def embedded():  # noqa: ANN201 - the embedded model, trained and committed
+    from engine.service import TextEngine
+
+    return TextEngine(threads=2)
+
+
+def test_text_engine_returns_distinct_alternatives_and_keeps_the_primary(embedded) -> None:  # noqa: ANN001
+    prefix = "import os\n\n\ndef data_path(name):\n    base = os.path.dirname(__file__)\n    return "
+    results = {}
+    for n in (1, 3):
+        embedded.prompt_cache.clear()
+        plan = Plan(max_tokens=24, stop="line", alternatives=n)
+        results[n] = list(embedded.complete(CompletionRequest(f"r{n}", "d", prefix, "\n", plan)))[-1]
+    one, three = results[1], results[3]
+    assert one.alternatives == ()
+    assert three.text == one.text  # the forks do not disturb the primary
+    assert 1 <= len(three.alternatives) <= 2
+    assert len(set(three.alternatives)) == len(three.alternatives) and one.text not in three.alternatives
+    assert three.stats["alternative_rows"] == len(three.alternatives) or len(three.alternatives) < 2
+    assert three.stats["group_forwards"] >= three.stats["forwards"]
