@@ -61,7 +61,8 @@ class Reporter:
             tokens=st.get("tokens", 0), tpf=st.get("tpf", 0.0),
             prefillTokens=st.get("prefill_tokens", 0), reusedTokens=st.get("reused_tokens", 0),
             queueMs=st.get("queue_ms", 0.0), firstDraftMs=st.get("first_draft_ms", 0.0),
-            engineMs=st.get("total_ms", 0.0))
+            engineMs=st.get("total_ms", 0.0), alternatives=len(ev.alternatives),
+            groupForwards=st.get("group_forwards", st.get("forwards", ev.step)))
 
     def stats(self, req: Request, source: str) -> None:
         s = req.stats
@@ -73,6 +74,7 @@ class Reporter:
                   "reusedTokens": s.get("reusedTokens", 0),
                   "firstDraftMs": s.get("firstDraftMs", 0.0), "engineMs": s.get("engineMs", 0.0),
                   "firstMs": s.get("firstMs", 0.0), "overheadMs": s.get("overheadMs", 0.0),
+                  "alternatives": s.get("alternatives", 0), "groupForwards": s.get("groupForwards", 0),
                   "totalMs": (time.perf_counter() - req.t0) * 1000}
         self.history.append(params)
         self.notify("llada/stats", params)
