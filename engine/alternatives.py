@@ -21,18 +21,11 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-from engine.api import MAX_ALTERNATIVES, Plan
+from engine.api import PRESET_ALTERNATIVES, alternatives_for
 from engine.batch import execute, new_slot_attrs
 from engine.decode import Sequence, TokenEvent
 
-# candidates a preset decodes when the plan does not say: Quality spends rows on them
-PRESET_ALTERNATIVES = {"quality": 4}
-
-
-def alternatives_for(plan: Plan, default_preset: str) -> int:
-    """How many candidates `plan` asks for (1: the primary alone)."""
-    n = plan.alternatives if plan.alternatives is not None else PRESET_ALTERNATIVES.get(plan.preset or default_preset, 1)
-    return max(1, min(MAX_ALTERNATIVES, n))
+__all__ = ["PRESET_ALTERNATIVES", "alternatives_for", "fork_tokens", "group_stats", "only", "run_group"]
 
 
 def fork_tokens(first_logits: Tensor, n: int) -> list[int]:

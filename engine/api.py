@@ -55,6 +55,15 @@ class Plan:
 
 
 MAX_ALTERNATIVES = 8  # Plan.alternatives at most
+# candidates a preset decodes when the plan does not say (engine.alternatives): Quality spends rows on them
+PRESET_ALTERNATIVES = {"quality": 4}
+
+
+def alternatives_for(plan: Plan, default_preset: str) -> int:
+    """How many candidates `plan` asks for (1: the primary alone); `default_preset`: the
+    engine's mode, for a plan without a preset."""
+    n = plan.alternatives if plan.alternatives is not None else PRESET_ALTERNATIVES.get(plan.preset or default_preset, 1)
+    return max(1, min(MAX_ALTERNATIVES, n))
 
 
 @dataclass(frozen=True)

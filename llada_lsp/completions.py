@@ -5,8 +5,9 @@ parse error (syntax-guided edit: the tokens inside a new error go back to the en
 re-masking, a bounded number of passes, before anything is shown; then it is trimmed). The
 engine's later edits go out as `llada/refine` notifications, then one `llada/stats`
 notification. The newest request for a document wins: it cancels the older one's engine job.
-When the engine decoded alternatives (other first tokens, `engine.alternatives`), the done
-event's candidates are weighed: the first that adds no parse error is the one shown.
+When the engine decodes alternatives (other first tokens, `engine.alternatives`), the done
+event's candidates are weighed: the first that adds no parse error is the one shown (a line
+whose first draft adds one waits for them).
 After an accept, `llada_lsp.speculation` asks for the next completion ahead of time.
 """
 
@@ -20,7 +21,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent
+from engine.api import CompletionRequest, EngineEvent, alternatives_for
 from llada_lsp.answers import Answer, Request, Settled, word_before
 from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_through
 from llada_lsp.documents import Document, DocumentStore
@@ -227,6 +228,8 @@ class CompletionService:
                 spans = self._new_errors(req, text)
                 if spans and not done:
                     continue  # the engine's own edits may fix it; else remask at the end
+                if not done and self._line_awaits_alternatives(req, text):
+                    continue  # a broken line with candidates coming: show the one that fits
                 req.engine_ms += (t_ev - job.submitted_at) * 1000
                 if spans and chosen == 0 and passes < self.options.syntax_remask_passes \
                         and remask_can_help(text, spans, bad[0] if bad is not None else None):
@@ -276,6 +279,16 @@ class CompletionService:
             return []
         return error_spans(req.language_id, req.tree, req.doc_text[: req.offset], text,
                            req.doc_text[req.offset:])
+
+    def _line_awaits_alternatives(self, req: Request, text: str) -> bool:
+        """A line (not otherwise checked) that adds a parse error, while the engine decodes
+        alternatives: the first answer waits for them (clients without `llada/refine` only
+        ever see the first answer)."""
+        plan = req.plan.plan
+        if req.plan.kind != "line" or req.tree is None or plan is None or not text \
+                or alternatives_for(plan, self.options.mode) < 2:
+            return False
+        return adds_error(req.language_id, req.tree, req.doc_text[: req.offset], text, req.doc_text[req.offset:])
 
     def _trim(self, text: str, req: Request) -> str:
         before, after = req.doc_text[: req.offset], req.doc_text[req.offset:]

@@ -196,24 +196,15 @@ def test_alternatives_first_fitting_candidate_is_shown(alternatives: tuple[str, 
     assert svc.counters["alternative_shown"] == (0 if remasked else 1)
 
 
-def test_a_line_answer_is_refined_to_the_first_fitting_alternative() -> None:
-    """A line is shown at its first complete draft (lines are not checked); the done event's
-    alternatives are weighed and the final refinement switches to the one that parses."""
+@pytest.mark.parametrize("alternatives", [1, 4])
+def test_a_broken_line_waits_for_the_alternatives(alternatives: int) -> None:
+    """Lines are not syntax-checked, but with alternatives coming a first draft that adds a
+    parse error waits for them: the answer is the first that fits. Without alternatives the
+    line is shown at once, as before."""
     engine = Scripted("w * (h", [], ("w + = h", "w * h", "h * w"))
-    svc, sent = _service(engine, BEFORE + "    return " + AFTER)
-
-    async def go() -> Any:
-        task = asyncio.ensure_future(svc.complete("file:///a.py", 1, 11))
-        answer = await task
-        for _ in range(100):  # the refinement starts from the answer task's done callback
-            if svc.tasks:
-                break
-            await asyncio.sleep(0)
-        await asyncio.gather(*svc.tasks)
-        return answer
-
-    answer = _run(go)
-    assert answer is not None and answer.text == "w * (h"
-    finals = [p for m, p in sent if m == "llada/refine" and p.get("final")]
-    assert len(finals) == 1 and finals[0]["text"] == "w * h"
-    assert svc.counters["alternative_shown"] == 1
+    svc, sent = _service(engine, BEFORE + "    return " + AFTER, alternatives=alternatives)
+    answer = _run(lambda: svc.complete("file:///a.py", 1, 11))
+    assert answer is not None and svc.last_plan["kind"] == "line"
+    assert answer.text == ("w * h" if alternatives > 1 else "w * (h")
+    if alternatives > 1:
+        assert svc.counters["alternative_shown"] == 1
