@@ -42,6 +42,8 @@ export interface StatsParams {
   totalMs?: number;
   engineMs?: number;
   overheadMs?: number;
+  alternatives?: number; // other candidates the engine returned
+  groupForwards?: number; // forwards until the last of them finished
 }
 
 /** `llada/status`: the engine's state. */
@@ -183,6 +185,7 @@ export function describeStats(s: StatsParams): string {
     `first suggestion ${f(s.firstMs)} ms, final ${f(s.totalMs)} ms`,
     `engine ${f(s.engineMs)} ms, queue ${f(s.queueMs)} ms, server overhead ${f(s.overheadMs, 1)} ms`,
     `${s.forwards ?? 0} forwards, ${s.tokens ?? 0} tokens, ${f(s.tpf, 2)} tokens/forward`,
+    ...(s.alternatives ? [`${s.alternatives} alternatives, ${s.groupForwards ?? 0} forwards in all`] : []),
   ].join("\n");
 }
 
@@ -195,6 +198,8 @@ export interface Settings {
   serverPath: string;
   model: string;
   debounceMs: number;
+  /** Candidates from the most likely first tokens (0: the mode's default). */
+  alternatives: number;
 }
 
 export const DEFAULT_SETTINGS: Settings = {
@@ -205,6 +210,7 @@ export const DEFAULT_SETTINGS: Settings = {
   serverPath: "",
   model: "",
   debounceMs: 0,
+  alternatives: 0,
 };
 
 /** The server's options (initializationOptions / workspace/configuration "llada"). */
@@ -227,6 +233,9 @@ export function serverOptions(s: Settings): Record<string, unknown> {
   }
   if (s.model) {
     out.model = s.model;
+  }
+  if (s.alternatives > 0) {
+    out.alternatives = Math.min(8, Math.floor(s.alternatives));
   }
   return out;
 }

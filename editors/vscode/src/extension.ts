@@ -39,6 +39,7 @@ function readSettings(): Settings {
     serverPath: c.get<string>("serverPath", DEFAULT_SETTINGS.serverPath),
     model: c.get<string>("model", DEFAULT_SETTINGS.model),
     debounceMs: c.get<number>("debounceMs", DEFAULT_SETTINGS.debounceMs),
+    alternatives: c.get<number>("alternatives", DEFAULT_SETTINGS.alternatives),
   };
 }
 

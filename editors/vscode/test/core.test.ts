@@ -69,6 +69,8 @@ describe("settings", () => {
       serverOptions({ ...DEFAULT_SETTINGS, mode: "quality", enabledLanguages: ["python"], maxTokens: { line: 20, block: 0 }, model: "/m" }),
       { mode: "quality", engine: "inprocess", languages: ["python"], debounceMs: 0, maxTokens: { line: 20 }, model: "/m" },
     );
+    assert.deepEqual(serverOptions({ ...DEFAULT_SETTINGS, alternatives: 12 }).alternatives, 8);
+    assert.equal("alternatives" in serverOptions({ ...DEFAULT_SETTINGS, alternatives: 0 }), false);
   });
 
   it("finds the server: setting, interpreter, workspace .venv, PATH", () => {
