@@ -17,7 +17,6 @@ EM and ES wins/losses, sign-test p). Ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.t2t import Arm, engine_and_tasks, paired, print_table, run, task_args  # noqa: E402
+from bench.t2t import Arm, engine_and_tasks, paired, report, run, task_args  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -61,14 +60,12 @@ def main() -> None:
                 if arm is not arms[0]:
                     row |= paired(arms[0], arm)
                 rows.append(row)
-    print(f"model {eng.info()['model']}, {len(tasks)} tasks, {time.perf_counter() - t0:.0f} s")
-    print_table(f"{'preset':8} {'kind':11} {'alt':>3} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5} {'empty':>5} "
-                f"{'p50ms':>6} {'p95ms':>6} {'x p50':>5}", rows,
-                lambda r: f"{r['preset']:8} {r['kind']:11} {r['alternatives']:3d} {r['tpf']:5.2f} "
-                          f"{r['exact_match']:5.2f} {r['edit_sim']:5.2f} {r['parse_ok']:5.2f} {r['empty']:5.2f} "
-                          f"{r['p50_ms']:6.0f} {r['p95_ms']:6.0f} {r['p50_vs_base']:5.2f}")
-    print(json.dumps({"bench": "alternatives", "model": eng.info()["model"], "tasks": len(tasks),
-                      "rows": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]}))
+    report("alternatives", eng.info()["model"], len(tasks), t0,
+           f"{'preset':8} {'kind':11} {'alt':>3} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5} {'empty':>5} "
+           f"{'p50ms':>6} {'p95ms':>6} {'x p50':>5}", rows,
+           lambda r: f"{r['preset']:8} {r['kind']:11} {r['alternatives']:3d} {r['tpf']:5.2f} "
+                     f"{r['exact_match']:5.2f} {r['edit_sim']:5.2f} {r['parse_ok']:5.2f} {r['empty']:5.2f} "
+                     f"{r['p50_ms']:6.0f} {r['p95_ms']:6.0f} {r['p50_vs_base']:5.2f}")
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ edit-similarity wins and losses, sign-test p). Ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.t2t import Arm, engine_and_tasks, paired, print_table, run, task_args  # noqa: E402
+from bench.t2t import Arm, engine_and_tasks, paired, report, run, task_args  # noqa: E402
 
 
 def main() -> None:
@@ -56,14 +55,12 @@ def main() -> None:
                     rows.append(row)
     finally:
         decode.END_AHEAD_MIN = default
-    print(f"model {eng.info()['model']}, {len(tasks)} tasks, {time.perf_counter() - t0:.0f} s")
-    print_table(f"{'preset':8} {'kind':11} {'ahead':>5} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5} {'empty':>5} "
-                f"{'chars':>6}", rows,
-                lambda r: f"{r['preset']:8} {r['kind']:11} {r['end_ahead_min']:5.2f} {r['tpf']:5.2f} "
-                          f"{r['exact_match']:5.2f} {r['edit_sim']:5.2f} {r['parse_ok']:5.2f} {r['empty']:5.2f} "
-                          f"{r['mean_chars']:6.1f}")
-    print(json.dumps({"bench": "end_rule", "model": eng.info()["model"], "tasks": len(tasks),
-                      "rows": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]}))
+    report("end_rule", eng.info()["model"], len(tasks), t0,
+           f"{'preset':8} {'kind':11} {'ahead':>5} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5} {'empty':>5} "
+           f"{'chars':>6}", rows,
+           lambda r: f"{r['preset']:8} {r['kind']:11} {r['end_ahead_min']:5.2f} {r['tpf']:5.2f} "
+                     f"{r['exact_match']:5.2f} {r['edit_sim']:5.2f} {r['parse_ok']:5.2f} {r['empty']:5.2f} "
+                     f"{r['mean_chars']:6.1f}")
 
 
 if __name__ == "__main__":

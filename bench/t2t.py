@@ -110,6 +110,14 @@ def run(eng, task: Task, policy, alternatives: int = 1) -> Outcome:  # noqa: ANN
                    parses(task.prefix + text + task.suffix) if text.strip() else None, float(st.get("total_ms", 0.0)))
 
 
+def report(bench: str, model: str, n_tasks: int, t0: float, head: str, rows: list[dict], cells) -> None:  # noqa: ANN001
+    """A paired bench's output: the run's line, its table, then the final JSON line."""
+    print(f"model {model}, {n_tasks} tasks, {time.perf_counter() - t0:.0f} s")
+    print_table(head, rows, cells)
+    print(json.dumps({"bench": bench, "model": model, "tasks": n_tasks,
+                      "rows": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]}))
+
+
 def task_args(ap: argparse.ArgumentParser, per_kind: int) -> None:
     """The options every paired task bench shares."""
     ap.add_argument("--model", default=None)
@@ -159,13 +167,10 @@ def main() -> None:
                 if arm is not base:
                     row |= paired(base, arm)
                 results.append(row)
-    info = eng.info()
-    print(f"model {info['model']}, {len(tasks)} tasks, {time.perf_counter() - t0:.0f} s")
-    print_table(f"{'tau':>4} {'kind':11} {'policy':16} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5}", results,
-                lambda r: f"{r['tau']:4.2f} {r['kind']:11} {r['policy']:16} {r['tpf']:5.2f} {r['exact_match']:5.2f} "
-                          f"{r['edit_sim']:5.2f} {r['parse_ok']:5.2f}")
-    print(json.dumps({"bench": "t2t", "model": info["model"], "tasks": len(tasks),
-                      "rows": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in results]}))
+    report("t2t", eng.info()["model"], len(tasks), t0,
+           f"{'tau':>4} {'kind':11} {'policy':16} {'TPF':>5} {'EM':>5} {'ES':>5} {'parse':>5}", results,
+           lambda r: f"{r['tau']:4.2f} {r['kind']:11} {r['policy']:16} {r['tpf']:5.2f} {r['exact_match']:5.2f} "
+                     f"{r['edit_sim']:5.2f} {r['parse_ok']:5.2f}")
 
 
 if __name__ == "__main__":
