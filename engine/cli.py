@@ -47,6 +47,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
             print(f"done ({ev.reason}): {s.get('forwards')} forwards, {s.get('tokens')} tokens, "
                   f"TPF {s.get('tpf', 0):.2f}, first draft {s.get('first_draft_ms', 0):.0f} ms, "
                   f"total {s.get('total_ms', 0):.0f} ms")
+            for i, alt in enumerate(ev.alternatives, 2):
+                print(f"alternative {i}: {alt!r}")
             print("---\n" + text[:at] + "\x1b[32m" + ev.text + "\x1b[0m" + text[at:][:200])
         else:
             tag = "draft" if ev.kind == "draft" else "edit "
