@@ -15,6 +15,7 @@ Token ids only; text is the service's business.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator
 
@@ -24,6 +25,8 @@ from torch import Tensor
 from engine.api import PRESET_ALTERNATIVES, alternatives_for
 from engine.batch import execute, new_slot_attrs
 from engine.decode import Sequence, TokenEvent
+
+log = logging.getLogger(__name__)
 
 __all__ = ["PRESET_ALTERNATIVES", "alternatives_for", "fork_tokens", "group_stats", "only", "run_group"]
 
@@ -84,7 +87,11 @@ def run_group(model: torch.nn.Module, primary: Sequence, n: int,
         if not forked and primary.first_logits is not None:
             forked = True
             for i, tok in enumerate(fork_tokens(primary.first_logits, n)):
-                f = fork(tok, primary.row + 1 + i)
+                try:
+                    f = fork(tok, primary.row + 1 + i)
+                except Exception:  # noqa: BLE001 - the request goes on without its alternatives
+                    log.exception("an alternative failed to start")
+                    break
                 if f is not None:
                     made.append(f)
                     group.append((f, new_slot_attrs(max_len, f.clean_len)))

@@ -248,10 +248,15 @@ class Scheduler:
             if not self.free_rows:
                 return
             row = self.free_rows.pop()
-            fork = Job(job.req, job.owner, lambda ev, code: None, job.deadline, parent=job, row=row)
-            fork.seq = self.engine.fork(job.req, tok, row)
+            req = CompletionRequest(f"{job.req.request_id}\0alt{i}", job.req.doc_key, "", "", job.req.plan)
+            fork = Job(req, job.owner, lambda ev, code: None, job.deadline, parent=job, row=row)
+            try:
+                fork.seq = self.engine.fork(job.req, tok, row)
+            except Exception:  # noqa: BLE001 - the request goes on without its alternatives
+                log.exception("an alternative of %s failed to start", job.req.request_id)
+                self._release(fork)
+                return
             fork.attrs = new_slot_attrs(self.engine.max_len, fork.seq.clean_len)
-            fork.req = CompletionRequest(f"{job.req.request_id}\0alt{i}", job.req.doc_key, "", "", job.req.plan)
             job.forks.append(fork)
             self.running[fork.key] = fork
 

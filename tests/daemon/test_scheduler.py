@@ -217,3 +217,18 @@ def test_alternatives_ride_along_and_give_their_rows_to_new_requests(engine: Tex
         s.cancel(rid, "b")
     s.step()
     assert sink.last("y").reason == "cancelled" and list(s.running) == [("c", "z")] and len(s.free_rows) == 3
+
+
+def test_a_fork_that_fails_to_start_leaves_its_request_alone(engine: TextEngine,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no room for an alternative")
+
+    monkeypatch.setattr(engine, "fork", broken)
+    pre, suf, _ = PROMPTS[0]
+    s, sink = Scheduler(engine, max_batch=4), Sink()
+    s.submit(CompletionRequest("r", "d", pre, suf, Plan(max_tokens=16, alternatives=3)), "a", sink.emit_for("a"))
+    run_until_done(s, sink, ["r"])
+    done = sink.last("r")
+    assert done.kind == "done" and done.alternatives == () and s.counters["errors"] == 0
+    assert len(s.free_rows) == 4 and not s.running

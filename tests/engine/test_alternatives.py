@@ -104,6 +104,18 @@ def test_cancel_stops_the_whole_group(tiny: Transformer, cfg: ModelConfig) -> No
     assert primary.forwards == 3 and made and made[0].forwards == 2 and not made[0].done()
 
 
+def test_a_fork_that_fails_to_start_leaves_its_request_alone(tiny: Transformer, cfg: ModelConfig) -> None:
+    prompt = prompt_of(cfg, [11, 12, 13], [])
+
+    def broken(tok: int, row: int) -> Sequence:
+        raise RuntimeError("no room for an alternative")
+
+    alone, primary, forks = seq_of(cfg, prompt, 0), seq_of(cfg, prompt, 0), []
+    list(generate(tiny, alone))
+    events = list(run_group(tiny, primary, 3, broken, tiny.cache_len, forks=forks))
+    assert events[-1].kind == "done" and forks == [] and primary.final_middle() == alone.final_middle()
+
+
 @pytest.fixture(scope="module")
 def embedded():  # noqa: ANN201 - the embedded model, trained and committed
     from engine.service import TextEngine
