@@ -128,7 +128,9 @@ class Scheduler:
 
     def snapshot(self) -> dict[str, Any]:
         c = dict(self.counters)
-        return {"running": len(self.running), "free_rows": len(self.free_rows), "max_batch": self.max_batch,
+        forks = sum(j.parent is not None for j in self.running.values())
+        return {"running": len(self.running) - forks, "alternative_rows": forks,
+                "free_rows": len(self.free_rows), "max_batch": self.max_batch,
                 "queued_messages": self.inbox.qsize(), "uptime_s": time.time() - self.started,
                 "avg_batch": c["batched_rows"] / max(1, c["forwards"]), **c}
 

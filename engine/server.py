@@ -151,7 +151,7 @@ class Daemon:
     def health(self, ref: str | None) -> dict[str, Any]:
         s = self.scheduler
         return {"type": "health", "ref": ref, "ok": True, "model": self.info["model"], "pid": os.getpid(),
-                "running": len(s.running), "max_batch": s.max_batch, "connections": self.connections,
+                "running": sum(j.parent is None for j in s.running.values()), "max_batch": s.max_batch, "connections": self.connections,
                 "uptime_s": time.time() - self.started}
 
     def stats(self, ref: str | None) -> dict[str, Any]:

@@ -210,6 +210,7 @@ def test_alternatives_ride_along_and_give_their_rows_to_new_requests(engine: Tex
     s.step()
     s.step()
     assert len(s.running) == 4 and not s.free_rows
+    assert s.snapshot()["running"] == 2 and s.snapshot()["alternative_rows"] == 2
     s.submit(long_req("z", "dz"), "c", sink.emit_for("c"))
     s.step()
     assert s.counters["busy"] == 0 and ("c", "z") in s.running and len(s.running) == 4
