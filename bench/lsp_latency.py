@@ -14,7 +14,8 @@ the client's own parsing); the suggestion cache hit rate (cache + type-through a
 among answered requests); the share of prompt tokens reused from the engine's prompt
 cache; and the server's counters and reasons for empty answers. Ends with one JSON line.
 
-    python bench/lsp_latency.py [--quick] [--file F] [--cps 10] [--model DIR] [--profile OUT]
+    python bench/lsp_latency.py [--quick] [--file F] [--cps 10] [--model DIR] [--mode speedy|quality]
+                                [--alternatives N] [--profile OUT]
 
 `--profile OUT` runs the server under cProfile (its event-loop thread; the engine thread is
 not profiled): `python -c "import pstats; pstats.Stats('OUT').sort_stats('cumtime')
@@ -107,6 +108,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     uri = path.as_uri()
     b = Bench()
     init: dict[str, Any] = {"mode": args.mode}
+    if args.alternatives:
+        init["alternatives"] = args.alternatives
     if args.model:
         init["model"] = args.model
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
@@ -206,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cps", type=float, default=10.0, help="typing speed, characters/second")
     p.add_argument("--model", help="model directory (default: $LLADA_MODEL or embedded)")
     p.add_argument("--mode", default="speedy", choices=["speedy", "quality"])
+    p.add_argument("--alternatives", type=int, default=0,
+                   help="candidates from the most likely first tokens (0: the mode's default)")
     p.add_argument("--server-script", help=argparse.SUPPRESS)
     p.add_argument("--dump", help=argparse.SUPPRESS)  # instrumented servers
     p.add_argument("--profile", metavar="PATH",
