@@ -2,8 +2,8 @@
 
 The first token of a short completion decides most of it, and a small model's first choice is
 often a line that does not fit (an unfinished call, a keyword in the wrong place). The primary
-sequence decodes as usual; after its first step the engine forks up to n - 1 sequences whose
-middle index 0 is forced to the 2nd..n-th most likely token of that step (token healing's
+sequence decodes as usual; once its first draft is complete the engine forks up to n - 1
+sequences whose middle index 0 is forced to the 2nd..n-th most likely token of its first step (token healing's
 allowed set included). The forks restore the prompt's KV from the prompt cache into their own
 cache rows and advance in the same batched forwards as the primary, so n candidates cost one
 prefill and ~n rows a step, not n requests. The done event lists their final texts in rank
@@ -53,7 +53,9 @@ def run_group(model: torch.nn.Module, primary: Sequence, n: int,
               on_prefilled: Callable[[Sequence], None] | None = None,
               forks: list[Sequence] | None = None) -> Iterator[TokenEvent]:
     """Decode `primary` (on its row) and its forks together; yields the primary's events, its
-    done event last, once the forks have finished too. `fork(token, row)` builds a fork whose
+    done event last, once the forks have finished too. The forks start once the primary's
+    first draft is complete (or it is done), so that they do not slow the first answer; their
+    first tokens come from the primary's first step. `fork(token, row)` builds a fork whose
     first token is `token` on cache row `row` (rows primary.row + 1 ...); None skips it.
     The finished forks are appended to `forks` (the caller reads their final middles).
 
@@ -64,7 +66,7 @@ def run_group(model: torch.nn.Module, primary: Sequence, n: int,
     made: list[Sequence] = []
     primary.keep_first_logits = n > 1
     forked = n <= 1
-    steps, last_step = 0, None
+    steps, last_step, drafted = 0, None, False
     while any(not s.done() for s, _ in group):
         if last_step is None and primary.done():
             last_step = steps + max(primary.b, primary.forwards)
@@ -81,10 +83,11 @@ def run_group(model: torch.nn.Module, primary: Sequence, n: int,
             first = s.forwards == 0
             ev = s.update(lg)
             if s is primary:
+                drafted = drafted or ev.complete or s.done()
                 if first and on_prefilled is not None:
                     on_prefilled(s)
                 yield ev
-        if not forked and primary.first_logits is not None:
+        if not forked and drafted and primary.first_logits is not None:
             forked = True
             for i, tok in enumerate(fork_tokens(primary.first_logits, n)):
                 try:

@@ -11,8 +11,8 @@ One thread owns the model. Each iteration of its loop is
 Rows are the concurrency limit: a request arriving with every row taken gets a "busy" error.
 Work for a cancelled, superseded or disconnected request stops before the next forward.
 A failure inside one request (prepare, forward, update) fails that request only.
-Alternatives (`engine.alternatives`): after a request's first step, forks from its next most
-likely first tokens take free rows and advance in the same forwards; the request's done event
+Alternatives (`engine.alternatives`): after a request's first complete draft, forks from the
+next most likely first tokens of its first step take free rows and advance in the same forwards; the request's done event
 waits for them (bounded as in `run_group`). A new request that finds no free row takes a
 fork's row instead of getting "busy".
 """
@@ -62,6 +62,7 @@ class Job:
     parent: Job | None = None  # set on a fork: the request it decodes an alternative of
     forks: list[Job] = field(default_factory=list)
     last_step: int | None = None  # a done request waiting for its forks: until this step
+    spawned: bool = False  # its forks were started (or it has none)
 
     @property
     def key(self) -> Key:
@@ -342,6 +343,8 @@ class Scheduler:
                 tev = seq.update(logits)
                 if first:
                     self.engine.prompt_cache.store(self.engine.model, job.row, job.req.doc_key, seq.prompt)
+                if not job.spawned and job.op == "complete" and (tev.complete or seq.done()):
+                    job.spawned = True  # after the first complete draft: the forks do not slow it
                     self._spawn_forks(job)
                 ev = stream.feed(tev)
                 if ev is not None:

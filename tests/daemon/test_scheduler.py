@@ -207,8 +207,10 @@ def test_alternatives_ride_along_and_give_their_rows_to_new_requests(engine: Tex
     s = Scheduler(engine, max_batch=4)
     s.submit(long_req("x", "dx"), "b", sink.emit_for("b"))
     s.submit(CompletionRequest("y", "dy", pre, suf, Plan(max_tokens=64, alternatives=3)), "b", sink.emit_for("b"))
-    s.step()
-    s.step()
+    for _ in range(50):  # the forks start once y's first draft is complete
+        s.step()
+        if s.snapshot()["alternative_rows"]:
+            break
     assert len(s.running) == 4 and not s.free_rows
     assert s.snapshot()["running"] == 2 and s.snapshot()["alternative_rows"] == 2
     s.submit(long_req("z", "dz"), "c", sink.emit_for("c"))

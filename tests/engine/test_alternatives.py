@@ -87,21 +87,28 @@ def test_a_fork_that_would_outlast_its_request_is_dropped(tiny: Transformer, cfg
     assert made[0].forwards <= primary.forwards + max(cfg.block_size, primary.forwards)
 
 
-def test_cancel_stops_the_whole_group(tiny: Transformer, cfg: ModelConfig) -> None:
+def test_forks_start_after_the_first_complete_draft_and_cancel_stops_the_group(tiny: Transformer,
+                                                                               cfg: ModelConfig) -> None:
     prompt = prompt_of(cfg, [11, 12, 13], [])
-    primary, made, checks = seq_of(cfg, prompt, 0, max_new=24, policy="one_per_step"), [], []
+    primary = seq_of(cfg, prompt, 0, max_new=24, policy="one_per_step")
+    made: list[Sequence] = []
+    events: list = []
+    drafted_when_forked: list[bool] = []
 
     def fork(tok: int, row: int) -> Sequence:
+        drafted_when_forked.append(any(e.complete for e in events))
         made.append(seq_of(cfg, prompt, row, tok, max_new=24, policy="one_per_step"))
         return made[-1]
 
-    def cancel() -> bool:  # checked before every forward: cancel before the fourth
-        checks.append(1)
-        return len(checks) >= 4
+    def cancel() -> bool:  # checked before every forward: stop once the fork took two
+        return bool(made) and made[0].forwards >= 2
 
-    events = list(run_group(tiny, primary, 2, fork, tiny.cache_len, cancel=cancel))
+    for ev in run_group(tiny, primary, 2, fork, tiny.cache_len, cancel=cancel):
+        events.append(ev)
+    assert drafted_when_forked == [True]  # the fork never slowed the first answer
+    assert not events[0].complete and primary.forwards > 1
     assert events[-1].kind == "done" and events[-1].reason == "cancelled"
-    assert primary.forwards == 3 and made and made[0].forwards == 2 and not made[0].done()
+    assert made[0].forwards == 2 and not made[0].done()  # the group stopped with the fork unfinished
 
 
 def test_a_fork_that_fails_to_start_leaves_its_request_alone(tiny: Transformer, cfg: ModelConfig) -> None:
