@@ -19,6 +19,7 @@ class Answer:
     offset: int
     word: str  # the identifier characters just before the cursor (for completion items)
     source: str  # "engine" | "cache" | "type_through"
+    others: tuple[str, ...] = ()  # other candidates that fit, in rank order (for cycling)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Settled:
     text: str
     job: EngineJob
     event: EngineEvent
+    others: tuple[str, ...] = ()  # the other candidates that fit (engine.alternatives)
 
 
 def word_before(left: str) -> str:

@@ -27,6 +27,8 @@ class SuggestionCache:
     def __init__(self, size: int = 256) -> None:
         self.size = size
         self._data: OrderedDict[str, str] = OrderedDict()
+        self._others: dict[str, tuple[str, ...]] = {}  # the other candidates of a key, if any
+        self._decoded: dict[str, int] = {}  # how many candidates the engine decoded for a key
         self.hits = 0
         self.misses = 0
 
@@ -39,13 +41,26 @@ class SuggestionCache:
         self.hits += 1
         return value
 
-    def put(self, key: str, value: str) -> None:
+    def put(self, key: str, value: str, others: tuple[str, ...] = (), decoded: int = 1) -> None:
+        """Store the text shown for `key`, the other candidates worth cycling to, and how
+        many candidates were decoded to find them."""
         if self.size <= 0:
             return
         self._data[key] = value
         self._data.move_to_end(key)
+        self._others[key], self._decoded[key] = others, decoded
         while len(self._data) > self.size:
-            self._data.popitem(last=False)
+            old, _ = self._data.popitem(last=False)
+            self._others.pop(old, None)
+            self._decoded.pop(old, None)
+
+    def others(self, key: str) -> tuple[str, ...]:
+        """The other candidates stored with `key` (no hit or miss counted)."""
+        return self._others.get(key, ())
+
+    def decoded(self, key: str) -> int:
+        """How many candidates the engine decoded for `key` (0: not cached)."""
+        return self._decoded.get(key, 0)
 
     def __len__(self) -> int:
         return len(self._data)

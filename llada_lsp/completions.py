@@ -19,6 +19,7 @@ import logging
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from engine.api import CompletionRequest, EngineEvent, alternatives_for
@@ -38,6 +39,7 @@ from llada_lsp.postprocess import (
     remask_can_help,
     syntax_trim,
 )
+from llada_lsp.refining import Refiner
 from llada_lsp.reporting import Reporter
 from llada_lsp.speculation import Speculator
 from llada_lsp.syntax import adds_error, error_spans
@@ -58,7 +60,8 @@ class CompletionService:
         self.encoding = encoding
         self.cache = SuggestionCache(options.cache_size)
         self.shown: dict[str, Shown] = {}
-        self.recent: OrderedDict[str, tuple[str, Shown, str]] = OrderedDict()  # cid -> (uri, ..)
+        # cid -> (uri, what was shown, the texts answered: the first answer, then the others)
+        self.recent: OrderedDict[str, tuple[str, Shown, tuple[str, ...]]] = OrderedDict()
         self.jobs: dict[str, EngineJob] = {}
         self.latest: dict[str, int] = {}
         self.serial = itertools.count(1)
@@ -66,16 +69,18 @@ class CompletionService:
         self.empty_reasons: Counter[str] = Counter()  # why requests got no suggestion
         self.last_empty = ""  # the latest of them, in full
         self.history: deque[dict[str, Any]] = deque(maxlen=500)
-        self.tasks: set[asyncio.Task[None]] = set()
         self.last_plan: dict[str, str] = {}  # the latest request's plan (for debugInfo)
         self.report = Reporter(notify, encoding, self.counters, self.history)
         self.speculator = Speculator(self)
+        self.refiner = Refiner(self)
 
     # -- the request -------------------------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int,
-                       arrived: float | None = None) -> Answer | None:
+                       arrived: float | None = None, invoked: bool = False) -> Answer | None:
         """The answer at (line, character); `arrived`: when the request reached the server
-        (timings count from there), default now."""
+        (timings count from there), default now. `invoked`: the user asked explicitly (LSP
+        triggerKind Invoked): wait for the candidates (at least `invoked_alternatives`) and
+        answer every one that fits, so the editor can cycle through them."""
         t0 = arrived if arrived is not None else time.perf_counter()
         doc = self.store.get(uri)
         enc = self.encoding()
@@ -110,7 +115,9 @@ class CompletionService:
             return None
         key = key_of(plan.prefix, plan.suffix, plan.kind)
         cached = self.cache.get(key)
-        if cached is None:
+        if cached is not None and invoked and self._wants_more(plan, key):
+            cached = None  # asked for candidates the cache does not have
+        if cached is None and not invoked:  # a speculation gives one candidate
             cached = await self.speculator.wait_for(key)
             if cached is not None:
                 self.counters["speculative_wait"] += 1
@@ -121,7 +128,8 @@ class CompletionService:
             if not cached:
                 self._nothing("cached: no suggestion")
                 return None
-            return self._serve_known(doc, offset, cid, cached, "cache", t0, plan.kind)
+            return self._serve_known(doc, offset, cid, cached, "cache", t0, plan.kind,
+                                     self.cache.others(key))
         if not self.engine.ready:
             self._nothing(f"engine {self.engine.state}")
             return None
@@ -131,11 +139,15 @@ class CompletionService:
                 self._nothing("superseded while debouncing")
                 return None
         req = self.capture(doc, offset, cid, plan, key, tree, t0)
+        engine_plan = plan.plan
+        if invoked and self._wants_more(plan, key):
+            engine_plan = replace(engine_plan, alternatives=self.options.invoked_alternatives)
+            self.counters["invoked"] += 1
         job = self.engine.submit(CompletionRequest(cid, uri, plan.prefix, plan.suffix,
-                                                   plan.plan))
+                                                   engine_plan))
         self.jobs[uri] = req.job = job
         try:
-            out = await self._first_answer(job, req, doc)
+            out = await self._first_answer(job, req, doc, until_done=invoked)
         except asyncio.CancelledError:
             (req.job or job).cancel("cancelled")  # a remask's job, if one runs
             self.counters["client_cancelled"] += 1
@@ -145,7 +157,7 @@ class CompletionService:
         answer, job = out
         task = asyncio.current_task()
         if task is not None:  # refine after the response is written (callbacks run in order)
-            task.add_done_callback(lambda t: self._start_refine(t, job, req, answer.text))
+            task.add_done_callback(lambda t: self.refiner.start(t, job, req, answer.text))
         return answer
 
     def capture(self, doc: Document, offset: int, cid: str, plan: InfillPlan, key: str,
@@ -167,12 +179,19 @@ class CompletionService:
         return Request(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
                        base_tree, key, t0, speculative)
 
-    async def _first_answer(self, job: EngineJob, req: Request, doc: Document
-                            ) -> tuple[Answer, EngineJob] | None:
+    def _wants_more(self, plan: InfillPlan, key: str) -> bool:
+        """Whether an invoked request should decode more candidates than the mode does and
+        the cache holds for `key`."""
+        assert plan.plan is not None
+        n = self.options.invoked_alternatives
+        return n > max(1, alternatives_for(plan.plan, self.options.mode), self.cache.decoded(key))
+
+    async def _first_answer(self, job: EngineJob, req: Request, doc: Document,
+                            until_done: bool = False) -> tuple[Answer, EngineJob] | None:
         def wanted() -> bool:
             return doc.version == req.version and self.latest.get(req.uri) == int(req.cid)
 
-        out = await self.settle(job, req, wanted, until_done=False)
+        out = await self.settle(job, req, wanted, until_done=until_done)
         if isinstance(out, str):
             self._nothing(out)
             return None
@@ -180,15 +199,15 @@ class CompletionService:
         total = (time.perf_counter() - req.t0) * 1000
         req.stats.update(firstMs=total, overheadMs=max(0.0, total - req.engine_ms))
         if ev.kind == "done":
-            self._finish(req, ev, text)
+            self.finish(req, ev, text, out.others)
             if not text:
                 self.report.stats(req, "engine")
                 self._nothing(f"empty after post-processing ({req.note or 'nothing left'})")
                 return None
-        self._show(req.uri, req.cid, req.doc_text, req.offset, text, req.plan.kind)
+        self._show(req.uri, req.cid, req.doc_text, req.offset, text, req.plan.kind, out.others)
         self.counters["answered"] += 1
         return Answer(req.cid, text, req.plan.kind, req.offset, word_before(req.spec.left),
-                      "engine"), job
+                      "engine", out.others), job
 
     async def settle(self, job: EngineJob, req: Request, wanted: Callable[[], bool],
                      until_done: bool) -> Settled | str:
@@ -206,7 +225,7 @@ class CompletionService:
                 if ev.kind == "error" and bad is not None:  # a remask failed: trim what we had
                     self.counters["syntax_remask_failed"] += 1
                     log.info("remask of %s failed: %s", req.cid, ev.error)
-                    return Settled(self._trim(bad[0], req), bad[1], bad[2])
+                    return Settled(self.trim(bad[0], req), bad[1], bad[2])
                 if ev.kind == "error":
                     self.counters["engine_errors"] += 1
                     log.warning("engine error for %s: %s", req.cid, ev.error)
@@ -218,14 +237,15 @@ class CompletionService:
                     continue
                 text = self.clean(ev.text, req)
                 chosen = 0
+                others: tuple[str, ...] = ()
                 if done and ev.alternatives:
-                    text, chosen = self.pick(ev, req, text)
+                    text, chosen, others = self.pick(ev, req, text)
                 if not text and not done:
                     continue  # an empty draft: wait for the edits
                 if not wanted():
                     job.cancel("superseded")
                     return "document changed while drafting"
-                spans = self._new_errors(req, text)
+                spans = self.new_errors(req, text)
                 if spans and not done:
                     continue  # the engine's own edits may fix it; else remask at the end
                 if not done and self._line_awaits_alternatives(req, text):
@@ -241,10 +261,10 @@ class CompletionService:
                         break
                 if spans:
                     self.counters["syntax_unfixed"] += 1
-                    text = self._trim(text, req)
+                    text = self.trim(text, req)
                 elif passes:
                     self.counters["syntax_fixed"] += 1
-                return Settled(text, job, ev)
+                return Settled(text, job, ev, others)
             if nxt is None:
                 return "engine stream ended"
             if not req.speculative and self.jobs.get(req.uri) is job:
@@ -255,10 +275,11 @@ class CompletionService:
         text, req.note = clean(raw, req.spec)
         return text
 
-    def pick(self, ev: EngineEvent, req: Request, primary: str) -> tuple[str, int]:
+    def pick(self, ev: EngineEvent, req: Request, primary: str) -> tuple[str, int, tuple[str, ...]]:
         """The text to show among the primary's (`primary`, cleaned) and the done event's
         alternatives (cleaned here), and its index: the first that adds no parse error
-        (every plan kind; without a tree, the first non-empty one)."""
+        (every plan kind; without a tree, the first non-empty one). Then the other
+        candidates that fit as well, distinct and in rank order (for cycling)."""
         cleaned = [clean(a, req.spec) for a in ev.alternatives]
         cands = [primary, *(t for t, _ in cleaned)]
         check = None
@@ -271,9 +292,11 @@ class CompletionService:
         if i:
             self.counters["alternative_shown"] += 1
             req.note = cleaned[i - 1][1]
-        return cands[i], i
+        others = tuple(dict.fromkeys(c for c in cands if c.strip() and c != cands[i]
+                                     and (check is None or not check(c))))
+        return cands[i], i, others
 
-    def _new_errors(self, req: Request, text: str) -> list[tuple[int, int]]:
+    def new_errors(self, req: Request, text: str) -> list[tuple[int, int]]:
         """Character spans of `text` inside parse errors it adds ([] = none, or unchecked)."""
         if not text or req.tree is None or req.plan.kind == "line":
             return []
@@ -290,7 +313,7 @@ class CompletionService:
             return False
         return adds_error(req.language_id, req.tree, req.doc_text[: req.offset], text, req.doc_text[req.offset:])
 
-    def _trim(self, text: str, req: Request) -> str:
+    def trim(self, text: str, req: Request) -> str:
         before, after = req.doc_text[: req.offset], req.doc_text[req.offset:]
         text, note = syntax_trim(text, lambda t: adds_error(req.language_id, req.tree, before,
                                                             t, after))
@@ -302,71 +325,29 @@ class CompletionService:
     def checked(self, raw: str, req: Request) -> str:
         """Cleaned, and trimmed when it adds a parse error (refinements after the answer)."""
         text = self.clean(raw, req)
-        return self._trim(text, req) if self._new_errors(req, text) else text
+        return self.trim(text, req) if self.new_errors(req, text) else text
 
-    # -- refinement ----------------------------------------------------------------------------
-    def _start_refine(self, handler: asyncio.Future[Any], job: EngineJob, req: Request,
-                      text: str) -> None:
-        if handler.cancelled() or req.stats.get("done"):
-            if req.stats.get("done"):
-                self._send_final(req, text, text, step=req.stats.get("forwards", 0))
-            return
-        task = asyncio.ensure_future(self._refine(job, req, text))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def _refine(self, job: EngineJob, req: Request, shown: str) -> None:
-        last = shown
-        async for ev, _t in job.events():
-            if ev.kind == "error":
-                self._send_final(req, last, last, ev.step, reason="error")
-                return
-            new = self.checked(ev.text, req) if ev.text or ev.kind != "done" else last
-            if ev.kind == "done" and ev.alternatives and ev.reason not in ("cancelled", "superseded"):
-                new = self.pick(ev, req, self.clean(ev.text, req))[0]
-                new = self._trim(new, req) if self._new_errors(req, new) else new
-            if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
-                self._send_final(req, last, last, ev.step, reason=ev.reason)
-                self._finish(req, ev, None)
-                return
-            if ev.kind == "done":
-                self._finish(req, ev, new)
-                self._send_final(req, last, new, ev.step)
-                return
-            if new != last:
-                self._send_refine(req, last, new, ev.step, final=False)
-                last = new
-
-    def _send_refine(self, req: Request, old: str, new: str, step: int, final: bool,
-                     reason: str | None = None) -> None:
-        shown = self.shown.get(req.uri)
-        if shown is not None and shown.completion_id == req.cid:
-            shown.refine(new)
-        self.report.refine(req.cid, req.uri, req.version, old, new, step, final, reason)
-
-    def _send_final(self, req: Request, old: str, new: str, step: int,
-                    reason: str | None = None) -> None:
-        self._send_refine(req, old, new, step, final=True, reason=reason)
-        self.report.stats(req, "engine")
-
-    def _finish(self, req: Request, ev: EngineEvent, final_text: str | None) -> None:
+    def finish(self, req: Request, ev: EngineEvent, final_text: str | None,
+                others: tuple[str, ...] = ()) -> None:
         self.report.finished(req.stats, ev)
         if final_text is not None and ev.reason not in ("cancelled", "superseded", "error"):
-            self.cache.put(req.key, final_text)
+            decoded = alternatives_for(req.job.request.plan, self.options.mode) if req.job is not None else 1
+            self.cache.put(req.key, final_text, tuple(o for o in others if o != final_text), decoded)
 
     # -- answers without the engine --------------------------------------------------------------
-    def _show(self, uri: str, cid: str, doc_text: str, offset: int, text: str, kind: str) -> None:
+    def _show(self, uri: str, cid: str, doc_text: str, offset: int, text: str, kind: str,
+              others: tuple[str, ...] = ()) -> None:
         shown = remember(cid, doc_text, offset, text, kind)
         self.shown[uri] = shown
-        self.recent[cid] = (uri, shown, text)
+        self.recent[cid] = (uri, shown, (text, *others))
         while len(self.recent) > 64:
             self.recent.popitem(last=False)
 
     def _serve_known(self, doc: Document, offset: int, cid: str, text: str, source: str,
-                     t0: float, kind: str | None = None) -> Answer:
+                     t0: float, kind: str | None = None, others: tuple[str, ...] = ()) -> Answer:
         shown = self.shown.get(doc.uri)
         kind = kind or (shown.kind if shown is not None else "line")
-        self._show(doc.uri, cid, doc.text, offset, text, kind)
+        self._show(doc.uri, cid, doc.text, offset, text, kind, others)
         self.counters[source] += 1
         final = self.report.known(cid, doc.uri, doc.version, kind, source, text, t0)
         task = asyncio.current_task()
@@ -375,7 +356,7 @@ class CompletionService:
         else:
             final()
         ls = doc.text.rfind("\n", 0, offset) + 1
-        return Answer(cid, text, kind, offset, word_before(doc.text[ls:offset]), source)
+        return Answer(cid, text, kind, offset, word_before(doc.text[ls:offset]), source, others)
 
     def _nothing(self, why: str) -> None:
         self.counters["empty"] += 1
@@ -385,8 +366,11 @@ class CompletionService:
         return None
 
     # -- accepts and speculation ------------------------------------------------------------------
-    def accepted(self, cid: str) -> None:
+    def accepted(self, cid: str, index: int = 0) -> None:
+        """The client accepted candidate `index` (0: the first answer) of completion `cid`."""
         self.counters["accepted"] += 1
+        if index > 0:
+            self.counters["accepted_other_candidate"] += 1
         if self.options.speculative:
             self.speculator.accepted(cid)
 
@@ -406,7 +390,7 @@ class CompletionService:
                 "engineInfo": self.engine.info, "running": self.engine.running(),
                 "cache": {"size": len(self.cache), "hits": self.cache.hits,
                           "misses": self.cache.misses},
-                "refining": len(self.tasks), "speculating": self.speculator.running(),
+                "refining": len(self.refiner.tasks), "speculating": self.speculator.running(),
                 "emptyReasons": [{"reason": r, "count": n}
                                  for r, n in self.empty_reasons.most_common()],
                 "lastEmptyReason": self.last_empty,

@@ -61,6 +61,9 @@ class Options:
     # candidates decoded side by side from the most likely first tokens, the first that adds
     # no parse error shown (engine.alternatives); 0 = the mode's default (quality 4, speedy 1)
     alternatives: int = 0
+    # an explicitly invoked inline completion (LSP triggerKind Invoked: the user asked, e.g.
+    # to cycle) waits for at least this many candidates and answers every one that fits
+    invoked_alternatives: int = 4
 
     def language_enabled(self, language_id: str) -> bool:
         return "*" in self.languages or language_id in self.languages
@@ -146,8 +149,10 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
         _merge_into(opts, src, "", warnings)
     if opts.mode not in MODES:
         raise OptionsError(f"option 'mode' must be one of {MODES}, got {opts.mode!r}")
-    if opts.alternatives > MAX_ALTERNATIVES:
-        raise OptionsError(f"option 'alternatives' must be at most {MAX_ALTERNATIVES}, got {opts.alternatives}")
+    for name, attr in (("alternatives", "alternatives"), ("invokedAlternatives", "invoked_alternatives")):
+        n = getattr(opts, attr)
+        if not 0 <= n <= MAX_ALTERNATIVES:
+            raise OptionsError(f"option {name!r} must be 0..{MAX_ALTERNATIVES}, got {n}")
     if opts.device not in ("cpu", "cuda", "auto"):
         raise OptionsError(f"option 'device' must be cpu, cuda or auto, got {opts.device!r}")
     if not (opts.engine in ("inprocess", "auto") or opts.engine.startswith(("ws://", "wss://"))):

@@ -200,14 +200,16 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
     async def inline_completion(ls: LladaServer, params: t.InlineCompletionParams
                                 ) -> t.InlineCompletionList:
         uri, pos = params.text_document.uri, params.position
-        a = await _complete(ls, uri, pos)
+        ctx = params.context
+        invoked = ctx is not None and ctx.trigger_kind == t.InlineCompletionTriggerKind.Invoked
+        a = await _complete(ls, uri, pos, invoked)
         if a is None:
             return t.InlineCompletionList(items=[])
         at = _answer_position(ls, uri, a)
-        item = t.InlineCompletionItem(
-            insert_text=a.text, range=t.Range(at, at),
-            command=t.Command(title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id]))
-        return t.InlineCompletionList(items=[item])
+        return t.InlineCompletionList(items=[
+            t.InlineCompletionItem(insert_text=text, range=t.Range(at, at), command=t.Command(
+                title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id, i]))
+            for i, text in enumerate((a.text, *a.others))])
 
     @ls.feature(t.TEXT_DOCUMENT_COMPLETION, t.CompletionOptions(trigger_characters=[]))
     async def completion(ls: LladaServer, params: t.CompletionParams) -> t.CompletionList:
@@ -217,21 +219,24 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
             return t.CompletionList(is_incomplete=True, items=[])
         at = _answer_position(ls, uri, a)
         start = t.Position(at.line, max(0, at.character - units(a.word, ls.encoding())))
-        full = a.word + a.text
-        item = t.CompletionItem(
-            label=full.split("\n", 1)[0][:80] or full[:80], kind=t.CompletionItemKind.Text,
-            detail="llada", filter_text=full, sort_text="0",
-            text_edit=t.TextEdit(t.Range(start, at), full),
-            insert_text_format=t.InsertTextFormat.PlainText,
-            command=t.Command(title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id]))
-        return t.CompletionList(is_incomplete=True, items=[item])
+        items = []
+        for i, text in enumerate((a.text, *a.others)):
+            full = a.word + text
+            items.append(t.CompletionItem(
+                label=full.split("\n", 1)[0][:80] or full[:80], kind=t.CompletionItemKind.Text,
+                detail="llada", filter_text=full, sort_text=f"{i:02d}",
+                text_edit=t.TextEdit(t.Range(start, at), full),
+                insert_text_format=t.InsertTextFormat.PlainText,
+                command=t.Command(title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id, i])))
+        return t.CompletionList(is_incomplete=True, items=items)
 
     @ls.command(ACCEPT_COMMAND)
     def accept(ls: LladaServer, *args: Any) -> None:
         cid = _first_string(args)
-        log.info("accepted %s", cid)
+        index = _first_int(args)
+        log.info("accepted %s (candidate %d)", cid, index)
         if ls.service is not None:
-            ls.service.accepted(cid or "")
+            ls.service.accepted(cid or "", index)
 
     @ls.feature(DID_SHOW)
     def did_show(ls: LladaServer, params: Any) -> None:
@@ -271,6 +276,16 @@ def _first_string(args: Any) -> str | None:
     return None
 
 
+def _first_int(args: Any) -> int:
+    """Which candidate was accepted: the first integer among the arguments (0 if none)."""
+    for a in args:
+        if isinstance(a, int) and not isinstance(a, bool):
+            return a
+        if isinstance(a, (list, tuple)):
+            return _first_int(a)
+    return 0
+
+
 async def _pull_configuration(ls: LladaServer) -> None:
     try:
         result = await ls.workspace_configuration_async(t.ConfigurationParams(
@@ -282,10 +297,10 @@ async def _pull_configuration(ls: LladaServer) -> None:
         ls.apply_options(result[0])
 
 
-async def _complete(ls: LladaServer, uri: str, pos: t.Position) -> Answer | None:
+async def _complete(ls: LladaServer, uri: str, pos: t.Position, invoked: bool = False) -> Answer | None:
     if ls.service is None:
         return None  # not initialized yet: no result, not an error
     try:
-        return await ls.service.complete(uri, pos.line, pos.character, ARRIVAL.get())
+        return await ls.service.complete(uri, pos.line, pos.character, ARRIVAL.get(), invoked)
     except (DocumentError, PositionError) as e:
         raise JsonRpcInvalidParams(str(e)) from e

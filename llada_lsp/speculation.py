@@ -41,8 +41,9 @@ class Accept:
     texts: tuple[str, ...]
 
     @classmethod
-    def of(cls, uri: str, shown: Shown, first_text: str) -> Accept:
-        texts = tuple(dict.fromkeys(t for t in (shown.text, first_text) if t))
+    def of(cls, uri: str, shown: Shown, *answered: str) -> Accept:
+        """`answered`: the texts the client got (the first answer, other candidates)."""
+        texts = tuple(dict.fromkeys(t for t in (shown.text, *answered) if t))
         return cls(uri, shown.anchor, shown.before_tail, shown.after, shown.doc_len, texts)
 
     def cursor_after(self, doc_text: str) -> int | None:
@@ -72,8 +73,8 @@ class Speculator:
         if found is None:
             log.debug("accept of unknown completion %s", cid)
             return
-        uri, shown, first_text = found
-        self.pending[uri] = Accept.of(uri, shown, first_text)
+        uri, shown, answered = found
+        self.pending[uri] = Accept.of(uri, shown, *answered)
         self.document_changed(uri, from_accept=True)
 
     def document_changed(self, uri: str, closed: bool = False, from_accept: bool = False) -> None:

@@ -3,7 +3,7 @@
 -- wait a poll with a timeout. Writes what it saw to OUT.json for the pytest side to assert on.
 --
 -- SPEC: {nvim, init, setup, file, ready_timeout, ghost_timeout, final_timeout,
---        candidates = [{line, keys}], partial = 'word'|'line'|nil}
+--        candidates = [{line, keys}], partial = 'word'|'line'|nil, cycle = bool}
 local spec = vim.json.decode(table.concat(vim.fn.readfile(arg[1]), '\n'), { luanil = { object = true } })
 local out_path = arg[2]
 local result = { events = {} }
@@ -178,6 +178,58 @@ end)
 result.final = final
 if not final then
   finish('no final refinement for completion ' .. tostring(cid))
+end
+
+-- Cycling (instead of the refine and accept checks): the next-candidate key asks the server
+-- for every candidate (an Invoked request) and shows the second; previous goes back to the
+-- first; next again is served from the answer already there.
+if spec.cycle then
+  local DEBUG_INFO = [[
+    local c = vim.lsp.get_clients({ bufnr = 0, name = 'llada' })[1]
+    local r = c:request_sync('llada/debugInfo', {}, 5000, 0)
+    return r and r.result and r.result.counters or vim.NIL]]
+  local function drawn_other_than(text)
+    return function()
+      local s = snapshot()
+      if s.current ~= vim.NIL and s.current.text ~= text and #s.marks > 0 then
+        return s
+      end
+    end
+  end
+  result.before_cycle = snapshot()
+  local c0 = counters()
+  rpc('nvim_input', '<M-]>')
+  local answer = wait('the answer to the invoked request', spec.final_timeout, function()
+    local c = counters()
+    if c.handled > c0.handled then
+      return c.answers[#c.answers]
+    end
+  end)
+  if not answer then
+    finish('no answer after the next-candidate key')
+  end
+  result.cycle_answer = answer
+  result.server_counters = lua(DEBUG_INFO)
+  if answer.n > 1 then
+    result.after_next = wait('the second candidate', 10, drawn_other_than(answer.text))
+    if not result.after_next then
+      result.stuck = snapshot()
+      finish('the next-candidate key did not show the second candidate')
+    end
+    rpc('nvim_input', '<M-[>')
+    result.after_prev = wait('the first candidate again', 10, function()
+      local s = snapshot()
+      if s.current ~= vim.NIL and s.current.text == answer.text and #s.marks > 0 then
+        return s
+      end
+    end)
+    local c1 = counters()
+    rpc('nvim_input', '<M-]>')
+    result.after_next_again = wait('the second candidate again', 10, drawn_other_than(answer.text))
+    result.requests_for_local_cycle = counters().sent - c1.sent
+  end
+  pcall(rpc, 'nvim_command', 'qall!')
+  finish(nil)
 end
 
 -- A refinement that changes the text (the live model rarely edits after the final draft, so

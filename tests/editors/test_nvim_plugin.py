@@ -37,6 +37,12 @@ CANDIDATES = {
                  {"line": 39, "keys": "o", "type": "console."}],
 }
 
+# Where several candidates fit (a new line after a statement), for the cycling test.
+CYCLE_CANDIDATES = {
+    "shapes.py": [{"line": 36, "keys": "o"}, {"line": 17, "keys": "o"}, {"line": 20, "keys": "o"}],
+    "queue.ts": [{"line": 20, "keys": "o"}, {"line": 3, "keys": "o"}],
+}
+
 
 def nvim_version() -> tuple[int, int]:
     assert NVIM is not None
@@ -59,7 +65,8 @@ def run_lua(script: str, tmp_path: Path, timeout: float = 30) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def drive(tmp_path: Path, file: str, renderer: str, partial: str | None) -> dict[str, Any]:
+def drive(tmp_path: Path, file: str, renderer: str, partial: str | None, cycle: bool = False
+          ) -> dict[str, Any]:
     assert NVIM is not None
     work = tmp_path / file
     shutil.copy(DATA / file if (DATA / file).exists() else DATA / f"{file}.txt", work)
@@ -68,10 +75,10 @@ def drive(tmp_path: Path, file: str, renderer: str, partial: str | None) -> dict
         "setup": {"cmd": server_command(), "renderer": renderer,
                   "cmd_env": {"OMP_NUM_THREADS": "1"}},
         "file": str(work), "ready_timeout": 120, "ghost_timeout": 20, "final_timeout": 30,
-        "candidates": CANDIDATES[file], "partial": partial,
+        "candidates": (CYCLE_CANDIDATES if cycle else CANDIDATES)[file], "partial": partial,
         # without a partial accept, a client-side refinement checks the in-place update;
         # with one, the server's type-through must serve the rest (it knows no injected text)
-        "inject_refine": partial is None,
+        "inject_refine": partial is None, "cycle": cycle,
     }
     spec_path, out_path = tmp_path / "spec.json", tmp_path / "out.json"
     spec_path.write_text(json.dumps(spec))
@@ -285,3 +292,26 @@ def test_ghost_text_session(tmp_path: Path, file: str, renderer: str, partial: s
     assert re.match(r"llada( \d+ms| …)?", out["stats_line"]), out["stats_line"]
     assert "OK client" in out["health"] and "ERROR" not in out["health"]
     print(f"{file} {renderer}: {out['seconds']:.1f}s, candidate {out['candidate']}")
+
+
+@needs_nvim
+@needs_model
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("file,renderer", [("shapes.py", "builtin"), ("queue.ts", "extmark")])
+def test_cycling_through_candidates(tmp_path: Path, file: str, renderer: str) -> None:
+    """The next-candidate key (<M-]>) on a suggestion asks the server for every candidate
+    (an Invoked request: speedy mode then decodes several), shows the second; <M-[> goes back
+    to the first, and <M-]> again cycles without a new request."""
+    if renderer == "builtin" and nvim_version() < (0, 12):
+        pytest.skip("the built-in inline completion needs Neovim 0.12")
+    out = drive(tmp_path, file, renderer, None, cycle=True)
+    assert out["before_cycle"]["current"] is not None
+    assert out["server_counters"].get("invoked") == 1, out["server_counters"]
+    answer = out["cycle_answer"]
+    print(f"{file} {renderer}: {answer['n']} candidates, {out['seconds']:.1f}s")
+    assert answer["n"] >= 2, f"the server found one candidate only: {answer}"
+    second = out["after_next"]["current"]["text"]
+    assert second != answer["text"] and second.split("\n")[0].strip()[:8] in ghost(out["after_next"])
+    assert out["after_prev"]["current"]["text"] == answer["text"]
+    assert out["after_next_again"]["current"]["text"] == second
+    assert out["requests_for_local_cycle"] == 0

@@ -335,3 +335,43 @@ async def test_accept_then_next_request_is_served_from_the_speculation(client: A
         stats = await poll(lambda: next((s for s in client.stats
                                          if s["completionId"] == _cid(res)), None))
         assert stats["cacheHit"] and stats["forwards"] == 0
+
+
+def _texts(res: t.InlineCompletionList | None) -> list[str]:
+    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value
+            for i in (res.items if res else [])]
+
+
+async def test_invoked_request_offers_every_fitting_candidate(client: Any) -> None:
+    """An Invoked request (the user asked, e.g. to cycle) in speedy mode makes the engine
+    decode candidates, waits for them and answers each one that fits, distinct, primary's
+    rank first; an Automatic request at the same place then gets them from the cache."""
+    lines = (DATA / "shapes.py.txt").read_text().split("\n")
+    several = 0
+    # each indented line in turn has its code blanked out, the cursor after its indentation
+    for k in [k for k, ln in enumerate(lines) if ln.strip() and ln != ln.lstrip()][4:12]:
+        ind = len(lines[k]) - len(lines[k].lstrip())
+        before, after = "\n".join(lines[:k] + [lines[k][:ind]]), "\n" + "\n".join(lines[k + 1:])
+        uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"inv{k}.py").as_uri(),
+                       text=before + after)
+        pos = t.Position(k, ind)
+        res = await inline(client, uri, pos, invoked=True)
+        texts = _texts(res)
+        if not texts:
+            continue
+        assert res is not None and len(set(texts)) == len(texts)
+        assert [it.command.arguments[1] for it in res.items if it.command] == list(range(len(texts)))
+        for s in texts[1:]:  # the others all fit (the first may be the primary, trimmed)
+            assert s.strip() and not adds_error("python", None, before, s, after), s
+        cid = _cid(res)
+        assert cid is not None
+        stats = await poll(lambda c=cid: next((s for s in client.stats if s["completionId"] == c), None), 60)
+        assert stats["groupForwards"] >= stats["forwards"]
+        final = await _final_refine(client, cid)
+        assert final["text"] == texts[0] and final["edits"] == []  # answered when done
+        again = await inline(client, uri, pos)
+        assert _texts(again) == texts
+        several += len(texts) > 1
+        if several >= 2:
+            break
+    assert several, "no position got more than one candidate"

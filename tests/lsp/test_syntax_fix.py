@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from engine.api import CompletionRequest, EngineEvent
+from engine.api import CompletionRequest, EngineEvent, alternatives_for
 from llada_lsp.cache import remember
 from llada_lsp.completions import CompletionService
 from llada_lsp.documents import DocumentStore
 from llada_lsp.engine_client import EngineClient, EngineJob, InProcessEngine, Progress, make_engine
-from llada_lsp.options import Options, parse_options
+from llada_lsp.options import Options, OptionsError, parse_options
 from llada_lsp.postprocess import raw_spans, remask_can_help
 from llada_lsp.speculation import Accept
 from llada_lsp.syntax import error_spans
@@ -57,12 +57,15 @@ def test_raw_spans_undo_cleaning() -> None:
 class Scripted(EngineClient):
     """An engine whose completions and remasks return scripted texts."""
 
-    def __init__(self, complete_text: str, remask_texts: list[str], alternatives: tuple[str, ...] = ()) -> None:
+    def __init__(self, complete_text: str, remask_texts: list[str], alternatives: tuple[str, ...] = (),
+                 only_when_asked: bool = False) -> None:
         super().__init__()
         self.state = "ready"
         self.complete_text, self.remask_texts = complete_text, list(remask_texts)
         self.alternatives = alternatives
+        self.only_when_asked = only_when_asked  # alternatives only for plans that ask for them
         self.remasks: list[list[tuple[int, int]]] = []
+        self.requests: list[CompletionRequest] = []
 
     async def start(self, progress: Progress) -> None:
         return None
@@ -77,7 +80,10 @@ class Scripted(EngineClient):
         return job
 
     def submit(self, request: CompletionRequest) -> EngineJob:
-        return self._job(request, self.complete_text, self.alternatives)
+        self.requests.append(request)
+        asked = alternatives_for(request.plan, "speedy") > 1
+        return self._job(request, self.complete_text,
+                         self.alternatives if asked or not self.only_when_asked else ())
 
     def remask(self, job: EngineJob, spans: list[tuple[int, int]]) -> EngineJob | None:
         self.remasks.append(spans)
@@ -208,3 +214,51 @@ def test_a_broken_line_waits_for_the_alternatives(alternatives: int) -> None:
     assert answer.text == ("w * h" if alternatives > 1 else "w * (h")
     if alternatives > 1:
         assert svc.counters["alternative_shown"] == 1
+
+
+def test_invoked_request_answers_every_fitting_candidate() -> None:
+    """An explicit (Invoked) request asks the engine for candidates, waits for them and answers
+    each one that fits, distinct, in rank order; the cache keeps them for later requests. An
+    automatic request in speedy mode decodes one candidate, as before."""
+    engine = Scripted("w * (h", [], ("w + = h", "w * h", "h * w", "w * h"), only_when_asked=True)
+    svc, _ = _service(engine, BEFORE + "    return " + AFTER, mode="speedy", invokedAlternatives=3)
+    first = _run(lambda: svc.complete("file:///a.py", 1, 11))
+    assert first is not None and (first.text, first.others) == ("w * (h", ())
+    assert engine.requests[0].plan.alternatives is None  # the mode's default: one
+    invoked = _run(lambda: svc.complete("file:///a.py", 1, 11, invoked=True))
+    assert invoked is not None and invoked.source == "engine"
+    assert engine.requests[1].plan.alternatives == 3
+    # the unclosed primary and "w + = h" add parse errors; the repeated "w * h" is dropped
+    assert (invoked.text, invoked.others) == ("w * h", ("h * w",))
+    assert svc.counters["invoked"] == 1
+    # both kinds of request are now served from the cache, with the candidates
+    again = _run(lambda: svc.complete("file:///a.py", 1, 11))
+    again_invoked = _run(lambda: svc.complete("file:///a.py", 1, 11, invoked=True))
+    for a in (again, again_invoked):
+        assert a is not None and a.source == "cache" and (a.text, a.others) == ("w * h", ("h * w",))
+    assert len(engine.requests) == 2
+    # accepting the second candidate arms speculation on its text
+    svc.accepted(again.completion_id, 1)
+    assert svc.counters["accepted_other_candidate"] == 1
+    assert svc.speculator.pending["file:///a.py"].texts == ("w * h", "h * w")
+
+
+def test_invoked_request_in_quality_mode_uses_the_modes_candidates() -> None:
+    """Quality mode decodes four candidates already: an invoked request keeps its plan and
+    waits for the done event instead of answering on the first draft."""
+    engine = Scripted("w * h", [], ("h * w", "w * h + 1"))
+    svc, _ = _service(engine, BEFORE + "    return " + AFTER, mode="quality")
+    automatic = _run(lambda: svc.complete("file:///a.py", 1, 11))
+    assert automatic is not None and (automatic.text, automatic.others) == ("w * h", ())  # first draft
+    svc.cache = type(svc.cache)(8)  # forget it: the next request reaches the engine
+    invoked = _run(lambda: svc.complete("file:///a.py", 1, 11, invoked=True))
+    assert invoked is not None and (invoked.text, invoked.others) == ("w * h", ("h * w", "w * h + 1"))
+    assert [r.plan.alternatives for r in engine.requests] == [None, None]
+    assert svc.counters["invoked"] == 0
+
+
+def test_invoked_alternatives_option_is_validated() -> None:
+    assert parse_options({"invokedAlternatives": 0})[0].invoked_alternatives == 0
+    for bad in (-1, 9):
+        with pytest.raises(OptionsError, match="invokedAlternatives"):
+            parse_options({"invokedAlternatives": bad})

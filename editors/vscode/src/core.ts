@@ -105,6 +105,8 @@ export interface Shown {
   text: string;
   step: number;
   final: boolean;
+  /** The other candidates the server answered (items after the first), for cycling. */
+  others: string[];
 }
 
 /**
@@ -123,7 +125,10 @@ export class SuggestionTracker {
       this.shown.delete(uri);
       return undefined;
     }
-    const s: Shown = { completionId: id, uri, version, position, text: insertTextOf(item), step: -1, final: false };
+    const s: Shown = {
+      completionId: id, uri, version, position, text: insertTextOf(item), step: -1, final: false,
+      others: items.slice(1).map(insertTextOf),
+    };
     this.shown.set(uri, s);
     return s;
   }
@@ -161,6 +166,16 @@ export class SuggestionTracker {
   forget(uri: string): void {
     this.shown.delete(uri);
   }
+}
+
+/**
+ * Whether the provider answers from the tracked suggestion instead of asking the server:
+ * the extension's own re-trigger after a refinement, or an automatic request at the same
+ * document state. A request the user invoked (e.g. to cycle through suggestions) goes to the
+ * server, which then decodes and returns every candidate, unless the tracked one has them.
+ */
+export function answerFromTracker(known: Shown | undefined, invoked: boolean, ownRetrigger: boolean): boolean {
+  return known !== undefined && (ownRetrigger || !invoked || known.others.length > 0);
 }
 
 /** The status bar text for the latest stats, e.g. "llada 42ms" or "llada 42ms → 120ms". */

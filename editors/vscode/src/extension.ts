@@ -12,6 +12,7 @@ import {
 import {
   DEFAULT_SETTINGS,
   SuggestionTracker,
+  answerFromTracker,
   describeStats,
   formatStats,
   resolveServerCommand,
@@ -28,6 +29,7 @@ let status: vscode.StatusBarItem;
 let output: vscode.LogOutputChannel;
 const tracker = new SuggestionTracker();
 let retrigger: NodeJS.Timeout | undefined;
+let ownRetrigger = false; // the next provider call is the extension's re-trigger, not the user's
 
 function readSettings(): Settings {
   const c = vscode.workspace.getConfiguration("llada");
@@ -73,6 +75,7 @@ function scheduleRetrigger(uri: string): void {
     retrigger = undefined;
     const editor = vscode.window.activeTextEditor;
     if (editor && client && client.code2ProtocolConverter.asUri(editor.document.uri) === uri) {
+      ownRetrigger = true;
       void vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
     }
   }, 15);
@@ -89,7 +92,7 @@ function toLspItems(result: vscode.InlineCompletionItem[] | vscode.InlineComplet
 }
 
 function clientOptions(): LanguageClientOptions {
-  let lastItem: vscode.InlineCompletionItem | undefined;
+  let lastItems: vscode.InlineCompletionItem[] = [];
   return {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
     outputChannel: output,
@@ -99,14 +102,19 @@ function clientOptions(): LanguageClientOptions {
         const uri = client!.code2ProtocolConverter.asUri(document.uri);
         const pos = { line: position.line, character: position.character };
         const known = tracker.lookup(uri, document.version, pos);
-        if (known && lastItem) {
-          // Same document state as the shown suggestion: answer with its refined text.
-          return [new vscode.InlineCompletionItem(known.text, new vscode.Range(position, position), lastItem.command)];
+        const own = ownRetrigger;
+        ownRetrigger = false;
+        const invoked = context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke;
+        if (known && lastItems.length > 0 && answerFromTracker(known, invoked, own)) {
+          // Same document state as the shown suggestion: its refined text, then the other candidates.
+          const range = new vscode.Range(position, position);
+          return [known.text, ...known.others].map(
+            (text, i) => new vscode.InlineCompletionItem(text, range, lastItems[Math.min(i, lastItems.length - 1)].command));
         }
         const result = await next(document, position, context, token);
         const items = toLspItems(result);
         tracker.remember(uri, document.version, pos, items);
-        lastItem = (Array.isArray(result) ? result : result?.items)?.[0];
+        lastItems = Array.isArray(result) ? result : (result?.items ?? []);
         return result;
       },
       workspace: {

@@ -5,6 +5,7 @@ import { describe, it } from "node:test";
 import {
   DEFAULT_SETTINGS,
   SuggestionTracker,
+  answerFromTracker,
   applyEdits,
   formatStats,
   resolveServerCommand,
@@ -53,6 +54,19 @@ describe("SuggestionTracker", () => {
     assert.equal(t.lookup("file:///a.py", 3, { line: 1, character: 5 }), undefined);
     t.remember("file:///a.py", 4, { line: 1, character: 5 }, []);
     assert.equal(t.get("file:///a.py"), undefined);
+  });
+
+  it("keeps the other candidates for cycling, and asks the server when the user invokes without them", () => {
+    const t = new SuggestionTracker();
+    const one = t.remember("u", 1, { line: 0, character: 0 }, [item("1", "a")]);
+    assert.deepEqual(one?.others, []);
+    assert.equal(answerFromTracker(one, false, false), true, "automatic: the tracked text");
+    assert.equal(answerFromTracker(one, true, true), true, "the extension's own re-trigger");
+    assert.equal(answerFromTracker(one, true, false), false, "the user invoked: fetch the candidates");
+    assert.equal(answerFromTracker(undefined, false, true), false);
+    const many = t.remember("u", 2, { line: 0, character: 0 }, [item("2", "a"), item("2", "b"), item("2", "c")]);
+    assert.deepEqual(many?.others, ["b", "c"]);
+    assert.equal(answerFromTracker(many, true, false), true, "the candidates are known");
   });
 
   it("prefers the full text when the edits do not reproduce it", () => {

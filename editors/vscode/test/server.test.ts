@@ -156,11 +156,12 @@ describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model
     });
   }
 
-  async function inline(at: LspPosition): Promise<LspInlineItem[]> {
+  // triggerKind 2 (Automatic) as VS Code sends while typing; 1 (Invoked) when the user asks
+  async function inline(at: LspPosition, triggerKind = 2): Promise<LspInlineItem[]> {
     const res = await conn.sendRequest<InlineResult | LspInlineItem[] | null>("textDocument/inlineCompletion", {
       textDocument: { uri },
       position: at,
-      context: { triggerKind: 1 },
+      context: { triggerKind },
     });
     const items = Array.isArray(res) ? res : (res?.items ?? []);
     tracker.remember(uri, version, at, items);
@@ -241,6 +242,39 @@ describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model
       assert.equal(st2.cacheHit, true);
       t.diagnostic("type-through checked");
     }
+  });
+
+  it("answers an invoked request with every candidate that fits, for cycling", async (t) => {
+    // Each indented line in turn has its code blanked out, the cursor after its indentation.
+    const lines = text.split("\n");
+    const spots = lines.map((l, k) => [l, k] as const).filter(([l]) => l.trim() && l !== l.trimStart()).slice(2, 10);
+    let several: LspInlineItem[] | undefined;
+    for (const [line, k] of spots) {
+      const ind = line.length - line.trimStart().length;
+      const doc = pathToFileURL(path.join(DATA, `vscode_cycle${k}.ts`)).href;
+      const body = [...lines.slice(0, k), line.slice(0, ind), ...lines.slice(k + 1)].join("\n");
+      await conn.sendNotification("textDocument/didOpen", { textDocument: { uri: doc, languageId: "typescript", version: 1, text: body } });
+      const ask = async (triggerKind: number): Promise<LspInlineItem[]> => {
+        const res = await conn.sendRequest<InlineResult | LspInlineItem[] | null>("textDocument/inlineCompletion", {
+          textDocument: { uri: doc }, position: { line: k, character: ind }, context: { triggerKind },
+        });
+        return Array.isArray(res) ? res : (res?.items ?? []);
+      };
+      const items = await ask(1);
+      const texts = items.map(insertTextOf);
+      assert.equal(new Set(texts).size, texts.length, "distinct candidates");
+      assert.deepEqual(items.map((it) => it.command?.arguments?.[1]), texts.map((_, i) => i), "each item names its index");
+      if (texts.length > 1) {
+        // an automatic request at the same place gets them from the server's cache
+        assert.deepEqual((await ask(2)).map(insertTextOf), texts);
+        const tracked = new SuggestionTracker().remember(doc, 1, { line: k, character: ind }, items);
+        assert.deepEqual(tracked?.others, texts.slice(1));
+        several = items;
+        break;
+      }
+    }
+    assert.ok(several, "no place got more than one candidate");
+    t.diagnostic(`candidates ${JSON.stringify(several.map(insertTextOf))}`);
   });
 
   it("answers a position past the end with an error, and keeps serving", async () => {

@@ -64,6 +64,9 @@ function M.on_refine(client, params)
     local cur, c = current_item(buf)
     if cur and c and cur.client_id == client.id and lc.completion_id(cur) == tostring(params.completionId)
       and vim.uri_from_bufnr(buf) == params.uri then
+      if lc.candidate_index(cur) ~= 0 then
+        return true -- ours, but it refines the first candidate, not the one shown
+      end
       local new = params.edits and text.apply_edits(cur.insert_text, params.edits, client.offset_encoding)
         or params.text
       if params.text and new ~= params.text then
@@ -133,6 +136,39 @@ function M.accept(buf, kind)
       end
     end,
   })
+end
+
+--- Show the next (`count` > 0) or previous candidate. With only one, ask the server for all
+--- of them (an Invoked request: the built-in only sends Automatic ones) and hand the answer
+--- to the built-in's handler. Returns false when there is nothing to cycle.
+function M.cycle(buf, count)
+  local cur, c = current_item(buf)
+  if not cur or not c then
+    return false
+  end
+  if type(c.count_items) == 'function' and c:count_items() > 1 then
+    vim.lsp.inline_completion.select({ bufnr = buf, count = count })
+    return true
+  end
+  local client = vim.lsp.get_client_by_id(cur.client_id)
+  if not client or type(c.handler) ~= 'function' then
+    return false
+  end
+  local tick, pos = api.nvim_buf_get_changedtick(buf), api.nvim_win_get_cursor(0)
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  params.context = { triggerKind = 1 } -- Invoked: every candidate that fits
+  lc.request(client, 'textDocument/inlineCompletion', params, function(err, result)
+    local now = api.nvim_win_get_cursor(0)
+    if err or not result or not api.nvim_buf_is_valid(buf) or api.nvim_buf_get_changedtick(buf) ~= tick
+      or now[1] ~= pos[1] or now[2] ~= pos[2] or completor(buf) ~= c then
+      return -- stale: the user moved on
+    end
+    c:handler(nil, result, { client_id = client.id })
+    if c:count_items() > 1 then
+      vim.lsp.inline_completion.select({ bufnr = buf, count = count })
+    end
+  end, buf)
+  return true
 end
 
 function M.dismiss(buf)

@@ -61,6 +61,15 @@ function M.completion_id(item)
   return args and args[1] and tostring(args[1]) or nil
 end
 
+--- Which of the server's candidates an item is (the command's second argument; 0: the first
+--- answer, the one `llada/refine` updates).
+---@return integer
+function M.candidate_index(item)
+  local cmd = item and item.command
+  local args = cmd and cmd.arguments
+  return args and tonumber(args[2]) or 0
+end
+
 --- The insert text of an item as a plain string.
 ---@return string
 function M.insert_text(item)

@@ -6,6 +6,8 @@ local M = {}
 ---@field accept_word string|false accept the next word
 ---@field accept_line string|false accept the next line
 ---@field dismiss string|false     hide the suggestion
+---@field next string|false        show the next candidate (asks the server for them if needed)
+---@field prev string|false        show the previous candidate
 
 ---@class llada.Config
 ---@field cmd string[]|nil          server command; default { server_path }
@@ -32,6 +34,8 @@ M.defaults = {
     accept_word = '<M-Right>',
     accept_line = '<M-Down>',
     dismiss = '<C-]>',
+    next = '<M-]>',
+    prev = '<M-[>',
   },
   hl_group = 'LladaGhost',
   enable = true,

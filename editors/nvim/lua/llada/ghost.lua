@@ -15,6 +15,8 @@ M.ns = api.nvim_create_namespace('llada.ghost')
 ---@field client_id integer
 ---@field cid string|nil     completion id
 ---@field item table         the LSP item
+---@field items table[]      every item of the answer (cycling moves among them)
+---@field index integer      which of them is shown
 ---@field full string        the whole suggestion (refinements applied)
 ---@field used integer       bytes of `full` already typed or accepted
 ---@field row integer        where the rest is drawn (0-based)
@@ -109,21 +111,9 @@ function M.sync(buf)
   M.clear(buf)
 end
 
-local function on_result(buf, client, tick, row, col, err, result)
-  local p = pending[buf]
-  if p then
-    p.request = nil
-  end
-  if err or not api.nvim_buf_is_valid(buf) or api.nvim_get_current_buf() ~= buf then
-    return
-  end
-  local r, c = cursor()
-  if api.nvim_buf_get_changedtick(buf) ~= tick or r ~= row or c ~= col
-    or not api.nvim_get_mode().mode:match('^i') then
-    return -- stale: the user moved on; a newer request is on its way
-  end
-  local items = result and (result.items or result) or {}
-  local item = items[1]
+--- Show item `index` of `items` at (row, col).
+local function show(buf, client, row, col, items, index)
+  local item = items[index]
   local new = item and lc.insert_text(item) or ''
   if item and item.range then -- the item may restate text between range.start and the cursor
     local s = item.range.start
@@ -141,8 +131,8 @@ local function on_result(buf, client, tick, row, col, err, result)
   end
   local old = M.ghosts[buf]
   local g = {
-    client_id = client.id, cid = lc.completion_id(item), item = item, full = new, used = 0,
-    row = row, col = col, mark = old and old.mark or nil, shown = false,
+    client_id = client.id, cid = lc.completion_id(item), item = item, items = items, index = index,
+    full = new, used = 0, row = row, col = col, mark = old and old.mark or nil, shown = false,
   }
   M.ghosts[buf] = g
   draw(buf, g)
@@ -150,8 +140,31 @@ local function on_result(buf, client, tick, row, col, err, result)
   lc.notify(client, 'textDocument/didShowCompletion', { item = item })
 end
 
---- Ask the server for a suggestion at the cursor (after the debounce delay).
-function M.request(buf, delay)
+--- The answer to a request made at (row, col) when the buffer was at `tick`, unless stale.
+local function on_result(buf, client, tick, row, col, err, result, index)
+  local p = pending[buf]
+  if p then
+    p.request = nil
+  end
+  if err or not api.nvim_buf_is_valid(buf) or api.nvim_get_current_buf() ~= buf then
+    return
+  end
+  local r, c = cursor()
+  if api.nvim_buf_get_changedtick(buf) ~= tick or r ~= row or c ~= col
+    or not api.nvim_get_mode().mode:match('^i') then
+    return -- stale: the user moved on; a newer request is on its way
+  end
+  local items = result and (result.items or result) or {}
+  local i = index or 1
+  if i < 0 then
+    i = #items + 1 + i -- counted from the end
+  end
+  show(buf, client, row, col, items, math.max(1, math.min(i, #items)))
+end
+
+--- Ask the server for a suggestion at the cursor (after the debounce delay). `invoked`: the
+--- user asked (triggerKind Invoked: the server answers every candidate), then show item `index`.
+function M.request(buf, delay, invoked, index)
   local client = lc.get(buf)
   if not client then
     return
@@ -167,10 +180,10 @@ function M.request(buf, delay)
     local row, col = cursor()
     local tick = api.nvim_buf_get_changedtick(buf)
     local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
-    params.context = { triggerKind = 2 } -- Automatic
+    params.context = { triggerKind = invoked and 1 or 2 } -- Invoked or Automatic
     p.client_id = client.id
     p.request = lc.request(client, 'textDocument/inlineCompletion', params, function(err, result)
-      on_result(buf, client, tick, row, col, err, result)
+      on_result(buf, client, tick, row, col, err, result, index)
     end, buf)
   end
   if (delay or 0) <= 0 then
@@ -188,6 +201,9 @@ function M.on_refine(client, params)
   for buf, g in pairs(M.ghosts) do
     if g.client_id == client.id and g.cid == tostring(params.completionId)
       and vim.uri_from_bufnr(buf) == params.uri then
+      if lc.candidate_index(g.item) ~= 0 then
+        return true -- ours, but it refines the first candidate, not the one shown
+      end
       local new = params.edits and text.apply_edits(g.full, params.edits, client.offset_encoding)
         or params.text
       if params.text and new ~= params.text then
@@ -243,6 +259,25 @@ function M.accept(buf, kind)
         { item = g.item, acceptedLength = vim.fn.strchars(g.full:sub(1, g.used)) })
     end
   end
+  return true
+end
+
+--- Show the next (`count` > 0) or previous candidate; with only one, ask the server for all
+--- of them (an Invoked request). Returns false when there is nothing to cycle.
+function M.cycle(buf, count)
+  local g = M.ghosts[buf]
+  if not g or g.used > 0 then
+    return false -- nothing shown, or part of it already typed or accepted
+  end
+  local n = #g.items
+  if n > 1 then
+    local client = vim.lsp.get_client_by_id(g.client_id)
+    if client then
+      show(buf, client, g.row, g.col, g.items, (g.index - 1 + count) % n + 1)
+    end
+    return true
+  end
+  M.request(buf, 0, true, count > 0 and 2 or -1)
   return true
 end
 

@@ -77,6 +77,13 @@ function M.dismiss()
   renderer().dismiss(api.nvim_get_current_buf())
 end
 
+--- Show the next (`count` 1, default) or previous (-1) candidate of the suggestion; with only
+--- one, the server is asked for all that fit. Returns false without a suggestion.
+---@param count? integer
+function M.cycle(count)
+  return renderer().cycle(api.nvim_get_current_buf(), count or 1)
+end
+
 --- For statuslines: "llada 42ms" after a completion (first suggestion latency; the final
 --- refinement's in parentheses when later), "llada …" while the model loads.
 ---@return string
@@ -155,6 +162,8 @@ function M.setup(opts)
     map(k.accept_word, function() M.accept('word') end)
     map(k.accept_line, function() M.accept('line') end)
     map(k.dismiss, M.dismiss)
+    map(k.next, function() M.cycle(1) end)
+    map(k.prev, function() M.cycle(-1) end)
   end
   return M
 end
