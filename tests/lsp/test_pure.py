@@ -344,6 +344,20 @@ def test_lru_cache() -> None:
     assert c.get(k2) is None and c.get(k3) == "3" and c.hits == 2
 
 
+def test_cache_keeps_candidates_with_the_text() -> None:
+    c = SuggestionCache(2)
+    k1, k2, k3 = (key_of(p, "", "line") for p in ("a", "b", "c"))
+    c.put(k1, "x", ("y", "z"), decoded=4)
+    assert (c.others(k1), c.decoded(k1)) == (("y", "z"), 4)
+    c.put(k1, "x")  # a later put without candidates replaces them
+    assert (c.others(k1), c.decoded(k1)) == ((), 1)
+    assert (c.others(k2), c.decoded(k2)) == ((), 0)  # not cached
+    c.put(k1, "x", ("y",), decoded=2)
+    c.put(k2, "u")
+    c.put(k3, "v")  # evicts k1 and its candidates
+    assert c.get(k1) is None and (c.others(k1), c.decoded(k1)) == ((), 0)
+
+
 def test_type_through() -> None:
     doc = "def f(x):\n    re\n\nprint(1)\n"
     anchor = doc.index("re") + 2
