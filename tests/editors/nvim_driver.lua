@@ -227,6 +227,23 @@ if spec.cycle then
     rpc('nvim_input', '<M-]>')
     result.after_next_again = wait('the second candidate again', 10, drawn_other_than(answer.text))
     result.requests_for_local_cycle = counters().sent - c1.sent
+    -- dismissed, the same key asks for a suggestion (the server's cache has the candidates)
+    rpc('nvim_input', '<C-]>')
+    wait('the suggestion hidden', 10, function() return #snapshot().marks == 0 end)
+    local c2 = counters()
+    rpc('nvim_input', '<M-]>')
+    result.ask_answer = wait('the answer to the asking key', spec.final_timeout, function()
+      local c = counters()
+      if c.handled > c2.handled then
+        return c.answers[#c.answers]
+      end
+    end)
+    result.after_ask = wait('a suggestion drawn', 10, function()
+      local s = snapshot()
+      if s.current ~= vim.NIL and #s.marks > 0 then
+        return s
+      end
+    end)
   end
   pcall(rpc, 'nvim_command', 'qall!')
   finish(nil)

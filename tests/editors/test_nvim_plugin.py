@@ -301,7 +301,8 @@ def test_ghost_text_session(tmp_path: Path, file: str, renderer: str, partial: s
 def test_cycling_through_candidates(tmp_path: Path, file: str, renderer: str) -> None:
     """The next-candidate key (<M-]>) on a suggestion asks the server for every candidate
     (an Invoked request: speedy mode then decodes several), shows the second; <M-[> goes back
-    to the first, and <M-]> again cycles without a new request."""
+    to the first, and <M-]> again cycles without a new request. With the suggestion dismissed,
+    <M-]> asks for one."""
     if renderer == "builtin" and nvim_version() < (0, 12):
         pytest.skip("the built-in inline completion needs Neovim 0.12")
     out = drive(tmp_path, file, renderer, None, cycle=True)
@@ -315,3 +316,5 @@ def test_cycling_through_candidates(tmp_path: Path, file: str, renderer: str) ->
     assert out["after_prev"]["current"]["text"] == answer["text"]
     assert out["after_next_again"]["current"]["text"] == second
     assert out["requests_for_local_cycle"] == 0
+    # dismissed, <M-]> asks for a suggestion again: the cached candidates, the first shown
+    assert out["ask_answer"]["n"] == answer["n"] and out["after_ask"]["current"]["text"] == answer["text"]

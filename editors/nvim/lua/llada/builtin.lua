@@ -140,11 +140,19 @@ end
 
 --- Show the next (`count` > 0) or previous candidate. With only one, ask the server for all
 --- of them (an Invoked request: the built-in only sends Automatic ones) and hand the answer
---- to the built-in's handler. Returns false when there is nothing to cycle.
+--- to the built-in's handler; with none shown, ask for a suggestion (Invoked). Returns false
+--- when it cannot.
 function M.cycle(buf, count)
   local cur, c = current_item(buf)
-  if not cur or not c then
+  if not c then
     return false
+  end
+  if not cur then
+    if type(c.request) ~= 'function' then
+      return false
+    end
+    c:request(vim.lsp.protocol.InlineCompletionTriggerKind.Invoked)
+    return true
   end
   if type(c.count_items) == 'function' and c:count_items() > 1 then
     vim.lsp.inline_completion.select({ bufnr = buf, count = count })

@@ -263,11 +263,16 @@ function M.accept(buf, kind)
 end
 
 --- Show the next (`count` > 0) or previous candidate; with only one, ask the server for all
---- of them (an Invoked request). Returns false when there is nothing to cycle.
+--- of them (an Invoked request); with none shown, ask for a suggestion (Invoked). Returns
+--- false when there is nothing to cycle.
 function M.cycle(buf, count)
   local g = M.ghosts[buf]
-  if not g or g.used > 0 then
-    return false -- nothing shown, or part of it already typed or accepted
+  if not g then
+    M.request(buf, 0, true, 1)
+    return lc.get(buf) ~= nil
+  end
+  if g.used > 0 then
+    return false -- part of it already typed or accepted
   end
   local n = #g.items
   if n > 1 then

@@ -78,7 +78,7 @@ function M.dismiss()
 end
 
 --- Show the next (`count` 1, default) or previous (-1) candidate of the suggestion; with only
---- one, the server is asked for all that fit. Returns false without a suggestion.
+--- one, the server is asked for all that fit; with none, for a suggestion (an Invoked request).
 ---@param count? integer
 function M.cycle(count)
   return renderer().cycle(api.nvim_get_current_buf(), count or 1)
@@ -129,6 +129,21 @@ local function map(lhs, fn)
   end, { expr = true, replace_keycodes = false, desc = 'llada: ' .. lhs })
 end
 
+--- An insert-mode mapping that acts whenever the buffer has the llada client (cycling asks
+--- for a suggestion when none is shown), else inserts the key.
+local function map_attached(lhs, fn)
+  if not lhs then
+    return
+  end
+  vim.keymap.set('i', lhs, function()
+    if lc.get(api.nvim_get_current_buf()) == nil then
+      return vim.keycode(lhs)
+    end
+    vim.schedule(fn)
+    return ''
+  end, { expr = true, replace_keycodes = false, desc = 'llada: ' .. lhs })
+end
+
 ---@param opts? table see llada.config
 function M.setup(opts)
   local o = config.set(opts)
@@ -162,8 +177,8 @@ function M.setup(opts)
     map(k.accept_word, function() M.accept('word') end)
     map(k.accept_line, function() M.accept('line') end)
     map(k.dismiss, M.dismiss)
-    map(k.next, function() M.cycle(1) end)
-    map(k.prev, function() M.cycle(-1) end)
+    map_attached(k.next, function() M.cycle(1) end)
+    map_attached(k.prev, function() M.cycle(-1) end)
   end
   return M
 end
