@@ -114,14 +114,14 @@ function M.statusline()
   return out
 end
 
---- One expr mapping: run `fn` after the key (textlock), or insert the key when there is no
---- suggestion to act on.
-local function map(lhs, fn)
+--- One expr mapping: run `fn` after the key (textlock) when `active()` says so, else insert
+--- the key.
+local function map(lhs, fn, active)
   if not lhs then
     return
   end
   vim.keymap.set('i', lhs, function()
-    if M.current() == nil then
+    if not active() then
       return vim.keycode(lhs)
     end
     vim.schedule(fn)
@@ -129,19 +129,14 @@ local function map(lhs, fn)
   end, { expr = true, replace_keycodes = false, desc = 'llada: ' .. lhs })
 end
 
---- An insert-mode mapping that acts whenever the buffer has the llada client (cycling asks
---- for a suggestion when none is shown), else inserts the key.
-local function map_attached(lhs, fn)
-  if not lhs then
-    return
-  end
-  vim.keymap.set('i', lhs, function()
-    if lc.get(api.nvim_get_current_buf()) == nil then
-      return vim.keycode(lhs)
-    end
-    vim.schedule(fn)
-    return ''
-  end, { expr = true, replace_keycodes = false, desc = 'llada: ' .. lhs })
+--- A suggestion is shown (accept and dismiss act on it).
+local function shown()
+  return M.current() ~= nil
+end
+
+--- The buffer has the llada client (cycling asks for a suggestion when none is shown).
+local function attached()
+  return lc.get(api.nvim_get_current_buf()) ~= nil
 end
 
 ---@param opts? table see llada.config
@@ -173,12 +168,12 @@ function M.setup(opts)
   end
   local k = o.keymaps
   if k then
-    map(k.accept, function() M.accept('all') end)
-    map(k.accept_word, function() M.accept('word') end)
-    map(k.accept_line, function() M.accept('line') end)
-    map(k.dismiss, M.dismiss)
-    map_attached(k.next, function() M.cycle(1) end)
-    map_attached(k.prev, function() M.cycle(-1) end)
+    map(k.accept, function() M.accept('all') end, shown)
+    map(k.accept_word, function() M.accept('word') end, shown)
+    map(k.accept_line, function() M.accept('line') end, shown)
+    map(k.dismiss, M.dismiss, shown)
+    map(k.next, function() M.cycle(1) end, attached)
+    map(k.prev, function() M.cycle(-1) end, attached)
   end
   return M
 end
