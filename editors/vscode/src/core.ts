@@ -215,6 +215,8 @@ export interface Settings {
   debounceMs: number;
   /** Candidates from the most likely first tokens (0: the mode's default). */
   alternatives: number;
+  /** Candidates an explicitly invoked request (next/previous suggestion) decodes at least. */
+  invokedAlternatives: number;
 }
 
 export const DEFAULT_SETTINGS: Settings = {
@@ -226,6 +228,7 @@ export const DEFAULT_SETTINGS: Settings = {
   model: "",
   debounceMs: 0,
   alternatives: 0,
+  invokedAlternatives: 4,
 };
 
 /** The server's options (initializationOptions / workspace/configuration "llada"). */
@@ -251,6 +254,9 @@ export function serverOptions(s: Settings): Record<string, unknown> {
   }
   if (s.alternatives > 0) {
     out.alternatives = Math.min(8, Math.floor(s.alternatives));
+  }
+  if (s.invokedAlternatives !== DEFAULT_SETTINGS.invokedAlternatives) {
+    out.invokedAlternatives = Math.max(0, Math.min(8, Math.floor(s.invokedAlternatives)));
   }
   return out;
 }

@@ -42,6 +42,7 @@ function readSettings(): Settings {
     model: c.get<string>("model", DEFAULT_SETTINGS.model),
     debounceMs: c.get<number>("debounceMs", DEFAULT_SETTINGS.debounceMs),
     alternatives: c.get<number>("alternatives", DEFAULT_SETTINGS.alternatives),
+    invokedAlternatives: c.get<number>("invokedAlternatives", DEFAULT_SETTINGS.invokedAlternatives),
   };
 }
 

@@ -85,6 +85,10 @@ describe("settings", () => {
     );
     assert.deepEqual(serverOptions({ ...DEFAULT_SETTINGS, alternatives: 12 }).alternatives, 8);
     assert.equal("alternatives" in serverOptions({ ...DEFAULT_SETTINGS, alternatives: 0 }), false);
+    assert.equal("invokedAlternatives" in serverOptions(DEFAULT_SETTINGS), false);
+    assert.equal(serverOptions({ ...DEFAULT_SETTINGS, invokedAlternatives: 2 }).invokedAlternatives, 2);
+    assert.equal(serverOptions({ ...DEFAULT_SETTINGS, invokedAlternatives: 12 }).invokedAlternatives, 8);
+    assert.equal(serverOptions({ ...DEFAULT_SETTINGS, invokedAlternatives: 0 }).invokedAlternatives, 0);
   });
 
   it("finds the server: setting, interpreter, workspace .venv, PATH", () => {
