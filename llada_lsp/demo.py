@@ -3,7 +3,9 @@
 Starts `llada-lsp` as a subprocess over stdio with a real LSP client (pygls), opens FILE
 (default: the bundled sample), asks for inline completions at a few positions and prints
 each suggestion as first drafted, every refinement (`llada/refine`) and the final text,
-with timings (`llada/stats`).
+with timings (`llada/stats`), as an editor sees them while typing (Automatic requests).
+Then, as when the user presses the next-suggestion key, an Invoked request at the same
+place lists the other candidates that fit (cycling).
 
 Without --positions, the demo acts like a user who presses Enter after the docstring of
 each function whose body is only a docstring (a didChange, as an editor sends it) and
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as t
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
 from llada_lsp.samples import DEFAULT
@@ -96,13 +99,21 @@ class Demo:
             raise RuntimeError(f"the server's engine did not start: {self.status}")
         self.say(f"server ready in {(time.perf_counter() - t0) * 1000:.0f} ms")
 
-    async def complete(self, uri: str, line: int, col: int, timeout: float) -> None:
-        t0 = time.perf_counter()
+    async def request(self, uri: str, line: int, col: int, invoked: bool) -> list[t.InlineCompletionItem]:
+        kind = t.InlineCompletionTriggerKind.Invoked if invoked else t.InlineCompletionTriggerKind.Automatic
         res = await self.client.text_document_inline_completion_async(t.InlineCompletionParams(
             text_document=t.TextDocumentIdentifier(uri), position=t.Position(line, col),
-            context=t.InlineCompletionContext(t.InlineCompletionTriggerKind.Invoked)))
+            context=t.InlineCompletionContext(kind)))
+        return list(res.items if isinstance(res, t.InlineCompletionList) else (res or []))
+
+    async def complete(self, uri: str, line: int, col: int, timeout: float) -> None:
+        t0 = time.perf_counter()
+        try:
+            items = await self.request(uri, line, col, invoked=False)
+        except JsonRpcException as e:  # e.g. a position past the end: the server's message
+            self.say(f"--- {line + 1}:{col + 1}  error: {e}")
+            return
         first_ms = (time.perf_counter() - t0) * 1000
-        items = res.items if isinstance(res, t.InlineCompletionList) else (res or [])
         if not items:
             info = await self.client.protocol.send_request_async("llada/debugInfo", {})
             why = info.get("lastEmptyReason", "") if isinstance(info, dict) else getattr(info, "lastEmptyReason", "")
@@ -142,6 +153,16 @@ class Demo:
             self.say(f"    {st['kind']}: {st['forwards']} forwards, {st['tokens']} tokens, "
                      f"{st['tpf']:.1f} tokens/forward, prompt reuse {reuse:.0%}, "
                      f"engine {st['engineMs']:.0f} ms, server overhead {st['overheadMs']:.1f} ms")
+        t1 = time.perf_counter()
+        cands = await self.request(uri, line, col, invoked=True)
+        texts = [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value for i in cands]
+        self.say(f"    cycling (an Invoked request, {(time.perf_counter() - t1) * 1000:.0f} ms): "
+                 f"{len(texts)} candidate{'s' if len(texts) != 1 else ''} that fit")
+        final = next((p["text"] for _, p in reversed(self.refines.get(cid, [])) if p["final"]), text)
+        for k, cand in enumerate(texts, 1):
+            self.say(f"    [{k}]" + (" (the suggestion above)" if cand == final else ""))
+            if cand != final:
+                self.say(_indent(cand))
 
     async def stop(self) -> None:
         try:
