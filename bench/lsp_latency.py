@@ -15,7 +15,7 @@ among answered requests); the share of prompt tokens reused from the engine's pr
 cache; and the server's counters and reasons for empty answers. Ends with one JSON line.
 
     python bench/lsp_latency.py [--quick] [--file F] [--cps 10] [--model DIR] [--mode speedy|quality]
-                                [--alternatives N] [--profile OUT]
+                                [--alternatives N] [--rescue N] [--profile OUT]
 
 `--profile OUT` runs the server under cProfile (its event-loop thread; the engine thread is
 not profiled): `python -c "import pstats; pstats.Stats('OUT').sort_stats('cumtime')
@@ -110,6 +110,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     init: dict[str, Any] = {"mode": args.mode}
     if args.alternatives:
         init["alternatives"] = args.alternatives
+    if args.rescue is not None:
+        init["rescueAlternatives"] = args.rescue
     if args.model:
         init["model"] = args.model
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
@@ -211,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="speedy", choices=["speedy", "quality"])
     p.add_argument("--alternatives", type=int, default=0,
                    help="candidates from the most likely first tokens (0: the mode's default)")
+    p.add_argument("--rescue", type=int, default=None,
+                   help="the server's rescueAlternatives (default: the server's, 4; 0: off)")
     p.add_argument("--server-script", help=argparse.SUPPRESS)
     p.add_argument("--dump", help=argparse.SUPPRESS)  # instrumented servers
     p.add_argument("--profile", metavar="PATH",

@@ -7,7 +7,9 @@ engine's later edits go out as `llada/refine` notifications, then one `llada/sta
 notification. The newest request for a document wins: it cancels the older one's engine job.
 When the engine decodes alternatives (other first tokens, `engine.alternatives`), the done
 event's candidates are weighed: the first that adds no parse error is the one shown (a line
-whose first draft adds one waits for them).
+whose first draft adds one waits for them; `llada_lsp.weighing`). An answer that comes out
+empty from fewer candidates is decoded again with `rescue_alternatives` of them (`_rescue`).
+An Invoked request waits for the candidates and answers all that fit (cycling).
 After an accept, `llada_lsp.speculation` asks for the next completion ahead of time.
 """
 
@@ -32,17 +34,14 @@ from llada_lsp.plans import InfillPlan, make_plan
 from llada_lsp.positions import Encoding
 from llada_lsp.postprocess import (
     Spec,
-    clean,
-    first_fitting,
     open_brackets,
     raw_spans,
     remask_can_help,
-    syntax_trim,
 )
 from llada_lsp.refining import Refiner
 from llada_lsp.reporting import Reporter
 from llada_lsp.speculation import Speculator
-from llada_lsp.syntax import adds_error, error_spans
+from llada_lsp.weighing import Weigher
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +72,7 @@ class CompletionService:
         self.report = Reporter(notify, encoding, self.counters, self.history)
         self.speculator = Speculator(self)
         self.refiner = Refiner(self)
+        self.weigh = Weigher(self)
 
     # -- the request -------------------------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int,
@@ -192,6 +192,8 @@ class CompletionService:
             return doc.version == req.version and self.latest.get(req.uri) == int(req.cid)
 
         out = await self.settle(job, req, wanted, until_done=until_done)
+        if not isinstance(out, str) and out.event.kind == "done" and not out.text:
+            out = await self._rescue(out, req, wanted)
         if isinstance(out, str):
             self._nothing(out)
             return None
@@ -209,6 +211,25 @@ class CompletionService:
         return Answer(req.cid, text, req.plan.kind, req.offset, word_before(req.spec.left),
                       "engine", out.others), job
 
+    async def _rescue(self, empty: Settled, req: Request, wanted: Callable[[], bool]) -> Settled:
+        """An answer that came out empty, from fewer than `rescue_alternatives` candidates:
+        decode that many (the prompt is in the engine's prompt cache) and settle on the first
+        that fits. Returns `empty` when that finds nothing either (or is off)."""
+        n, plan = self.options.rescue_alternatives, empty.job.request.plan
+        if n <= alternatives_for(plan, self.options.mode) or not wanted():
+            return empty
+        self.counters["empty_rescues"] += 1
+        job = self.engine.submit(CompletionRequest(req.cid, req.uri, req.plan.prefix, req.plan.suffix,
+                                                   replace(plan, alternatives=n)))
+        if self.jobs.get(req.uri) is empty.job:
+            self.jobs[req.uri] = job  # a newer request cancels the rescue
+        req.job = job
+        out = await self.settle(job, req, wanted, until_done=True)
+        if isinstance(out, str) or not out.text:
+            return empty
+        self.counters["empty_rescued"] += 1
+        return out
+
     async def settle(self, job: EngineJob, req: Request, wanted: Callable[[], bool],
                      until_done: bool) -> Settled | str:
         """Drive `job` to a text worth showing: its first complete draft (its final text with
@@ -225,7 +246,7 @@ class CompletionService:
                 if ev.kind == "error" and bad is not None:  # a remask failed: trim what we had
                     self.counters["syntax_remask_failed"] += 1
                     log.info("remask of %s failed: %s", req.cid, ev.error)
-                    return Settled(self.trim(bad[0], req), bad[1], bad[2])
+                    return Settled(self.weigh.trim(bad[0], req), bad[1], bad[2])
                 if ev.kind == "error":
                     self.counters["engine_errors"] += 1
                     log.warning("engine error for %s: %s", req.cid, ev.error)
@@ -235,20 +256,20 @@ class CompletionService:
                 done = ev.kind == "done"
                 if not done and (until_done or not ev.draft_complete):
                     continue
-                text = self.clean(ev.text, req)
+                text = self.weigh.clean(ev.text, req)
                 chosen = 0
                 others: tuple[str, ...] = ()
                 if done and ev.alternatives:
-                    text, chosen, others = self.pick(ev, req, text)
+                    text, chosen, others = self.weigh.pick(ev, req, text)
                 if not text and not done:
                     continue  # an empty draft: wait for the edits
                 if not wanted():
                     job.cancel("superseded")
                     return "document changed while drafting"
-                spans = self.new_errors(req, text)
+                spans = self.weigh.new_errors(req, text)
                 if spans and not done:
                     continue  # the engine's own edits may fix it; else remask at the end
-                if not done and self._line_awaits_alternatives(req, text):
+                if not done and self.weigh.line_awaits_alternatives(req, text):
                     continue  # a broken line with candidates coming: show the one that fits
                 req.engine_ms += (t_ev - job.submitted_at) * 1000
                 if spans and chosen == 0 and passes < self.options.syntax_remask_passes \
@@ -261,7 +282,7 @@ class CompletionService:
                         break
                 if spans:
                     self.counters["syntax_unfixed"] += 1
-                    text = self.trim(text, req)
+                    text = self.weigh.trim(text, req)
                 elif passes:
                     self.counters["syntax_fixed"] += 1
                 return Settled(text, job, ev, others)
@@ -271,61 +292,6 @@ class CompletionService:
                 self.jobs[req.uri] = nxt  # a newer request cancels the remask
             job = req.job = nxt
 
-    def clean(self, raw: str, req: Request) -> str:
-        text, req.note = clean(raw, req.spec)
-        return text
-
-    def pick(self, ev: EngineEvent, req: Request, primary: str) -> tuple[str, int, tuple[str, ...]]:
-        """The text to show among the primary's (`primary`, cleaned) and the done event's
-        alternatives (cleaned here), and its index: the first that adds no parse error
-        (every plan kind; without a tree, the first non-empty one). Then the other
-        candidates that fit as well, distinct and in rank order (for cycling)."""
-        cleaned = [clean(a, req.spec) for a in ev.alternatives]
-        cands = [primary, *(t for t, _ in cleaned)]
-        check = None
-        if req.tree is not None:
-            before, after = req.doc_text[: req.offset], req.doc_text[req.offset:]
-
-            def check(t: str) -> bool:
-                return adds_error(req.language_id, req.tree, before, t, after)
-        i = first_fitting(cands, check)
-        if i:
-            self.counters["alternative_shown"] += 1
-            req.note = cleaned[i - 1][1]
-        others = tuple(dict.fromkeys(c for c in cands if c.strip() and c != cands[i]
-                                     and (check is None or not check(c))))
-        return cands[i], i, others
-
-    def new_errors(self, req: Request, text: str) -> list[tuple[int, int]]:
-        """Character spans of `text` inside parse errors it adds ([] = none, or unchecked)."""
-        if not text or req.tree is None or req.plan.kind == "line":
-            return []
-        return error_spans(req.language_id, req.tree, req.doc_text[: req.offset], text,
-                           req.doc_text[req.offset:])
-
-    def _line_awaits_alternatives(self, req: Request, text: str) -> bool:
-        """A line (not otherwise checked) that adds a parse error, while the engine decodes
-        alternatives: the first answer waits for them (clients without `llada/refine` only
-        ever see the first answer)."""
-        plan = req.plan.plan
-        if req.plan.kind != "line" or req.tree is None or plan is None or not text \
-                or alternatives_for(plan, self.options.mode) < 2:
-            return False
-        return adds_error(req.language_id, req.tree, req.doc_text[: req.offset], text, req.doc_text[req.offset:])
-
-    def trim(self, text: str, req: Request) -> str:
-        before, after = req.doc_text[: req.offset], req.doc_text[req.offset:]
-        text, note = syntax_trim(text, lambda t: adds_error(req.language_id, req.tree, before,
-                                                            t, after))
-        if note:
-            self.counters["syntax_trimmed"] += 1
-            req.note = note
-        return text
-
-    def checked(self, raw: str, req: Request) -> str:
-        """Cleaned, and trimmed when it adds a parse error (refinements after the answer)."""
-        text = self.clean(raw, req)
-        return self.trim(text, req) if self.new_errors(req, text) else text
 
     def finish(self, req: Request, ev: EngineEvent, final_text: str | None,
                 others: tuple[str, ...] = ()) -> None:

@@ -64,6 +64,9 @@ class Options:
     # an explicitly invoked inline completion (LSP triggerKind Invoked: the user asked, e.g.
     # to cycle) waits for at least this many candidates and answers every one that fits
     invoked_alternatives: int = 4
+    # an answer that comes out empty from fewer candidates is decoded again with this many,
+    # and the first that fits is shown (0 or 1: off)
+    rescue_alternatives: int = 4
 
     def language_enabled(self, language_id: str) -> bool:
         return "*" in self.languages or language_id in self.languages
@@ -149,7 +152,8 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
         _merge_into(opts, src, "", warnings)
     if opts.mode not in MODES:
         raise OptionsError(f"option 'mode' must be one of {MODES}, got {opts.mode!r}")
-    for name, attr in (("alternatives", "alternatives"), ("invokedAlternatives", "invoked_alternatives")):
+    for name, attr in (("alternatives", "alternatives"), ("invokedAlternatives", "invoked_alternatives"),
+                       ("rescueAlternatives", "rescue_alternatives")):
         n = getattr(opts, attr)
         if not 0 <= n <= MAX_ALTERNATIVES:
             raise OptionsError(f"option {name!r} must be 0..{MAX_ALTERNATIVES}, got {n}")

@@ -38,11 +38,11 @@ class Refiner:
             if ev.kind == "error":
                 self.send_final(req, last, last, ev.step, reason="error")
                 return
-            new = self.svc.checked(ev.text, req) if ev.text or ev.kind != "done" else last
+            new = self.svc.weigh.checked(ev.text, req) if ev.text or ev.kind != "done" else last
             others: tuple[str, ...] = ()
             if ev.kind == "done" and ev.alternatives and ev.reason not in ("cancelled", "superseded"):
-                new, _i, others = self.svc.pick(ev, req, self.svc.clean(ev.text, req))
-                new = self.svc.trim(new, req) if self.svc.new_errors(req, new) else new
+                new, _i, others = self.svc.weigh.pick(ev, req, self.svc.weigh.clean(ev.text, req))
+                new = self.svc.weigh.trim(new, req) if self.svc.weigh.new_errors(req, new) else new
             if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
                 self.send_final(req, last, last, ev.step, reason=ev.reason)
                 self.svc.finish(req, ev, None)

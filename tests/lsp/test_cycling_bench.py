@@ -24,4 +24,5 @@ def test_cycling_bench_rows() -> None:
     assert 1 <= row["n"] <= 3
     assert 1.0 <= row["items_mean"] <= 3.0 and 0.0 <= row["several"] <= 1.0
     assert row["em_first"] <= row["em_any"] and row["es_best"] >= 0.0
+    assert 0.0 <= row["auto_empty"] <= 1.0 and 0.0 <= row["auto_rescued"] <= 1.0
     assert row["auto_p50_ms"] > 0 and row["invoked_p50_ms"] > 0

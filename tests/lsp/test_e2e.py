@@ -152,14 +152,18 @@ def _apply_lsp_edits(text: str, edits: list[dict[str, Any]]) -> str:
 async def test_rapid_requests_newest_wins(client: Any) -> None:
     text = (DATA / "stack.go").read_text()
     uri = open_doc(client, "stack.go", "go", uri=(DATA / "rapid.go").as_uri())
-    before = (await debug_info(client))["engine"]
+    info0 = await debug_info(client)
+    before = info0["engine"]
     needles = ["\tv := s.items[len(s.items)-1]", "\ts.items = append(s.items, v)",
                "\treturn v, nil", "\t\treturn 0, errors.New(\"empty stack\")"]
     results = await asyncio.gather(*(inline(client, uri, position_of(text, n))
                                      for n in needles))
-    after = (await debug_info(client))["engine"]
+    info1 = await debug_info(client)
+    after = info1["engine"]
     assert after["max_running_per_doc"] == 1
-    assert after["submitted"] - before["submitted"] == 4
+    # one job per request, and one more if the newest came out empty and was rescued
+    rescues = info1["counters"].get("empty_rescues", 0) - info0["counters"].get("empty_rescues", 0)
+    assert after["submitted"] - before["submitted"] == 4 + rescues and rescues <= 1
     # the three older requests were skipped while queued or cancelled between forwards
     stopped = (after["skipped"] - before["skipped"]) + (after["cancelled"] - before["cancelled"])
     assert stopped == 3, (before, after)
@@ -237,11 +241,14 @@ async def test_type_through_and_cache_serve_without_engine(client: Any) -> None:
             range=t.Range(pos, t.Position(pos.line, pos.character + 1)), text="")]))
     res2 = await inline(client, uri, pos)
     assert _text(res2) == final
-    # and textDocument/completion offers the same text as one item
+    # and textDocument/completion offers the same text first (then any other candidates
+    # the cache holds for this place: an empty answer rescued by candidates has some)
     comp = await client.text_document_completion_async(t.CompletionParams(
         text_document=t.TextDocumentIdentifier(uri), position=pos))
-    assert isinstance(comp, t.CompletionList) and len(comp.items) == 1
+    assert isinstance(comp, t.CompletionList) and len(comp.items) >= 1
     assert comp.items[0].text_edit is not None and comp.items[0].text_edit.new_text == final
+    news = [it.text_edit.new_text for it in comp.items if it.text_edit is not None]
+    assert len(set(news)) == len(news) == len(comp.items)
     after = await debug_info(client)
     assert after["engine"]["submitted"] == before["engine"]["submitted"]
     assert after["counters"].get("type_through", 0) == before["counters"].get("type_through",

@@ -80,10 +80,13 @@ async def test_invalid_drafts_are_remasked_before_they_are_shown(client: Any) ->
         if not remasks:  # the model drafted nothing here, or cleaning cut the corrupted line
             continue
         exercised.append((needle, shown, grew("syntax_fixed")))
-        # the remasks went to the engine as their own jobs, and the engine took them
-        assert after["engine"]["engine_calls"] - before["engine"]["engine_calls"] == 1 + remasks
+        # the remasks went to the engine as their own jobs, and the engine took them; an
+        # answer left empty was decoded once more with candidates (a rescue: its own job)
+        rescues = grew("empty_rescues")
+        assert rescues <= 1
+        assert after["engine"]["engine_calls"] - before["engine"]["engine_calls"] == 1 + remasks + rescues
         assert grew("syntax_remask_failed") == 0
-        assert grew("syntax_fixed") + grew("syntax_unfixed") == 1
+        assert 1 <= grew("syntax_fixed") + grew("syntax_unfixed") <= 1 + rescues
         if len(exercised) == 2:
             break
     assert exercised, "the model drafted nothing at any position"

@@ -127,7 +127,7 @@ def test_remask_before_showing(remask_texts: list[str], expected: str, fixed: bo
 def test_no_remask_when_it_cannot_change_the_text() -> None:
     # the error covers every character: a remask would be a fresh decode of the same prompt
     engine = Scripted("    x = = :", ["    x = 1"])
-    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2)
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2, rescueAlternatives=0)
     answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
     assert answer is None and engine.remasks == [] and svc.counters["syntax_unfixed"] == 1
     # a remask that changed nothing is not repeated
@@ -262,3 +262,20 @@ def test_invoked_alternatives_option_is_validated() -> None:
     for bad in (-1, 9):
         with pytest.raises(OptionsError, match="invokedAlternatives"):
             parse_options({"invokedAlternatives": bad})
+
+
+@pytest.mark.parametrize("rescue", [0, 4])
+def test_an_empty_answer_is_rescued_by_candidates(rescue: int) -> None:
+    """Speedy mode decodes one candidate; when it comes out empty (here: nothing that parses
+    is left after trimming), the server decodes `rescueAlternatives` candidates and shows the
+    first that fits. Off (0): no suggestion, as before."""
+    engine = Scripted("    x = = :", [], ("    return = w", "    return w * h", "    return h"),
+                      only_when_asked=True)
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, mode="speedy", rescueAlternatives=rescue)
+    answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
+    if rescue:
+        assert answer is not None and (answer.text, answer.others) == ("return w * h", ("return h",))
+        assert [r.plan.alternatives for r in engine.requests] == [None, 4]
+        assert (svc.counters["empty_rescues"], svc.counters["empty_rescued"]) == (1, 1)
+    else:
+        assert answer is None and len(engine.requests) == 1 and svc.counters["empty_rescues"] == 0
