@@ -8,7 +8,7 @@ notification. The newest request for a document wins: it cancels the older one's
 When the engine decodes alternatives (other first tokens, `engine.alternatives`), the done
 event's candidates are weighed: the first that adds no parse error is the one shown (a line
 whose first draft adds one waits for them; `llada_lsp.weighing`). An answer that comes out
-empty from fewer candidates is decoded again with `rescue_alternatives` of them (`_rescue`).
+empty from fewer candidates is decoded again with `rescue_alternatives` of them (`rescue`).
 An Invoked request waits for the candidates and answers all that fit (cycling).
 After an accept, `llada_lsp.speculation` asks for the next completion ahead of time.
 """
@@ -193,7 +193,7 @@ class CompletionService:
 
         out = await self.settle(job, req, wanted, until_done=until_done)
         if not isinstance(out, str) and out.event.kind == "done" and not out.text:
-            out = await self._rescue(out, req, wanted)
+            out = await self.rescue(out, req, wanted)
         if isinstance(out, str):
             self._nothing(out)
             return None
@@ -211,7 +211,7 @@ class CompletionService:
         return Answer(req.cid, text, req.plan.kind, req.offset, word_before(req.spec.left),
                       "engine", out.others), job
 
-    async def _rescue(self, empty: Settled, req: Request, wanted: Callable[[], bool]) -> Settled:
+    async def rescue(self, empty: Settled, req: Request, wanted: Callable[[], bool]) -> Settled:
         """An answer that came out empty, from fewer than `rescue_alternatives` candidates:
         decode that many (the prompt is in the engine's prompt cache) and settle on the first
         that fits. Returns `empty` when that finds nothing either (or is off)."""

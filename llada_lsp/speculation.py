@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.api import CompletionRequest
+from engine.api import CompletionRequest, alternatives_for
 from llada_lsp.cache import TAIL, Shown, key_of
 from llada_lsp.plans import make_plan
 
@@ -129,11 +129,13 @@ class Speculator:
             text: str | None = None
             try:
                 out = await svc.settle(job, req, wanted, until_done=True)
+                if not isinstance(out, str) and not out.text:
+                    out = await svc.rescue(out, req, wanted)  # as a request would be
                 if isinstance(out, str):
                     log.debug("speculation %s: nothing (%s)", cid, out)
                 else:
                     text = out.text
-                    svc.cache.put(key, text)
+                    svc.cache.put(key, text, out.others, alternatives_for(out.job.request.plan, svc.options.mode))
                     svc.counters["speculation_done"] += 1
             finally:
                 self.futures.pop(key, None)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from lsprotocol import types as t
 
 from engine.api import CompletionRequest, EngineEvent, alternatives_for
 from llada_lsp.cache import remember
@@ -279,3 +280,29 @@ def test_an_empty_answer_is_rescued_by_candidates(rescue: int) -> None:
         assert (svc.counters["empty_rescues"], svc.counters["empty_rescued"]) == (1, 1)
     else:
         assert answer is None and len(engine.requests) == 1 and svc.counters["empty_rescues"] == 0
+
+
+def test_a_speculation_that_comes_out_empty_is_rescued_too() -> None:
+    """After an accept, the speculated completion at the new cursor goes through the same
+    rescue as a request: the cache then holds the candidate that fits, and the next request
+    there is served from it."""
+    engine = Scripted("", [], ("    return = w", "    return w * h", "    return h"), only_when_asked=True)
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, mode="speedy")
+
+    async def scenario() -> Any:
+        # a suggestion was shown at the end of line 1 and accepted: "x = 1" is inserted
+        doc = svc.store.get("file:///a.py")
+        offset = doc.offset_at(1, 4, "utf-16")
+        svc._show("file:///a.py", "7", doc.text, offset, "x = 1\n    ", "statements")
+        svc.accepted("7")
+        svc.store.change("file:///a.py", 2, [t.TextDocumentContentChangePartial(
+            range=t.Range(t.Position(1, 4), t.Position(1, 4)), text="x = 1\n    ")], "utf-16")
+        svc.document_changed("file:///a.py")
+        await asyncio.gather(*svc.speculator.tasks)
+        return await svc.complete("file:///a.py", 2, 4)
+
+    answer = _run(scenario)
+    assert [r.plan.alternatives for r in engine.requests] == [None, 4]  # speculation, then its rescue
+    assert svc.counters["speculation_done"] == 1 and svc.counters["empty_rescued"] == 1
+    assert answer is not None and answer.source == "cache"
+    assert (answer.text, answer.others) == ("return w * h", ("return h",))
