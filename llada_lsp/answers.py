@@ -22,6 +22,18 @@ class Answer:
     others: tuple[str, ...] = ()  # other candidates that fit, in rank order (for cycling)
 
 
+@dataclass(frozen=True)
+class Selected:
+    """LSP 3.18 `selectedCompletionInfo`: the editor's completion widget (or, in Neovim, a
+    visual selection) would replace the range with `text`. An inline completion must then
+    extend `text` and replace the same range: it is planned on the document as it would be
+    with the item accepted, the cursor after `text`."""
+
+    start: tuple[int, int]  # (line, character) in the negotiated position encoding
+    end: tuple[int, int]
+    text: str
+
+
 @dataclass
 class Request:
     """Everything the later phases need, captured when the request arrived."""
@@ -42,6 +54,7 @@ class Request:
     job: EngineJob | None = None  # the engine job now working for it (a remask's, later)
     stats: dict[str, Any] = field(default_factory=dict)
     note: str = ""  # what post-processing last did to the text (why it is empty, when it is)
+    lead: str = ""  # the selected item's text (Selected): refinements carry it in front
 
 
 @dataclass

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.api import CompletionRequest, EngineEvent, alternatives_for
-from llada_lsp.answers import Answer, Request, Settled, word_before
+from llada_lsp.answers import Answer, Request, Selected, Settled, word_before
 from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_through
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.engine_client import EngineClient, EngineJob
@@ -76,17 +76,22 @@ class CompletionService:
 
     # -- the request -------------------------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int,
-                       arrived: float | None = None, invoked: bool = False) -> Answer | None:
+                       arrived: float | None = None, invoked: bool = False,
+                       selected: Selected | None = None) -> Answer | None:
         """The answer at (line, character); `arrived`: when the request reached the server
         (timings count from there), default now. `invoked`: the user asked explicitly (LSP
         triggerKind Invoked): wait for the candidates (at least `invoked_alternatives`) and
-        answer every one that fits, so the editor can cycle through them."""
+        answer every one that fits, so the editor can cycle through them. `selected`: an
+        item of the editor's completion widget is selected; the answer continues its text
+        (the caller puts that text in front and replaces the item's range)."""
         t0 = arrived if arrived is not None else time.perf_counter()
         doc = self.store.get(uri)
+        real = doc
         enc = self.encoding()
         if not doc.index.is_valid(line, character, enc):
             raise PositionError(f"position {line}:{character} is past the end of {uri} "
                                 f"({doc.index.line_count} lines)")
+        span = self._selected_span(doc, selected) if selected is not None else None
         serial = next(self.serial)
         self.latest[uri] = serial
         self.counters["requests"] += 1
@@ -101,10 +106,14 @@ class CompletionService:
             self._nothing(why)
             return None
         offset = doc.offset_at(line, character, enc)
+        lead = ""
+        if selected is not None and span is not None:
+            doc, offset, lead = real.replaced(*span, selected.text), span[0] + len(selected.text), selected.text
+            self.counters["selected_item"] += 1
         cid = f"{serial}"
         rest = type_through(self.shown.get(uri), doc.text, offset)
         if rest is not None:
-            return self._serve_known(doc, offset, cid, rest, "type_through", t0)
+            return self._serve_known(doc, offset, cid, rest, "type_through", t0, lead=lead)
         tree = doc.syntax_tree()
         plan = make_plan(doc.text, offset, doc.language_id, self.options, tree=tree,
                          index=doc.index)
@@ -129,7 +138,7 @@ class CompletionService:
                 self._nothing("cached: no suggestion")
                 return None
             return self._serve_known(doc, offset, cid, cached, "cache", t0, plan.kind,
-                                     self.cache.others(key))
+                                     self.cache.others(key), lead)
         if not self.engine.ready:
             self._nothing(f"engine {self.engine.state}")
             return None
@@ -139,6 +148,7 @@ class CompletionService:
                 self._nothing("superseded while debouncing")
                 return None
         req = self.capture(doc, offset, cid, plan, key, tree, t0)
+        req.lead = lead
         engine_plan = plan.plan
         if invoked and self._wants_more(plan, key):
             engine_plan = replace(engine_plan, alternatives=self.options.invoked_alternatives)
@@ -147,7 +157,7 @@ class CompletionService:
                                                    engine_plan))
         self.jobs[uri] = req.job = job
         try:
-            out = await self._first_answer(job, req, doc, until_done=invoked)
+            out = await self._first_answer(job, req, real, until_done=invoked)
         except asyncio.CancelledError:
             (req.job or job).cancel("cancelled")  # a remask's job, if one runs
             self.counters["client_cancelled"] += 1
@@ -178,6 +188,20 @@ class CompletionService:
         base_tree = tree.copy() if tree is not None and self.options.syntax_check else None
         return Request(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
                        base_tree, key, t0, speculative)
+
+    def _selected_span(self, doc: Document, sel: Selected) -> tuple[int, int]:
+        """The string offsets of a selected item's range; a range outside the document or
+        ending before it starts is the client's error."""
+        enc = self.encoding()
+        for line, ch in (sel.start, sel.end):
+            if not doc.index.is_valid(line, ch, enc):
+                raise PositionError(f"selectedCompletionInfo range {sel.start[0]}:{sel.start[1]}-"
+                                    f"{sel.end[0]}:{sel.end[1]} lies outside {doc.uri}")
+        start, end = doc.offset_at(*sel.start, enc), doc.offset_at(*sel.end, enc)
+        if end < start:
+            raise PositionError(f"selectedCompletionInfo range ends before it starts "
+                                f"({sel.start[0]}:{sel.start[1]}-{sel.end[0]}:{sel.end[1]})")
+        return start, end
 
     def _wants_more(self, plan: InfillPlan, key: str) -> bool:
         """Whether an invoked request should decode more candidates than the mode does and
@@ -310,12 +334,13 @@ class CompletionService:
             self.recent.popitem(last=False)
 
     def _serve_known(self, doc: Document, offset: int, cid: str, text: str, source: str,
-                     t0: float, kind: str | None = None, others: tuple[str, ...] = ()) -> Answer:
+                     t0: float, kind: str | None = None, others: tuple[str, ...] = (),
+                     lead: str = "") -> Answer:
         shown = self.shown.get(doc.uri)
         kind = kind or (shown.kind if shown is not None else "line")
         self._show(doc.uri, cid, doc.text, offset, text, kind, others)
         self.counters[source] += 1
-        final = self.report.known(cid, doc.uri, doc.version, kind, source, text, t0)
+        final = self.report.known(cid, doc.uri, doc.version, kind, source, lead + text, t0)
         task = asyncio.current_task()
         if task is not None:  # every completion ends with one final llada/refine
             task.add_done_callback(lambda _: final())

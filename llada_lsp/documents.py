@@ -93,6 +93,19 @@ class Document:
         elif self.tree is not None and self.too_large:
             self.tree = None
 
+    def replaced(self, start: int, end: int, fragment: str) -> Document:
+        """A copy with text[start:end] replaced by `fragment` (string offsets): the document
+        the editor would hold if the item selected in its completion widget were accepted.
+        Same uri, language and version; its tree is this one's, edited incrementally."""
+        text = self.text[:start] + fragment + self.text[end:]
+        copy = Document(self.uri, self.language_id, self.version, text, self.max_bytes)
+        if self.tree is not None and copy.tree is not None:
+            base = self.syntax_tree()
+            st = SyntaxTree(self.language_id, self.tree.parser, base.copy(), False, self.tree.data)
+            st.edit(self.text, start, end, fragment)
+            copy.tree = st
+        return copy
+
     def syntax_tree(self) -> Any:
         """The current tree-sitter Tree, or None (no grammar, too large, binary)."""
         if self.tree is None:

@@ -60,7 +60,8 @@ class Refiner:
         shown = self.svc.shown.get(req.uri)
         if shown is not None and shown.completion_id == req.cid:
             shown.refine(new)
-        self.svc.report.refine(req.cid, req.uri, req.version, old, new, step, final, reason)
+        self.svc.report.refine(req.cid, req.uri, req.version, req.lead + old, req.lead + new,
+                               step, final, reason)
 
     def send_final(self, req: Request, old: str, new: str, step: int,
                    reason: str | None = None) -> None:

@@ -20,6 +20,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from llada_lsp import __version__
+from llada_lsp.answers import Selected
 from llada_lsp.completions import Answer, CompletionService, PositionError
 from llada_lsp.documents import DocumentError, DocumentStore
 from llada_lsp.engine_client import EngineClient, make_engine
@@ -202,12 +203,21 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
         uri, pos = params.text_document.uri, params.position
         ctx = params.context
         invoked = ctx is not None and ctx.trigger_kind == t.InlineCompletionTriggerKind.Invoked
-        a = await _complete(ls, uri, pos, invoked)
+        info = ctx.selected_completion_info if ctx is not None else None
+        sel = None if info is None else Selected(
+            (info.range.start.line, info.range.start.character),
+            (info.range.end.line, info.range.end.character), info.text)
+        a = await _complete(ls, uri, pos, invoked, sel)
         if a is None:
             return t.InlineCompletionList(items=[])
-        at = _answer_position(ls, uri, a)
+        lead = ""
+        if info is not None:  # extend the selected item and replace its range (LSP 3.18)
+            rng, lead = info.range, info.text
+        else:
+            at = _answer_position(ls, uri, a)
+            rng = t.Range(at, at)
         return t.InlineCompletionList(items=[
-            t.InlineCompletionItem(insert_text=text, range=t.Range(at, at), command=t.Command(
+            t.InlineCompletionItem(insert_text=lead + text, range=rng, command=t.Command(
                 title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id, i]))
             for i, text in enumerate((a.text, *a.others))])
 
@@ -297,10 +307,12 @@ async def _pull_configuration(ls: LladaServer) -> None:
         ls.apply_options(result[0])
 
 
-async def _complete(ls: LladaServer, uri: str, pos: t.Position, invoked: bool = False) -> Answer | None:
+async def _complete(ls: LladaServer, uri: str, pos: t.Position, invoked: bool = False,
+                    selected: Selected | None = None) -> Answer | None:
     if ls.service is None:
         return None  # not initialized yet: no result, not an error
     try:
-        return await ls.service.complete(uri, pos.line, pos.character, ARRIVAL.get(), invoked)
+        return await ls.service.complete(uri, pos.line, pos.character, ARRIVAL.get(), invoked,
+                                         selected)
     except (DocumentError, PositionError) as e:
         raise JsonRpcInvalidParams(str(e)) from e

@@ -162,12 +162,13 @@ def position_of(text: str, needle: str, *, end: bool = True, delta: int = 0) -> 
     return t.Position(line, i - (text.rfind("\n", 0, i) + 1))
 
 
-async def inline(client: LanguageClient, uri: str, pos: t.Position, invoked: bool = False
-                 ) -> t.InlineCompletionList | None:
-    """An inline completion request: Automatic (as editors send while typing) or Invoked."""
+async def inline(client: LanguageClient, uri: str, pos: t.Position, invoked: bool = False,
+                 selected: t.SelectedCompletionInfo | None = None) -> t.InlineCompletionList | None:
+    """An inline completion request: Automatic (as editors send while typing) or Invoked;
+    `selected`: the item selected in the editor's completion widget."""
     kind = t.InlineCompletionTriggerKind.Invoked if invoked else t.InlineCompletionTriggerKind.Automatic
     res = await client.text_document_inline_completion_async(t.InlineCompletionParams(
         text_document=t.TextDocumentIdentifier(uri), position=pos,
-        context=t.InlineCompletionContext(trigger_kind=kind)))
+        context=t.InlineCompletionContext(trigger_kind=kind, selected_completion_info=selected)))
     assert res is None or isinstance(res, t.InlineCompletionList)
     return res

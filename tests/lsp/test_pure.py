@@ -110,6 +110,20 @@ def test_incremental_tree_matches_full_parse() -> None:
     assert "n = len(points)" in doc.text and "def zoom(" in doc.text
 
 
+def test_a_replaced_copy_edits_its_own_tree_and_leaves_the_document() -> None:
+    text = (DATA / "shapes.py.txt").read_text()
+    doc = Document("file:///s.py", "python", 7, text, 10**6)
+    before = str(doc.syntax_tree().root_node)
+    i = text.index("return total")
+    copy = doc.replaced(i, i + 3, "raise ValueError(total)\n    ")  # spans a new line
+    assert copy.text == text[:i] + "raise ValueError(total)\n    " + text[i + 3:]
+    assert (copy.uri, copy.version, copy.language_id) == (doc.uri, 7, "python")
+    full = Document("file:///t.py", "python", 1, copy.text, 10**6)
+    assert str(copy.syntax_tree().root_node) == str(full.syntax_tree().root_node)
+    assert doc.text == text and str(doc.syntax_tree().root_node) == before
+    assert Document("file:///x.cbl", "cobol", 1, "x", 10).replaced(0, 1, "yz").text == "yz"
+
+
 def test_binary_and_large_documents() -> None:
     assert looks_binary("abc\x00def")
     assert not looks_binary("plain\ttext\n")

@@ -107,6 +107,10 @@ export interface Shown {
   final: boolean;
   /** The other candidates the server answered (items after the first), for cycling. */
   others: string[];
+  /** The text of the completion widget's selected item the request carried (LSP 3.18
+   * `selectedCompletionInfo`): the suggestion extends it and replaces `range`. */
+  selected?: string;
+  range?: LspRange;
 }
 
 /**
@@ -118,7 +122,8 @@ export interface Shown {
 export class SuggestionTracker {
   private readonly shown = new Map<string, Shown>();
 
-  remember(uri: string, version: number, position: LspPosition, items: readonly LspInlineItem[]): Shown | undefined {
+  remember(uri: string, version: number, position: LspPosition, items: readonly LspInlineItem[],
+    selected?: string): Shown | undefined {
     const item = items[0];
     const id = item ? completionIdOf(item) : undefined;
     if (!item || id === undefined) {
@@ -127,7 +132,7 @@ export class SuggestionTracker {
     }
     const s: Shown = {
       completionId: id, uri, version, position, text: insertTextOf(item), step: -1, final: false,
-      others: items.slice(1).map(insertTextOf),
+      others: items.slice(1).map(insertTextOf), selected, range: item.range,
     };
     this.shown.set(uri, s);
     return s;
@@ -150,10 +155,12 @@ export class SuggestionTracker {
     return changed ? s : undefined;
   }
 
-  /** The shown suggestion if the document is still where it was requested. */
-  lookup(uri: string, version: number, position: LspPosition): Shown | undefined {
+  /** The shown suggestion if the document is still where it was requested, with the same
+   * completion widget item selected (or none, both times). */
+  lookup(uri: string, version: number, position: LspPosition, selected?: string): Shown | undefined {
     const s = this.shown.get(uri);
-    if (!s || s.version !== version || s.position.line !== position.line || s.position.character !== position.character) {
+    if (!s || s.version !== version || s.position.line !== position.line || s.position.character !== position.character
+      || s.selected !== selected) {
       return undefined;
     }
     return s;

@@ -86,6 +86,10 @@ function toLspItems(result: vscode.InlineCompletionItem[] | vscode.InlineComplet
   const items = Array.isArray(result) ? result : (result?.items ?? []);
   return items.map((it) => ({
     insertText: typeof it.insertText === "string" ? it.insertText : it.insertText.value,
+    range: it.range ? {
+      start: { line: it.range.start.line, character: it.range.start.character },
+      end: { line: it.range.end.line, character: it.range.end.character },
+    } : undefined,
     command: it.command
       ? { title: it.command.title, command: it.command.command, arguments: it.command.arguments }
       : undefined,
@@ -102,19 +106,22 @@ function clientOptions(): LanguageClientOptions {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         const uri = client!.code2ProtocolConverter.asUri(document.uri);
         const pos = { line: position.line, character: position.character };
-        const known = tracker.lookup(uri, document.version, pos);
+        const selected = context.selectedCompletionInfo?.text;
+        const known = tracker.lookup(uri, document.version, pos, selected);
         const own = ownRetrigger;
         ownRetrigger = false;
         const invoked = context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke;
         if (known && lastItems.length > 0 && answerFromTracker(known, invoked, own)) {
           // Same document state as the shown suggestion: its refined text, then the other candidates.
-          const range = new vscode.Range(position, position);
+          const r = known.range;
+          const range = r ? new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character)
+            : new vscode.Range(position, position);
           return [known.text, ...known.others].map(
             (text, i) => new vscode.InlineCompletionItem(text, range, lastItems[Math.min(i, lastItems.length - 1)].command));
         }
         const result = await next(document, position, context, token);
         const items = toLspItems(result);
-        tracker.remember(uri, document.version, pos, items);
+        tracker.remember(uri, document.version, pos, items, selected);
         lastItems = Array.isArray(result) ? result : (result?.items ?? []);
         return result;
       },

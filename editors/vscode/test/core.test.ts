@@ -56,6 +56,22 @@ describe("SuggestionTracker", () => {
     assert.equal(t.get("file:///a.py"), undefined);
   });
 
+  it("tracks a suggestion made for a selected completion widget item with its range, for that item only", () => {
+    const t = new SuggestionTracker();
+    const range = { start: { line: 2, character: 4 }, end: { line: 2, character: 6 } };
+    t.remember("file:///a.py", 5, { line: 2, character: 6 }, [{ ...item("9", "return x"), range }], "return");
+    assert.equal(t.lookup("file:///a.py", 5, { line: 2, character: 6 }), undefined, "not without the widget item");
+    assert.equal(t.lookup("file:///a.py", 5, { line: 2, character: 6 }, "repr"), undefined, "not for another item");
+    const s = t.lookup("file:///a.py", 5, { line: 2, character: 6 }, "return");
+    assert.deepEqual(s?.range, range);
+    // refinements carry the item's text in front, like the items
+    const r = t.refine({ completionId: "9", uri: "file:///a.py", version: 5, edits: [edit(0, 7, 0, 8, "y")], text: "return y", step: 1, final: false });
+    assert.equal(r?.text, "return y");
+    t.remember("file:///a.py", 5, { line: 2, character: 6 }, [item("10", "x")]);
+    assert.equal(t.lookup("file:///a.py", 5, { line: 2, character: 6 })?.text, "x");
+    assert.equal(t.lookup("file:///a.py", 5, { line: 2, character: 6 }, "return"), undefined);
+  });
+
   it("keeps the other candidates for cycling, and asks the server when the user invokes without them", () => {
     const t = new SuggestionTracker();
     const one = t.remember("u", 1, { line: 0, character: 0 }, [item("1", "a")]);

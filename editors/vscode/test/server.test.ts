@@ -17,6 +17,7 @@ import {
   DEFAULT_SETTINGS,
   SuggestionTracker,
   applyEdits,
+  completionIdOf,
   formatStats,
   insertTextOf,
   serverOptions,
@@ -275,6 +276,51 @@ describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model
     }
     assert.ok(several, "no place got more than one candidate");
     t.diagnostic(`candidates ${JSON.stringify(several.map(insertTextOf))}`);
+  });
+
+  it("extends the completion widget's selected item, over its range, refinements included", async (t) => {
+    // VS Code asks while its suggest widget is open with `selectedCompletionInfo`: what the
+    // server answers must start with the item's text and replace the item's range.
+    const lines = text.split("\n");
+    let checked: string | undefined;
+    for (const [k, line] of lines.entries()) {
+      const ind = line.length - line.trimStart().length;
+      const word = /^[A-Za-z_]\w{3,}/.exec(line.trimStart())?.[0];
+      if (!ind || !word) {
+        continue;
+      }
+      const doc = pathToFileURL(path.join(DATA, `vscode_selected${k}.ts`)).href;
+      const body = [...lines.slice(0, k), line.slice(0, ind + 2), ...lines.slice(k + 1)].join("\n");
+      await conn.sendNotification("textDocument/didOpen", { textDocument: { uri: doc, languageId: "typescript", version: 1, text: body } });
+      const range = { start: { line: k, character: ind }, end: { line: k, character: ind + 2 } };
+      const at = { line: k, character: ind + 2 };
+      const res = await conn.sendRequest<InlineResult | LspInlineItem[] | null>("textDocument/inlineCompletion", {
+        textDocument: { uri: doc }, position: at, context: { triggerKind: 2, selectedCompletionInfo: { range, text: word } },
+      });
+      const items = Array.isArray(res) ? res : (res?.items ?? []);
+      if (items.length === 0) {
+        continue;
+      }
+      for (const it of items) {
+        assert.ok(insertTextOf(it).startsWith(word), `${JSON.stringify(insertTextOf(it))} extends ${word}`);
+        assert.deepEqual(it.range, range);
+      }
+      const mine = new SuggestionTracker();
+      mine.remember(doc, 1, at, items, word);
+      const cid = completionIdOf(items[0])!;
+      const final = await poll("the final refinement", 60_000, () => refines.find((r) => r.completionId === cid && r.final));
+      for (const r of refines.filter((r) => r.completionId === cid)) {
+        mine.refine(r);
+      }
+      const shown = mine.lookup(doc, 1, at, word);
+      assert.equal(shown?.text, final.text);
+      assert.ok(shown?.text.startsWith(word));
+      assert.deepEqual(shown?.range, range);
+      checked = shown?.text;
+      break;
+    }
+    assert.ok(checked, "the model suggested nothing after any selected word");
+    t.diagnostic(`suggestion ${JSON.stringify(checked)}`);
   });
 
   it("answers a position past the end with an error, and keeps serving", async () => {

@@ -1,0 +1,157 @@
+"""LSP 3.18 `selectedCompletionInfo`, end to end over stdio (real server, engine and model).
+
+While the editor's completion widget shows a selected item, an inline completion is only
+shown if it extends that item's text and replaces the same range. The server plans it on
+the document as it would be with the item accepted: the same prompt, the same cache entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import pytest_lsp
+from lsp_helpers import DATA, debug_info, inline, needs_model, open_doc, poll, server_config, start_session
+from lsprotocol import types as t
+from pygls.exceptions import JsonRpcInvalidParams
+from pytest_lsp import LanguageClient
+
+from engine.api import TextEdit, apply_edits
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), needs_model]
+
+INIT = {"maxTokens": {"line": 12, "statements": 16, "block": 24}}
+
+
+@pytest_lsp.fixture(config=server_config(), scope="module")
+async def client(lsp_client: LanguageClient):
+    await start_session(lsp_client, INIT)
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _texts(res: t.InlineCompletionList | None) -> list[str]:
+    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value
+            for i in (res.items if res else [])]
+
+
+def _cid(res: t.InlineCompletionList | None) -> str:
+    assert res is not None and res.items and res.items[0].command is not None
+    return str(res.items[0].command.arguments[0])
+
+
+async def _final(client: Any, cid: str) -> dict[str, Any]:
+    return await poll(lambda: next((r for r in client.refines
+                                    if r["completionId"] == cid and r["final"]), None), 60)
+
+
+def _spots(tag: str) -> list[tuple[list[str], int, int, str]]:
+    """(lines, line, indent, word) for each indented line that starts with a word of 4+
+    letters; its rest is blanked out. The first line is `tag`: each test gets its own
+    prompts (and so its own cache entries)."""
+    lines = [f"# {tag}", *(DATA / "shapes.py.txt").read_text().split("\n")]
+    out = []
+    for k, ln in enumerate(lines):
+        body = ln.lstrip()
+        word = body.split(" ", 1)[0].split("(", 1)[0]
+        if ln != body and len(word) >= 4 and word.isidentifier():
+            out.append((lines, k, len(ln) - len(body), word))
+    return out
+
+
+def _with_line(lines: list[str], k: int, new: str) -> str:
+    return "\n".join(lines[:k] + [new] + lines[k + 1:])
+
+
+def _apply(text: str, edits: list[dict[str, Any]]) -> str:
+    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+
+    def off(p: dict[str, int]) -> int:
+        return starts[p["line"]] + p["character"]  # ASCII: UTF-16 units = characters
+
+    return apply_edits(text, [TextEdit(off(e["range"]["start"]), off(e["range"]["end"]),
+                                       e["newText"]) for e in edits])
+
+
+async def test_a_selected_item_is_planned_as_if_accepted(client: Any) -> None:
+    """The completion after the typed word, then the same place with only two letters typed
+    and the word selected in the widget: served from the cache entry of the first (the
+    prompt is the same), with the word in front and the widget item's range."""
+    checked = 0
+    for lines, k, ind, word in _spots("selected item: as if accepted"):
+        uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"sel-a{k}.py").as_uri(),
+                       text=_with_line(lines, k, lines[k][:ind] + word))
+        res = await inline(client, uri, t.Position(k, ind + len(word)))
+        if not _texts(res):
+            continue
+        final = (await _final(client, _cid(res)))["text"]
+        partial = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"sel-b{k}.py").as_uri(),
+                           text=_with_line(lines, k, lines[k][:ind] + word[:2]))
+        rng = t.Range(t.Position(k, ind), t.Position(k, ind + 2))
+        before = await debug_info(client)
+        got = await inline(client, partial, t.Position(k, ind + 2),
+                           selected=t.SelectedCompletionInfo(range=rng, text=word))
+        after = await debug_info(client)
+        assert _texts(got)[0] == word + final
+        assert got is not None and all(it.range == rng for it in got.items)
+        assert all(x.startswith(word) for x in _texts(got))
+        assert after["engine"]["submitted"] == before["engine"]["submitted"]
+        assert after["counters"]["cache"] == before["counters"].get("cache", 0) + 1
+        assert after["counters"]["selected_item"] == before["counters"].get("selected_item", 0) + 1
+        checked += 1
+        if checked == 2:
+            break
+    assert checked, "the model suggested nothing after any word"
+
+
+async def test_a_selected_item_then_accepting_it(client: Any) -> None:
+    """Through the engine: every item and refinement extends the selected word; once the
+    user accepts the widget item, the next request continues it without the engine."""
+    for lines, k, ind, word in _spots("selected item: through the engine"):
+        uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"sel-c{k}.py").as_uri(),
+                       text=_with_line(lines, k, lines[k][:ind] + word[:2]))
+        rng = t.Range(t.Position(k, ind), t.Position(k, ind + 2))
+        res = await inline(client, uri, t.Position(k, ind + 2),
+                           selected=t.SelectedCompletionInfo(range=rng, text=word))
+        texts = _texts(res)
+        if not texts:
+            continue
+        assert res is not None and all(it.range == rng for it in res.items)
+        assert all(x.startswith(word) and len(x) > len(word) for x in texts)
+        cid = _cid(res)
+        final = await _final(client, cid)
+        current = texts[0]
+        for r in [r for r in client.refines if r["completionId"] == cid]:
+            assert r["text"].startswith(word)
+            current = _apply(current, r["edits"])
+            assert current == r["text"]
+        assert current == final["text"]
+        # the user accepts the widget's item: the document now holds the word
+        client.text_document_did_change(t.DidChangeTextDocumentParams(
+            t.VersionedTextDocumentIdentifier(version=2, uri=uri),
+            [t.TextDocumentContentChangePartial(range=rng, text=word)]))
+        before = await debug_info(client)
+        nxt = await inline(client, uri, t.Position(k, ind + len(word)))
+        after = await debug_info(client)
+        assert _texts(nxt)[0] == final["text"][len(word):]
+        assert after["engine"]["submitted"] == before["engine"]["submitted"]
+        return
+    pytest.fail("the model suggested nothing after any selected word")
+
+
+async def test_a_bad_selected_range_is_a_clear_error(client: Any) -> None:
+    lines, k, ind, word = _spots("selected item: bad ranges")[0]
+    uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / "sel-bad.py").as_uri(),
+                   text="\n".join(lines))
+    pos = t.Position(k, ind + 2)
+    far = t.SelectedCompletionInfo(range=t.Range(t.Position(k, ind), t.Position(k + 999, 0)), text=word)
+    with pytest.raises(JsonRpcInvalidParams, match="lies outside"):
+        await inline(client, uri, pos, selected=far)
+    backwards = t.SelectedCompletionInfo(range=t.Range(t.Position(k, ind + 2), t.Position(k, ind)), text=word)
+    with pytest.raises(JsonRpcInvalidParams, match="ends before it starts"):
+        await inline(client, uri, pos, selected=backwards)
+    # the server goes on serving, the same document included
+    ok = t.SelectedCompletionInfo(range=t.Range(t.Position(k, ind), t.Position(k, ind + 2)), text=word)
+    res = await inline(client, uri, pos, selected=ok)
+    assert res is not None and all(x.startswith(word) for x in _texts(res))
+    assert (await debug_info(client))["documents"] >= 1
