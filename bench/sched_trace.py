@@ -128,12 +128,15 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: every core)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", default="float32", help="float32 | bfloat16 | auto (as the daemon's --dtype)")
     args = ap.parse_args()
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = TextEngine(args.model)
+    from engine.loader import resolve_dtype
+
+    engine = TextEngine(args.model, dtype=resolve_dtype(args.dtype, "cpu"))
     # as `llada-engine serve` sizes it: two entries a row, so concurrent sessions keep theirs
     engine.prompt_cache.max_entries = max(engine.prompt_cache.max_entries, 2 * args.clients)
     work = sessions(args.sessions, args.requests, args.seed, args.max_tokens, False)
@@ -158,6 +161,7 @@ def main() -> None:
     rnd = {name: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "by_kind"}
            for name, r in runs.items()}
     print(json.dumps({"bench": "sched_trace", "clients": args.clients, "threads": torch.get_num_threads(),
+                      "dtype": str(engine.model.output.weight.dtype).removeprefix("torch."),
                       "runs": rnd, "batched_vs_sequential": round(ratio, 3), "forwards_only_ratio": round(fwd_ratio, 3)}))
 
 
