@@ -3,7 +3,7 @@
 -- wait a poll with a timeout. Writes what it saw to OUT.json for the pytest side to assert on.
 --
 -- SPEC: {nvim, init, setup, file, ready_timeout, ghost_timeout, final_timeout,
---        candidates = [{line, keys}], partial = 'word'|'line'|nil, cycle = bool}
+--        candidates = [{line, keys}], partial = 'word'|'line'|nil, cycle = bool, menu = bool}
 local spec = vim.json.decode(table.concat(vim.fn.readfile(arg[1]), '\n'), { luanil = { object = true } })
 local out_path = arg[2]
 local result = { events = {} }
@@ -245,6 +245,58 @@ if spec.cycle then
       end
     end)
   end
+  pcall(rpc, 'nvim_command', 'qall!')
+  finish(nil)
+end
+
+-- The completion menu (instead of the refine and accept checks): opening it hides the
+-- suggestion, nothing is requested while it is open, <Tab> goes to the menu (here: Vim's own
+-- <Tab>, which ends the completion) instead of accepting, and once the menu has closed a new
+-- request goes out.
+if spec.menu then
+  local function menu_state()
+    local s = snapshot()
+    s.pum = lua('return vim.fn.pumvisible()')
+    s.buffer_line = rpc('nvim_get_current_line')
+    return s
+  end
+  result.before_menu = menu_state()
+  rpc('nvim_input', '<C-r>=complete(col("."), ["zz_alpha", "zz_beta"]) ? "" : ""<CR>')
+  result.menu_open = wait('the menu open and the suggestion hidden', 10, function()
+    local s = menu_state()
+    if s.pum == 1 and #s.marks == 0 and s.current == vim.NIL then
+      return s
+    end
+  end)
+  if not result.menu_open then
+    result.stuck = menu_state()
+    finish('the suggestion stayed with the completion menu open')
+  end
+  local c0 = counters()
+  rpc('nvim_input', '<C-n>')
+  result.item_selected = wait('the second menu item inserted', 10, function()
+    local s = menu_state()
+    if s.buffer_line:find('zz_beta', 1, true) and s.pum == 1 then
+      return s
+    end
+  end)
+  if not result.item_selected then
+    finish('<C-n> did not select the next menu item')
+  end
+  result.requests_while_open = counters().sent - c0.sent
+  rpc('nvim_input', '<Tab>')
+  result.menu_closed = wait('the menu closed by <Tab>', 10, function()
+    local s = menu_state()
+    if s.pum == 0 and s.buffer_line ~= result.item_selected.buffer_line then
+      return s
+    end
+  end)
+  result.after_close = wait('a request after the menu closed, answered', spec.final_timeout, function()
+    local c = counters()
+    if c.sent > c0.sent and c.handled + c.cancelled >= c.sent then
+      return c
+    end
+  end)
   pcall(rpc, 'nvim_command', 'qall!')
   finish(nil)
 end

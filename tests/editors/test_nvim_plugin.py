@@ -65,20 +65,22 @@ def run_lua(script: str, tmp_path: Path, timeout: float = 30) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def drive(tmp_path: Path, file: str, renderer: str, partial: str | None, cycle: bool = False
-          ) -> dict[str, Any]:
+def drive(tmp_path: Path, file: str, renderer: str, partial: str | None, cycle: bool = False,
+          menu: bool = False) -> dict[str, Any]:
     assert NVIM is not None
     work = tmp_path / file
     shutil.copy(DATA / file if (DATA / file).exists() else DATA / f"{file}.txt", work)
     spec = {
         "nvim": NVIM, "init": str(HERE / "nvim_init.lua"),
+        # the menu test: no debounce, so that a request while the menu is open would go out
+        # at once (the extmark renderer's own; the built-in's waits 200 ms)
         "setup": {"cmd": server_command(), "renderer": renderer,
-                  "cmd_env": {"OMP_NUM_THREADS": "1"}},
+                  "cmd_env": {"OMP_NUM_THREADS": "1"}, **({"debounce_ms": 0} if menu else {})},
         "file": str(work), "ready_timeout": 120, "ghost_timeout": 20, "final_timeout": 30,
         "candidates": (CYCLE_CANDIDATES if cycle else CANDIDATES)[file], "partial": partial,
         # without a partial accept, a client-side refinement checks the in-place update;
         # with one, the server's type-through must serve the rest (it knows no injected text)
-        "inject_refine": partial is None, "cycle": cycle,
+        "inject_refine": partial is None, "cycle": cycle, "menu": menu,
     }
     spec_path, out_path = tmp_path / "spec.json", tmp_path / "out.json"
     spec_path.write_text(json.dumps(spec))
@@ -318,3 +320,30 @@ def test_cycling_through_candidates(tmp_path: Path, file: str, renderer: str) ->
     assert out["requests_for_local_cycle"] == 0
     # dismissed, <M-]> asks for a suggestion again: the cached candidates, the first shown
     assert out["ask_answer"]["n"] == answer["n"] and out["after_ask"]["current"]["text"] == answer["text"]
+
+
+@needs_nvim
+@needs_model
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("file,renderer", [("queue.ts", "builtin"), ("shapes.py", "extmark")])
+def test_the_completion_menu_has_the_screen_and_the_keys(tmp_path: Path, file: str, renderer: str) -> None:
+    """With a suggestion shown, opening the completion menu hides it; while the menu is open
+    nothing is requested (selecting an item changes the text); <Tab> is the menu's, not an
+    accept; once the menu has closed a new request goes out."""
+    if renderer == "builtin" and nvim_version() < (0, 12):
+        pytest.skip("the built-in inline completion needs Neovim 0.12")
+    out = drive(tmp_path, file, renderer, None, menu=True)
+    before = out["before_menu"]
+    assert before["current"] is not None and before["marks"], "a suggestion was shown first"
+    assert out["menu_open"]["pum"] == 1 and out["menu_open"]["marks"] == []
+    assert out["item_selected"] is not None and out["requests_while_open"] == 0
+    assert out["item_selected"]["marks"] == [] and out["item_selected"]["current"] is None
+    closed = out["menu_closed"]
+    assert closed is not None
+    line = closed["buffer_line"]
+    selected = out["item_selected"]["buffer_line"]
+    # <Tab> added whitespace after the menu's item: the suggestion was not accepted
+    assert line.startswith(selected) and line != selected and line[len(selected):].strip() == "", (selected, line)
+    assert before["current"]["text"].strip() not in line
+    assert out["after_close"] is not None
+    print(f"{file} {renderer}: {out['seconds']:.1f}s")

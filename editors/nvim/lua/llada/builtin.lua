@@ -4,6 +4,7 @@
 --- state private, so this reaches it through vim.lsp._capability (checked, never assumed):
 --- without it, refinements still reach the buffer through the next request's answer.
 local api = vim.api
+local config = require('llada.config')
 local lc = require('llada.client')
 local text = require('llada.text')
 
@@ -29,8 +30,55 @@ function M.can_refine()
   return ok and type(cap.all) == 'table' and cap.all.inline_completion ~= nil
 end
 
-function M.attach(_, buf)
+---@type table<integer, boolean> buffers whose inline completion waits for the menu to close
+local paused = {}
+
+--- The built-in would draw (and request) while the completion menu is open: it is turned
+--- off for the buffer until the menu closes, then asked again.
+local function pause(buf)
+  if config.menu_open() and not paused[buf] then
+    paused[buf] = true
+    local c = completor(buf)
+    if c and type(c.reset_timer) == 'function' then
+      c:reset_timer() -- a debounced request must not draw over the menu
+    end
+    if c and type(c.abort) == 'function' then
+      c:abort()
+    end
+    vim.lsp.inline_completion.enable(false, { bufnr = buf })
+  end
+end
+
+local function resume(buf)
+  if not paused[buf] then
+    return
+  end
+  paused[buf] = nil
   vim.lsp.inline_completion.enable(true, { bufnr = buf })
+  local c = completor(buf)
+  if c and type(c.automatic_request) == 'function' and api.nvim_get_mode().mode:match('^i') then
+    c:automatic_request()
+  end
+end
+
+function M.attach(client, buf)
+  vim.lsp.inline_completion.enable(true, { bufnr = buf })
+  local group = api.nvim_create_augroup('llada.builtin.' .. buf, { clear = true })
+  api.nvim_create_autocmd('CompleteChanged', {
+    group = group, buffer = buf, callback = function() pause(buf) end,
+  })
+  api.nvim_create_autocmd({ 'CompleteDone', 'InsertLeave' }, {
+    group = group, buffer = buf, callback = function() resume(buf) end,
+  })
+  api.nvim_create_autocmd('LspDetach', {
+    group = group, buffer = buf,
+    callback = function(ev)
+      if ev.data and ev.data.client_id == client.id then
+        paused[buf] = nil
+        api.nvim_del_augroup_by_id(group)
+      end
+    end,
+  })
 end
 
 local function current_item(buf)

@@ -20,6 +20,9 @@ local M = {}
 ---@field debounce_ms integer       extmark renderer: delay before a request while typing
 ---@field keymaps llada.Keymaps|false
 ---@field hl_group string           highlight of the ghost text (extmark renderer)
+---@field hide_during_completion boolean while the completion menu is open, no suggestion is
+---                                  shown or requested and the keymaps are the menu's; it
+---                                  comes back when the menu closes
 ---@field enable boolean            setup() calls vim.lsp.enable('llada')
 M.defaults = {
   cmd = nil,
@@ -38,6 +41,7 @@ M.defaults = {
     prev = '<M-[>',
   },
   hl_group = 'LladaGhost',
+  hide_during_completion = true,
   enable = true,
 }
 
@@ -74,6 +78,12 @@ function M.renderer()
     return has_builtin and 'builtin' or 'extmark'
   end
   return r --[[@as 'builtin'|'extmark']]
+end
+
+--- The completion menu is open and suggestions give way to it (`hide_during_completion`).
+---@return boolean
+function M.menu_open()
+  return M.options.hide_during_completion and vim.fn.pumvisible() == 1
 end
 
 --- The server command.

@@ -151,7 +151,7 @@ local function on_result(buf, client, tick, row, col, err, result, index)
   end
   local r, c = cursor()
   if api.nvim_buf_get_changedtick(buf) ~= tick or r ~= row or c ~= col
-    or not api.nvim_get_mode().mode:match('^i') then
+    or not api.nvim_get_mode().mode:match('^i') or config.menu_open() then
     return -- stale: the user moved on; a newer request is on its way
   end
   local items = result and (result.items or result) or {}
@@ -174,7 +174,7 @@ function M.request(buf, delay, invoked, index)
   local p = pending[buf]
   local function fire()
     if not api.nvim_buf_is_valid(buf) or api.nvim_get_current_buf() ~= buf
-      or not api.nvim_get_mode().mode:match('^i') then
+      or not api.nvim_get_mode().mode:match('^i') or config.menu_open() then
       return
     end
     local row, col = cursor()
@@ -296,8 +296,29 @@ function M.attach(client, buf)
   api.nvim_create_autocmd({ 'InsertEnter', 'TextChangedI', 'TextChangedP' }, {
     group = group, buffer = buf,
     callback = function()
+      if config.menu_open() then
+        M.dismiss(buf)
+        return
+      end
       M.sync(buf)
       M.request(buf, config.options.debounce_ms)
+    end,
+  })
+  -- the completion menu has the screen and the keys while it is open; then ask again
+  api.nvim_create_autocmd('CompleteChanged', {
+    group = group, buffer = buf,
+    callback = function()
+      if config.menu_open() then
+        M.dismiss(buf)
+      end
+    end,
+  })
+  api.nvim_create_autocmd('CompleteDone', {
+    group = group, buffer = buf,
+    callback = function()
+      if config.options.hide_during_completion then
+        M.request(buf, config.options.debounce_ms)
+      end
     end,
   })
   api.nvim_create_autocmd('CursorMovedI', {

@@ -129,14 +129,15 @@ local function map(lhs, fn, active)
   end, { expr = true, replace_keycodes = false, desc = 'llada: ' .. lhs })
 end
 
---- A suggestion is shown (accept and dismiss act on it).
+--- A suggestion is shown (accept and dismiss act on it); not while the completion menu has
+--- the keys.
 local function shown()
-  return M.current() ~= nil
+  return not config.menu_open() and M.current() ~= nil
 end
 
 --- The buffer has the llada client (cycling asks for a suggestion when none is shown).
 local function attached()
-  return lc.get(api.nvim_get_current_buf()) ~= nil
+  return not config.menu_open() and lc.get(api.nvim_get_current_buf()) ~= nil
 end
 
 ---@param opts? table see llada.config
