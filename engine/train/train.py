@@ -102,6 +102,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--tokenizer", type=Path, required=True)
     ap.add_argument("--preset", default="tiny-code")
+    ap.add_argument("--layers", type=int, help="layers instead of the preset's; with --init-from a "
+                    "shallower checkpoint, its layers grow into these (engine/train/grow.py)")
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--ar-steps", type=int, default=1200, help="steps of autoregressive warm-up")
     ap.add_argument("--batch", type=int, default=8)
@@ -147,6 +149,8 @@ def main() -> None:
     tok = load_tokenizer(args.tokenizer)
     sp = special_tokens_of(tok)
     cfg: ModelConfig = preset(args.preset, vocab_size=tok.get_vocab_size(), special=sp)
+    if args.layers is not None:
+        cfg = dataclasses.replace(cfg, n_layer=args.layers)
     if cfg.max_seq_len < MAX_POSITIONS:  # the rotary tables must cover every example
         cfg = dataclasses.replace(cfg, max_seq_len=MAX_POSITIONS)
     model = Transformer(cfg)
@@ -154,8 +158,14 @@ def main() -> None:
     if args.init_from is not None:
         from engine.checkpoint import load_checkpoint
 
-        model.load_state_dict(load_checkpoint(args.init_from).state_dict())
-        print(f"initialised from {args.init_from}")
+        base = load_checkpoint(args.init_from)
+        state = base.state_dict()
+        if base.config.n_layer != cfg.n_layer:
+            from engine.train.grow import grown_state
+
+            state = grown_state(state, base.config.n_layer, cfg.n_layer)
+        model.load_state_dict(state)
+        print(f"initialised from {args.init_from} ({base.config.n_layer} -> {cfg.n_layer} layers)")
     model.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     texts, weights, held_texts = load_texts()

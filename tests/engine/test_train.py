@@ -137,3 +137,28 @@ def test_time_budget_sizes_the_decay_from_the_measured_rate(tmp_path: Path) -> N
     assert peak and peak[-1] < len(lrs) - 1  # the peak, then the decay
     assert all(a > b for a, b in zip(lrs[peak[-1]:], lrs[peak[-1] + 1:], strict=False))
     assert lrs[-1] < 0.5 * 1.5e-3 and "held_ar" in log[-1]
+
+
+def test_grown_layers_compute_what_the_trained_model_computes() -> None:
+    """Depth growth: each trained layer first, repeats with zeroed output projections; the
+    deeper model's logits equal the trained one's, and training can move the new layers."""
+    import torch
+
+    from engine.model import Transformer, preset
+    from engine.train.grow import grown_state, layer_sources
+
+    assert layer_sources(6, 9) == [0, 0, 1, 2, 2, 3, 4, 4, 5]
+    with pytest.raises(ValueError):
+        layer_sources(4, 3)
+    small = Transformer(preset("test-tiny"))
+    small.init_weights(3)
+    big = Transformer(preset("test-tiny", n_layer=5))
+    big.load_state_dict(grown_state(small.state_dict(), 2, 5))
+    idx = torch.randint(0, 64, (2, 11))
+    pos = torch.arange(11)[None].expand(2, 11)
+    with torch.no_grad():
+        assert torch.equal(small(idx, pos), big(idx, pos))
+    new = big.blocks()[1]  # a repeat of trained layer 0
+    assert not new.attention.wo.weight.any() and new.attention.wqkv.weight.any()
+    big(idx, pos).logsumexp(-1).sum().backward()
+    assert new.attention.wo.weight.grad is not None and new.attention.wo.weight.grad.any()
