@@ -111,7 +111,10 @@ def type_through(shown: Shown | None, doc_text: str, offset: int) -> str | None:
     if doc_text[offset: offset + TAIL] != shown.after:
         return None
     typed = doc_text[shown.anchor: offset]
-    for text in [shown.text, *reversed(shown.earlier)]:
+    versions = [shown.text, *reversed(shown.earlier)]
+    if typed in versions:
+        return None  # a version typed or accepted whole: done (not the tail of a longer one)
+    for text in versions:
         if k < len(text) and text[:k] == typed:
             rest = text[k:]
             return rest if rest.strip() else None

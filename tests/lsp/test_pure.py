@@ -397,6 +397,9 @@ def test_type_through_a_version_the_editor_still_shows() -> None:
     assert type_through(shown, typed, anchor + 3) == "n x + 1"  # the draft the editor showed
     typed = doc[:anchor] + "sult" + doc[anchor:]
     assert type_through(shown, typed, anchor + 4) == " = x * 2"  # the newest version wins
+    # the refined text accepted whole: done, not the tail of the longer first draft
+    shown.refine("turn x")
+    assert type_through(shown, doc[:anchor] + "turn x" + doc[anchor:], anchor + 6) is None
     for i in range(5):
         shown.refine(f"v{i}")
     assert len(shown.earlier) == 4 and type_through(shown, doc[:anchor] + "tu" + doc[anchor:], anchor + 2) is None

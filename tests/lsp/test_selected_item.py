@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 import pytest_lsp
-from lsp_helpers import DATA, debug_info, inline, needs_model, open_doc, poll, server_config, start_session
+from lsp_helpers import (
+    DATA,
+    debug_info,
+    inline,
+    needs_model,
+    open_doc,
+    poll,
+    server_config,
+    start_session,
+)
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcInvalidParams
 from pytest_lsp import LanguageClient
@@ -155,3 +164,42 @@ async def test_a_bad_selected_range_is_a_clear_error(client: Any) -> None:
     res = await inline(client, uri, pos, selected=ok)
     assert res is not None and all(x.startswith(word) for x in _texts(res))
     assert (await debug_info(client))["documents"] >= 1
+
+
+async def test_accepting_a_suggestion_over_a_selected_item_starts_the_speculation(client: Any) -> None:
+    """The editor applies the item (the widget's word and the completion) over the item's
+    range and runs its command: the server recognises the document as the suggestion
+    inserted and asks for the next completion ahead of time; the next request there is
+    served without the engine."""
+    for lines, k, ind, word in _spots("selected item: accepted"):
+        uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"sel-d{k}.py").as_uri(),
+                       text=_with_line(lines, k, lines[k][:ind] + word[:2]))
+        rng = t.Range(t.Position(k, ind), t.Position(k, ind + 2))
+        res = await inline(client, uri, t.Position(k, ind + 2),
+                           selected=t.SelectedCompletionInfo(range=rng, text=word))
+        if not _texts(res) or "\n" in _texts(res)[0]:
+            continue
+        cid = _cid(res)
+        final = (await _final(client, cid))["text"]
+        before = await debug_info(client)
+        client.text_document_did_change(t.DidChangeTextDocumentParams(
+            t.VersionedTextDocumentIdentifier(version=2, uri=uri),
+            [t.TextDocumentContentChangePartial(range=rng, text=final)]))
+        await client.workspace_execute_command_async(t.ExecuteCommandParams(
+            command="llada.acceptCompletion", arguments=[cid, 0]))
+
+        async def speculated(b: dict[str, Any] = before["counters"]) -> Any:
+            info = await debug_info(client)
+            c = info["counters"]
+            started = c.get("speculated", 0) + c.get("speculation_skipped", 0) \
+                - b.get("speculated", 0) - b.get("speculation_skipped", 0)
+            return info if started and info["speculating"] == 0 and info["running"] == 0 else None
+
+        mid = await poll(speculated, 60)
+        await inline(client, uri, t.Position(k, ind + len(final)))
+        after = await debug_info(client)
+        assert after["engine"]["submitted"] == mid["engine"]["submitted"]  # no engine call
+        if mid["counters"].get("speculated", 0) > before["counters"].get("speculated", 0):
+            assert after["cache"]["hits"] == mid["cache"]["hits"] + 1
+        return
+    pytest.fail("the model suggested no single line after any selected word")
