@@ -172,3 +172,27 @@ async def inline(client: LanguageClient, uri: str, pos: t.Position, invoked: boo
         context=t.InlineCompletionContext(trigger_kind=kind, selected_completion_info=selected)))
     assert res is None or isinstance(res, t.InlineCompletionList)
     return res
+
+
+def item_texts(res: t.InlineCompletionList | None) -> list[str]:
+    """The insert texts of an inline completion answer's items, in order."""
+    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value
+            for i in (res.items if res else [])]
+
+
+def first_text(res: t.InlineCompletionList | None) -> str:
+    texts = item_texts(res)
+    return texts[0] if texts else ""
+
+
+def completion_id(res: t.InlineCompletionList | None) -> str | None:
+    """The completion id in the first item's accept command."""
+    if not res or not res.items or res.items[0].command is None:
+        return None
+    return str(res.items[0].command.arguments[0])
+
+
+async def final_refine(client: Any, cid: str) -> dict[str, Any]:
+    """The final `llada/refine` of completion `cid` (waits for it)."""
+    return await poll(lambda: next((r for r in client.refines
+                                    if r["completionId"] == cid and r["final"]), None), 60)

@@ -13,8 +13,12 @@ import pytest
 import pytest_lsp
 from lsp_helpers import (
     DATA,
+    completion_id,
     debug_info,
+    final_refine,
+    first_text,
     inline,
+    item_texts,
     needs_model,
     open_doc,
     poll,
@@ -40,24 +44,6 @@ async def client(lsp_client: LanguageClient):
     await start_session(lsp_client, INIT)
     yield
     await lsp_client.shutdown_session()
-
-
-def _text(res: t.InlineCompletionList | None) -> str:
-    if not res or not res.items:
-        return ""
-    ins = res.items[0].insert_text
-    return ins if isinstance(ins, str) else ins.value
-
-
-def _cid(res: t.InlineCompletionList | None) -> str | None:
-    if not res or not res.items or res.items[0].command is None:
-        return None
-    return str(res.items[0].command.arguments[0])
-
-
-async def _final_refine(client: Any, cid: str) -> dict[str, Any]:
-    return await poll(lambda: next((r for r in client.refines
-                                    if r["completionId"] == cid and r["final"]), None), 60)
 
 
 # (file, languageId, needle, expected kind): the cursor goes right after the needle
@@ -91,12 +77,12 @@ async def test_plan_kinds_stop_rules_and_parse_validity(client: Any) -> None:
         info = await debug_info(client)
         assert info["lastPlan"]["uri"] == uri
         assert info["lastPlan"]["kind"] == kind, (fname, needle, info["lastPlan"])
-        suggestion = _text(res)
+        suggestion = first_text(res)
         got.append((fname, kind, suggestion))
-        cid = _cid(res)
+        cid = completion_id(res)
         final = suggestion
         if cid is not None:
-            final = (await _final_refine(client, cid))["text"]
+            final = (await final_refine(client, cid))["text"]
         i = text.index(needle) + len(needle)
         for s in {suggestion, final}:
             if kind == "line":
@@ -117,18 +103,18 @@ async def test_refinements_apply_in_order(client: Any) -> None:
         lines = needle.rstrip("\n")
         uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"r{j}.py").as_uri())
         res = await inline(client, uri, position_of(text, lines))
-        if _cid(res):
-            found = (res, _cid(res))
+        if completion_id(res):
+            found = (res, completion_id(res))
             break
     if found is None:
         pytest.skip("the model suggested nothing at any position")
     res, cid = found
-    final = await _final_refine(client, cid)
+    final = await final_refine(client, cid)
     mine = [r for r in client.refines if r["completionId"] == cid]
     steps = [r["step"] for r in mine]
     assert steps == sorted(steps) and mine[-1] is final
     assert sum(1 for r in mine if r["final"]) == 1
-    current = _text(res)
+    current = first_text(res)
     for r in mine:
         current = _apply_lsp_edits(current, r["edits"])
         assert current == r["text"]
@@ -152,7 +138,7 @@ def _apply_lsp_edits(text: str, edits: list[dict[str, Any]]) -> str:
 async def test_rapid_requests_newest_wins(client: Any) -> None:
     text = (DATA / "stack.go").read_text()
     uri = open_doc(client, "stack.go", "go", uri=(DATA / "rapid.go").as_uri())
-    info0 = await debug_info(client)
+    info0 = await poll(_idle(client), 60)  # no earlier test's job still in the engine
     before = info0["engine"]
     needles = ["\tv := s.items[len(s.items)-1]", "\ts.items = append(s.items, v)",
                "\treturn v, nil", "\t\treturn 0, errors.New(\"empty stack\")"]
@@ -164,10 +150,13 @@ async def test_rapid_requests_newest_wins(client: Any) -> None:
     # one job per request, and one more if the newest came out empty and was rescued
     rescues = info1["counters"].get("empty_rescues", 0) - info0["counters"].get("empty_rescues", 0)
     assert after["submitted"] - before["submitted"] == 4 + rescues and rescues <= 1
-    # the three older requests were skipped while queued or cancelled between forwards
+    # the three older requests were skipped while queued or cancelled between forwards; at
+    # most the newest's job (and its rescue's) ran to the end (on a loaded machine an older
+    # request's job may end first and its rescue be the one stopped)
     stopped = (after["skipped"] - before["skipped"]) + (after["cancelled"] - before["cancelled"])
-    assert stopped == 3, (before, after)
-    assert all(not _text(r) for r in results[:3])  # superseded: empty, not errors
+    ran = after["submitted"] - before["submitted"] - stopped
+    assert stopped >= 3 and ran <= 1 + rescues, (before, after)
+    assert all(not first_text(r) for r in results[:3])  # superseded: empty, not errors
     info = await poll(_idle(client), 60)
     assert info["running"] == 0
 
@@ -217,14 +206,14 @@ async def test_type_through_and_cache_serve_without_engine(client: Any) -> None:
                  text="\n".join(lines[:k] + [lines[k][:ind]] + lines[k + 1:]))
         pos = t.Position(k, ind)
         res = await inline(client, uri, pos)
-        if len(_text(res).strip()) >= 2:
-            hit = (pos, _text(res), _cid(res))
+        if len(first_text(res).strip()) >= 2:
+            hit = (pos, first_text(res), completion_id(res))
             break
     if hit is None:
         pytest.skip("the model suggested nothing to type through")
     pos, suggestion, cid = hit
     assert cid is not None
-    final = (await _final_refine(client, cid))["text"]
+    final = (await final_refine(client, cid))["text"]
     await poll(_idle(client), 60)
     before = await debug_info(client)
     # type the first character of the (refined) suggestion
@@ -233,14 +222,14 @@ async def test_type_through_and_cache_serve_without_engine(client: Any) -> None:
         t.VersionedTextDocumentIdentifier(version=2, uri=uri),
         [t.TextDocumentContentChangePartial(range=t.Range(pos, pos), text=ch)]))
     res = await inline(client, uri, t.Position(pos.line, pos.character + 1))
-    assert _text(res) == final[1:]
+    assert first_text(res) == final[1:]
     # undo it: the same prefix and suffix again is a cache hit
     client.text_document_did_change(t.DidChangeTextDocumentParams(
         t.VersionedTextDocumentIdentifier(version=3, uri=uri),
         [t.TextDocumentContentChangePartial(
             range=t.Range(pos, t.Position(pos.line, pos.character + 1)), text="")]))
     res2 = await inline(client, uri, pos)
-    assert _text(res2) == final
+    assert first_text(res2) == final
     # and textDocument/completion offers the same text first (then any other candidates
     # the cache holds for this place: an empty answer rescued by candidates has some)
     comp = await client.text_document_completion_async(t.CompletionParams(
@@ -289,7 +278,7 @@ async def test_document_changed_while_drafting_gives_empty(client: Any) -> None:
         [t.TextDocumentContentChangePartial(range=t.Range(t.Position(0, 0), t.Position(0, 0)),
                                             text="// edited\n")]))
     res = await task
-    assert not _text(res)
+    assert not first_text(res)
 
 
 async def test_accept_then_next_request_is_served_from_the_speculation(client: Any) -> None:
@@ -300,14 +289,14 @@ async def test_accept_then_next_request_is_served_from_the_speculation(client: A
         open_doc(client, "shapes.py.txt", "python", uri=uri)
         pos = position_of(text, needle)
         res = await inline(client, uri, pos)
-        if _text(res).strip():
-            hit = (needle, pos, _cid(res))
+        if first_text(res).strip():
+            hit = (needle, pos, completion_id(res))
             break
     if hit is None:
         pytest.skip("the model suggested nothing to accept")
     needle, pos, cid = hit
     assert cid is not None
-    final = (await _final_refine(client, cid))["text"]
+    final = (await final_refine(client, cid))["text"]
     await poll(_idle(client), 60)
     before = await debug_info(client)
     # the editor inserts the suggestion (didChange), then runs the item's command
@@ -339,15 +328,10 @@ async def test_accept_then_next_request_is_served_from_the_speculation(client: A
     # the speculation, and its rescue if it came out empty
     assert mid["engine"]["submitted"] == before["engine"]["submitted"] + 1 + grew(mid, "empty_rescues")
     assert after["cache"]["hits"] == mid["cache"]["hits"] + 1
-    if _text(res):
+    if first_text(res):
         stats = await poll(lambda: next((s for s in client.stats
-                                         if s["completionId"] == _cid(res)), None))
+                                         if s["completionId"] == completion_id(res)), None))
         assert stats["cacheHit"] and stats["forwards"] == 0
-
-
-def _texts(res: t.InlineCompletionList | None) -> list[str]:
-    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value
-            for i in (res.items if res else [])]
 
 
 async def test_invoked_request_offers_every_fitting_candidate(client: Any) -> None:
@@ -364,21 +348,21 @@ async def test_invoked_request_offers_every_fitting_candidate(client: Any) -> No
                        text=before + after)
         pos = t.Position(k, ind)
         res = await inline(client, uri, pos, invoked=True)
-        texts = _texts(res)
+        texts = item_texts(res)
         if not texts:
             continue
         assert res is not None and len(set(texts)) == len(texts)
         assert [it.command.arguments[1] for it in res.items if it.command] == list(range(len(texts)))
         for s in texts[1:]:  # the others all fit (the first may be the primary, trimmed)
             assert s.strip() and not adds_error("python", None, before, s, after), s
-        cid = _cid(res)
+        cid = completion_id(res)
         assert cid is not None
         stats = await poll(lambda c=cid: next((s for s in client.stats if s["completionId"] == c), None), 60)
         assert stats["groupForwards"] >= stats["forwards"]
-        final = await _final_refine(client, cid)
+        final = await final_refine(client, cid)
         assert final["text"] == texts[0] and final["edits"] == []  # answered when done
         again = await inline(client, uri, pos)
-        assert _texts(again) == texts
+        assert item_texts(again) == texts
         several += len(texts) > 1
         if several >= 2:
             break

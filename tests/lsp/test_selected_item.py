@@ -13,8 +13,11 @@ import pytest
 import pytest_lsp
 from lsp_helpers import (
     DATA,
+    completion_id,
     debug_info,
+    final_refine,
     inline,
+    item_texts,
     needs_model,
     open_doc,
     poll,
@@ -39,19 +42,10 @@ async def client(lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
-def _texts(res: t.InlineCompletionList | None) -> list[str]:
-    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value
-            for i in (res.items if res else [])]
-
-
 def _cid(res: t.InlineCompletionList | None) -> str:
-    assert res is not None and res.items and res.items[0].command is not None
-    return str(res.items[0].command.arguments[0])
-
-
-async def _final(client: Any, cid: str) -> dict[str, Any]:
-    return await poll(lambda: next((r for r in client.refines
-                                    if r["completionId"] == cid and r["final"]), None), 60)
+    cid = completion_id(res)
+    assert cid is not None
+    return cid
 
 
 def _spots(tag: str) -> list[tuple[list[str], int, int, str]]:
@@ -70,6 +64,18 @@ def _spots(tag: str) -> list[tuple[list[str], int, int, str]]:
 
 def _with_line(lines: list[str], k: int, new: str) -> str:
     return "\n".join(lines[:k] + [new] + lines[k + 1:])
+
+
+async def _ask_with_word_selected(client: Any, name: str, lines: list[str], k: int, ind: int,
+                                  word: str) -> tuple[str, t.Range, t.InlineCompletionList | None]:
+    """Open a document with the first two letters of `word` typed at line k (as document
+    `name`) and ask there with the widget's item `word` selected over them."""
+    uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"{name}.py").as_uri(),
+                   text=_with_line(lines, k, lines[k][:ind] + word[:2]))
+    rng = t.Range(t.Position(k, ind), t.Position(k, ind + 2))
+    res = await inline(client, uri, t.Position(k, ind + 2),
+                       selected=t.SelectedCompletionInfo(range=rng, text=word))
+    return uri, rng, res
 
 
 def _apply(text: str, edits: list[dict[str, Any]]) -> str:
@@ -91,19 +97,15 @@ async def test_a_selected_item_is_planned_as_if_accepted(client: Any) -> None:
         uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"sel-a{k}.py").as_uri(),
                        text=_with_line(lines, k, lines[k][:ind] + word))
         res = await inline(client, uri, t.Position(k, ind + len(word)))
-        if not _texts(res):
+        if not item_texts(res):
             continue
-        final = (await _final(client, _cid(res)))["text"]
-        partial = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"sel-b{k}.py").as_uri(),
-                           text=_with_line(lines, k, lines[k][:ind] + word[:2]))
-        rng = t.Range(t.Position(k, ind), t.Position(k, ind + 2))
+        final = (await final_refine(client, _cid(res)))["text"]
         before = await debug_info(client)
-        got = await inline(client, partial, t.Position(k, ind + 2),
-                           selected=t.SelectedCompletionInfo(range=rng, text=word))
+        _, rng, got = await _ask_with_word_selected(client, f"sel-b{k}", lines, k, ind, word)
         after = await debug_info(client)
-        assert _texts(got)[0] == word + final
+        assert item_texts(got)[0] == word + final
         assert got is not None and all(it.range == rng for it in got.items)
-        assert all(x.startswith(word) for x in _texts(got))
+        assert all(x.startswith(word) for x in item_texts(got))
         assert after["engine"]["submitted"] == before["engine"]["submitted"]
         assert after["counters"]["cache"] == before["counters"].get("cache", 0) + 1
         assert after["counters"]["selected_item"] == before["counters"].get("selected_item", 0) + 1
@@ -117,18 +119,14 @@ async def test_a_selected_item_then_accepting_it(client: Any) -> None:
     """Through the engine: every item and refinement extends the selected word; once the
     user accepts the widget item, the next request continues it without the engine."""
     for lines, k, ind, word in _spots("selected item: through the engine"):
-        uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"sel-c{k}.py").as_uri(),
-                       text=_with_line(lines, k, lines[k][:ind] + word[:2]))
-        rng = t.Range(t.Position(k, ind), t.Position(k, ind + 2))
-        res = await inline(client, uri, t.Position(k, ind + 2),
-                           selected=t.SelectedCompletionInfo(range=rng, text=word))
-        texts = _texts(res)
+        uri, rng, res = await _ask_with_word_selected(client, f"sel-c{k}", lines, k, ind, word)
+        texts = item_texts(res)
         if not texts:
             continue
         assert res is not None and all(it.range == rng for it in res.items)
         assert all(x.startswith(word) and len(x) > len(word) for x in texts)
         cid = _cid(res)
-        final = await _final(client, cid)
+        final = await final_refine(client, cid)
         current = texts[0]
         for r in [r for r in client.refines if r["completionId"] == cid]:
             assert r["text"].startswith(word)
@@ -142,7 +140,7 @@ async def test_a_selected_item_then_accepting_it(client: Any) -> None:
         before = await debug_info(client)
         nxt = await inline(client, uri, t.Position(k, ind + len(word)))
         after = await debug_info(client)
-        assert _texts(nxt)[0] == final["text"][len(word):]
+        assert item_texts(nxt)[0] == final["text"][len(word):]
         assert after["engine"]["submitted"] == before["engine"]["submitted"]
         return
     pytest.fail("the model suggested nothing after any selected word")
@@ -162,7 +160,7 @@ async def test_a_bad_selected_range_is_a_clear_error(client: Any) -> None:
     # the server goes on serving, the same document included
     ok = t.SelectedCompletionInfo(range=t.Range(t.Position(k, ind), t.Position(k, ind + 2)), text=word)
     res = await inline(client, uri, pos, selected=ok)
-    assert res is not None and all(x.startswith(word) for x in _texts(res))
+    assert res is not None and all(x.startswith(word) for x in item_texts(res))
     assert (await debug_info(client))["documents"] >= 1
 
 
@@ -172,15 +170,11 @@ async def test_accepting_a_suggestion_over_a_selected_item_starts_the_speculatio
     inserted and asks for the next completion ahead of time; the next request there is
     served without the engine."""
     for lines, k, ind, word in _spots("selected item: accepted"):
-        uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"sel-d{k}.py").as_uri(),
-                       text=_with_line(lines, k, lines[k][:ind] + word[:2]))
-        rng = t.Range(t.Position(k, ind), t.Position(k, ind + 2))
-        res = await inline(client, uri, t.Position(k, ind + 2),
-                           selected=t.SelectedCompletionInfo(range=rng, text=word))
-        if not _texts(res) or "\n" in _texts(res)[0]:
+        uri, rng, res = await _ask_with_word_selected(client, f"sel-d{k}", lines, k, ind, word)
+        if not item_texts(res) or "\n" in item_texts(res)[0]:
             continue
         cid = _cid(res)
-        final = (await _final(client, cid))["text"]
+        final = (await final_refine(client, cid))["text"]
         before = await debug_info(client)
         client.text_document_did_change(t.DidChangeTextDocumentParams(
             t.VersionedTextDocumentIdentifier(version=2, uri=uri),
