@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_lsp
 from lsprotocol import types as t
 from pygls.protocol import default_converter
 from pytest_lsp import ClientServerConfig, LanguageClient
@@ -91,6 +92,19 @@ def make_client() -> Recorder:
     @client.feature("llada/status")
     def _status(ls: Recorder, params: Any) -> None:
         ls.statuses.append(to_plain(params))
+
+    return client
+
+
+def session_fixture(init: dict[str, Any], command: list[str] | None = None,
+                    encodings: list[str] | None = None) -> Any:
+    """A module's `client` fixture: the real server (or `command`) started with these
+    initializationOptions, the model loaded, shut down after the module's tests."""
+    @pytest_lsp.fixture(config=server_config(command), scope="module")
+    async def client(lsp_client: LanguageClient) -> Any:
+        await start_session(lsp_client, init, encodings=encodings)
+        yield
+        await lsp_client.shutdown_session()
 
     return client
 

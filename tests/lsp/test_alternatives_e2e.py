@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import pytest_lsp
 from lsp_helpers import (
     DATA,
     inline,
@@ -15,10 +14,8 @@ from lsp_helpers import (
     open_doc,
     poll,
     position_of,
-    server_config,
-    start_session,
+    session_fixture,
 )
-from pytest_lsp import LanguageClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), needs_model]
 
@@ -27,11 +24,7 @@ INIT = {"mode": "quality", "maxTokens": {"line": 12, "statements": 16, "block": 
 NEEDLES = ["        b = ", "        return math.", "    name = "]
 
 
-@pytest_lsp.fixture(config=server_config(), scope="module")
-async def client(lsp_client: LanguageClient):
-    await start_session(lsp_client, INIT)
-    yield
-    await lsp_client.shutdown_session()
+client = session_fixture(INIT)
 
 
 async def test_quality_mode_decodes_and_weighs_alternatives(client: Any) -> None:

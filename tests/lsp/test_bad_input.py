@@ -8,29 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import pytest_lsp
 from lsp_helpers import (
     DATA,
     debug_info,
     inline,
     needs_model,
     open_doc,
-    server_config,
-    start_session,
+    session_fixture,
 )
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcInvalidParams
-from pytest_lsp import LanguageClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), needs_model]
 
 
-@pytest_lsp.fixture(config=server_config(), scope="module")
-async def client(lsp_client: LanguageClient):
-    await start_session(lsp_client, {"maxTokens": {"line": 8, "statements": 8, "block": 8}},
-                        encodings=["utf-16", "utf-8"])
-    yield
-    await lsp_client.shutdown_session()
+client = session_fixture({"maxTokens": {"line": 8, "statements": 8, "block": 8}}, encodings=["utf-16", "utf-8"])
 
 
 def _items(res: Any) -> list[Any]:

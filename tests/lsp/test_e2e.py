@@ -10,7 +10,6 @@ import asyncio
 from typing import Any
 
 import pytest
-import pytest_lsp
 from lsp_helpers import (
     DATA,
     completion_id,
@@ -23,12 +22,10 @@ from lsp_helpers import (
     open_doc,
     poll,
     position_of,
-    server_config,
-    start_session,
+    session_fixture,
 )
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcRequestCancelled
-from pytest_lsp import LanguageClient
 
 from engine.api import TextEdit, apply_edits
 from llada_lsp.syntax import adds_error
@@ -39,11 +36,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), needs_model]
 INIT = {"maxTokens": {"line": 12, "statements": 16, "block": 24}}
 
 
-@pytest_lsp.fixture(config=server_config(), scope="module")
-async def client(lsp_client: LanguageClient):
-    await start_session(lsp_client, INIT)
-    yield
-    await lsp_client.shutdown_session()
+client = session_fixture(INIT)
 
 
 # (file, languageId, needle, expected kind): the cursor goes right after the needle

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import pytest_lsp
 from lsp_helpers import (
     DATA,
     completion_id,
@@ -21,12 +20,10 @@ from lsp_helpers import (
     needs_model,
     open_doc,
     poll,
-    server_config,
-    start_session,
+    session_fixture,
 )
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcInvalidParams
-from pytest_lsp import LanguageClient
 
 from engine.api import TextEdit, apply_edits
 
@@ -35,11 +32,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), needs_model]
 INIT = {"maxTokens": {"line": 12, "statements": 16, "block": 24}}
 
 
-@pytest_lsp.fixture(config=server_config(), scope="module")
-async def client(lsp_client: LanguageClient):
-    await start_session(lsp_client, INIT)
-    yield
-    await lsp_client.shutdown_session()
+client = session_fixture(INIT)
 
 
 def _cid(res: t.InlineCompletionList | None) -> str:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_lsp
 from lsp_helpers import (
     DATA,
     debug_info,
@@ -19,10 +18,8 @@ from lsp_helpers import (
     open_doc,
     poll,
     position_of,
-    server_config,
-    start_session,
+    session_fixture,
 )
-from pytest_lsp import LanguageClient
 
 from llada_lsp.syntax import adds_error
 
@@ -32,11 +29,7 @@ LAUNCHER = [sys.executable, str(Path(__file__).with_name("corrupting_server.py")
 INIT = {"maxTokens": {"line": 12, "statements": 16, "block": 24}, "speculative": False}
 
 
-@pytest_lsp.fixture(config=server_config(LAUNCHER), scope="module")
-async def client(lsp_client: LanguageClient):
-    await start_session(lsp_client, INIT)
-    yield
-    await lsp_client.shutdown_session()
+client = session_fixture(INIT, LAUNCHER)
 
 
 def _text(res: Any) -> str:
