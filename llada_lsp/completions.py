@@ -110,6 +110,10 @@ class CompletionService:
         if selected is not None and span is not None:
             doc, offset, lead = real.replaced(*span, selected.text), span[0] + len(selected.text), selected.text
             self.counters["selected_item"] += 1
+            why = doc.unservable_reason()  # the selected item's text may be huge or binary
+            if why is not None:
+                self._nothing(f"with the selected item, {why}")
+                return None
         cid = f"{serial}"
         rest = type_through(self.shown.get(uri), doc.text, offset)
         if rest is not None:

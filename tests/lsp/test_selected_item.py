@@ -150,6 +150,11 @@ async def test_a_bad_selected_range_is_a_clear_error(client: Any) -> None:
     backwards = t.SelectedCompletionInfo(range=t.Range(t.Position(k, ind + 2), t.Position(k, ind)), text=word)
     with pytest.raises(JsonRpcInvalidParams, match="ends before it starts"):
         await inline(client, uri, pos, selected=backwards)
+    # an item whose text would make the document too large or binary: nothing, no error
+    for text in ("x" * 1_100_000, "\x00\x01" * 64):
+        huge = t.SelectedCompletionInfo(range=t.Range(t.Position(k, ind), t.Position(k, ind + 2)), text=text)
+        assert item_texts(await inline(client, uri, pos, selected=huge)) == []
+    assert (await debug_info(client))["lastEmptyReason"].startswith("with the selected item, document")
     # the server goes on serving, the same document included
     ok = t.SelectedCompletionInfo(range=t.Range(t.Position(k, ind), t.Position(k, ind + 2)), text=word)
     res = await inline(client, uri, pos, selected=ok)
