@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-from engine.decode import Feed, Sequence, TokenEvent
+import kernels
+from engine.decode import Feed, Sequence, Staged, TokenEvent
 from engine.model import CLEAN, INVALID, Transformer, layout_mask
+from kernels import Confidence
 
 
 def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_attrs: list[Tensor]) -> list[Tensor]:
@@ -59,6 +61,22 @@ def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_at
         logits = model(ids.to(dev), pos.to(dev), mask.to(dev), rows=rows.to(dev), slots=slots.to(dev),
                        kv_len=S, logits_at=at.to(dev))
     return [logits[r, : len(f.logits_at)] for r, f in enumerate(feeds)]
+
+
+def confidences(staged: list[Staged]) -> list[Confidence]:
+    """The confidences of several sequences' staged rows in one call (one kernel launch, one
+    reduction over the vocabulary for the whole step), split back per sequence."""
+    if not staged:
+        return []
+    conf = kernels.confidence(torch.cat([s.logits for s in staged]), torch.cat([s.current for s in staged]))
+    assert conf.cur_prob is not None
+    out: list[Confidence] = []
+    at = 0
+    for s in staged:
+        n = s.logits.shape[0]
+        out.append(Confidence(conf.top_id[at: at + n], conf.top_prob[at: at + n], conf.cur_prob[at: at + n], None))
+        at += n
+    return out
 
 
 def new_slot_attrs(max_len: int, clean_len: int) -> Tensor:

@@ -22,6 +22,7 @@ import kernels
 from engine.loops import loop_bans
 from engine.model import CLEAN, NOISY, SpecialTokens
 from engine.policies import BlockView, Policy
+from kernels import Confidence
 
 # the confidence an end-of-middle needs to commit ahead of a mask (Sequence._end_in_order);
 # above 1: only behind committed tokens; 0: like any token
@@ -39,6 +40,17 @@ class TokenEvent:
     complete: bool = False  # every position of the span is committed
     reason: Reason | None = None
     middle: list[int] | None = None  # on done: the final middle, cut at its end
+
+
+@dataclass
+class Staged:
+    """A forward taken by a sequence, waiting for its rows' confidences (`Sequence.commit`)."""
+
+    logits: Tensor  # [n, V] the rows the policy reads, bans applied
+    current: Tensor  # [n] the committed token at each row, -1 at a mask
+    where: slice  # the middle indices of the rows
+    edit_only: bool
+    multi: bool  # a multi-block edit pass
 
 
 @dataclass
@@ -191,9 +203,21 @@ class Sequence:
     # -- update --------------------------------------------------------------------------
     def update(self, logits: Tensor) -> TokenEvent:
         """Apply the policy to this forward's logits [K, V] (rows as in `logits_at`)."""
+        st = self.stage(logits)
+        return self.commit(st, kernels.confidence(st.logits, st.current))
+
+    def stage(self, logits: Tensor) -> Staged:
+        """The first half of `update`: take the forward, return the logits the policy reads
+        (after bans) and the current ids. A caller with many sequences computes the
+        confidences of all their staged rows in one call, then `commit`s each."""
         self.forwards += 1
         if self.phase == "multi":
-            return self._update_multi(logits)
+            n, b = self.live_limit(), self.b
+            nb = -(-n // b)
+            if self.shift:
+                assert self.first_head is not None
+                logits = torch.cat([self.first_head[None], logits], 0)
+            return self._stage(logits[: nb * b], slice(0, nb * b), edit_only=True, multi=True)
         n_clean_fed = self._feed_start() - self.clean_len
         self.clean_len = self._feed_start()
         if self.shift:
@@ -203,30 +227,53 @@ class Sequence:
                     self.first_head = self.head
             assert self.head is not None
             logits = torch.cat([self.head[None], logits], 0)
-        ev = self._apply(logits, self._block(), edit_only=self.phase == "edit")
-        self._advance(ev)
+        return self._stage(logits, self._block(), edit_only=self.phase == "edit", multi=False)
+
+    def commit(self, st: Staged, conf: Confidence) -> TokenEvent:
+        """The second half of `update`: the policy's commits and edits from the confidences of
+        the staged rows."""
+        ev = self._decide(st, conf)
+        if st.multi:
+            ev.complete = True
+            self.multi_pass += 1
+            self._after_multi_pass()
+            if not ev.edits or self.multi_pass >= self.policy.edit_passes or self.end is None:
+                if self.end is None:
+                    self.end, self.reason = min(self.cap, self.max_new), "budget"
+                self.phase = "done"
+        else:
+            self._advance(ev)
         return ev
 
-    def _apply(self, logits: Tensor, where: slice, edit_only: bool) -> TokenEvent:
+    def _after_multi_pass(self) -> None:
+        self.clean_len = self.P  # the rewrite is redone each pass
+
+    def _stage(self, logits: Tensor, where: slice, edit_only: bool, multi: bool) -> Staged:
         sl = where
         cur = self.middle[sl]
-        n = cur.shape[0]
-        idx = torch.arange(sl.start, sl.start + n)
         masked = ~self.committed[sl]
-        live = idx < self.live_limit()
-        editable = self.committed[sl] & (cur != self.sp.end_of_middle)
         if self.first_allowed is not None and sl.start == 0:
             logits = logits.clone()
             logits[0, ~self.first_allowed] = float("-inf")
         if self.keep_first_logits and sl.start == 0 and self.first_logits is None and not edit_only:
             self.first_logits = logits[0].detach().float().cpu().clone()
         if self.loop_repeats:
+            n = cur.shape[0]
             bans = loop_bans(self.middle.tolist(), self.committed.tolist(), sl.start, sl.start + n, self.loop_repeats)
             if bans:
                 logits = logits.clone()
                 for j, t in bans:
                     logits[j - sl.start, t] = float("-inf")
-        conf = kernels.confidence(logits, torch.where(masked, -1, cur))
+        return Staged(logits, torch.where(masked, -1, cur), sl, edit_only, multi)
+
+    def _decide(self, st: Staged, conf: Confidence) -> TokenEvent:
+        sl, edit_only = st.where, st.edit_only
+        cur = self.middle[sl]
+        n = cur.shape[0]
+        idx = torch.arange(sl.start, sl.start + n)
+        masked = ~self.committed[sl]
+        live = idx < self.live_limit()
+        editable = self.committed[sl] & (cur != self.sp.end_of_middle)
         assert conf.cur_prob is not None
         view = BlockView(masked=masked, editable=editable, live=live, current=cur, top_id=conf.top_id.cpu(),
                          top_prob=conf.top_prob.cpu(), cur_prob=conf.cur_prob.cpu(), step=self.block_step,
@@ -337,22 +384,6 @@ class Sequence:
         self.block_step, self.edit_pass, self.phase = 0, 0, "draft"
         blk = self._block()
         self.masked_at_start = int((torch.arange(blk.start, blk.stop) < self.live_limit()).sum())
-
-    def _update_multi(self, logits: Tensor) -> TokenEvent:
-        n, b = self.live_limit(), self.b
-        nb = -(-n // b)
-        if self.shift:
-            assert self.first_head is not None
-            logits = torch.cat([self.first_head[None], logits], 0)
-        ev = self._apply(logits[: nb * b], slice(0, nb * b), edit_only=True)
-        ev.complete = True
-        self.multi_pass += 1
-        self.clean_len = self.P  # the rewrite is redone each pass
-        if not ev.edits or self.multi_pass >= self.policy.edit_passes or self.end is None:
-            if self.end is None:
-                self.end, self.reason = min(self.cap, self.max_new), "budget"
-            self.phase = "done"
-        return ev
 
     def remask(self, positions: list[int], reused: int) -> None:
         """Send middle `positions` back to [MASK] and resume decoding from the earliest one's

@@ -25,7 +25,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from engine.batch import execute, generate, new_slot_attrs
-from engine.decode import CLEAN, Feed, Sequence, StopFn, TokenEvent
+from engine.decode import CLEAN, Feed, Sequence, Staged, StopFn, TokenEvent
 from engine.model import ModelConfig, SpecialTokens
 from engine.policies import Policy
 
@@ -78,26 +78,17 @@ class BidirSequence(Sequence):
         f.kv_len = self.L
         return f
 
-    def update(self, logits: Tensor) -> TokenEvent:
+    def stage(self, logits: Tensor) -> Staged:
         self.forwards += 1
         if self._full:
             self.fresh_at, self.refreshes = self.block_start, self.refreshes + 1
         if self.phase == "multi":
-            return self._update_multi(logits)
-        ev = self._apply(logits, self._block(), edit_only=self.phase == "edit")
-        self._advance(ev)
-        return ev
+            n = -(-self.live_limit() // self.b) * self.b
+            return self._stage(logits[:n], slice(0, n), edit_only=True, multi=True)
+        return self._stage(logits, self._block(), edit_only=self.phase == "edit", multi=False)
 
-    def _update_multi(self, logits: Tensor) -> TokenEvent:
-        n = -(-self.live_limit() // self.b) * self.b
-        ev = self._apply(logits[:n], slice(0, n), edit_only=True)
-        ev.complete = True
-        self.multi_pass += 1
-        if not ev.edits or self.multi_pass >= self.policy.edit_passes or self.end is None:
-            if self.end is None:
-                self.end, self.reason = min(self.cap, self.max_new), "budget"
-            self.phase = "done"
-        return ev
+    def _after_multi_pass(self) -> None:
+        pass  # every forward of a multi-block pass is a full one
 
     def final_middle(self) -> list[int]:
         mid = super().final_middle()

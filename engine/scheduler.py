@@ -7,7 +7,8 @@ One thread owns the model. Each iteration of its loop is
   execute   - one forward over every running sequence, each on its own KV-cache row
               (`engine.batch.execute` pads the ragged feeds); a new arrival's prompt prefill
               runs as a second forward of the same step so short blocks are not padded to it;
-  update    - each sequence applies its policy, text events go out, finished rows are freed.
+  update    - the confidences of every row in one call (`engine.batch.confidences`), then each
+              sequence applies its policy, text events go out, finished rows are freed.
 Rows are the concurrency limit: a request arriving with every row taken gets a "busy" error.
 Work for a cancelled, superseded or disconnected request stops before the next forward.
 A failure inside one request (prepare, forward, update) fails that request only.
@@ -24,8 +25,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from collections.abc import Hashable
 from typing import Any, Literal
 
 from torch import Tensor
@@ -33,48 +33,16 @@ from torch import Tensor
 from engine import protocol as P
 from engine.alternatives import alternatives_for, fork_tokens, group_stats
 from engine.api import CompletionRequest, DoneReason, EngineEvent
-from engine.batch import execute, new_slot_attrs
-from engine.decode import Feed, Sequence
+from engine.batch import confidences, execute, new_slot_attrs
+from engine.decode import Feed, Staged
+from engine.jobs import Command, Emit, Job, Key
 from engine.policies import POLICIES, PRESETS
 from engine.service import TextEngine, TextStream
+from kernels import Confidence
 
 log = logging.getLogger(__name__)
 
-Emit = Callable[[EngineEvent, "str | None"], None]  # (event, error code); called on the model thread
-Key = tuple[Hashable, str]  # (owner, request id): ids are scoped to a connection
-
-
-@dataclass
-class Job:
-    req: CompletionRequest
-    owner: Hashable
-    emit: Emit
-    deadline: float  # time.perf_counter() after which the request ends with reason "deadline"
-    submitted: float = field(default_factory=time.perf_counter)
-    op: Literal["complete", "remask"] = "complete"
-    spans: list[tuple[int, int]] = field(default_factory=list)
-    seq: Sequence | None = None
-    stream: TextStream | None = None
-    attrs: Tensor | None = None
-    partial: str = ""
-    row: int = -1
-    batch_sum: int = 0  # sum of the batch sizes of the forwards it took part in
-    parent: Job | None = None  # set on a fork: the request it decodes an alternative of
-    forks: list[Job] = field(default_factory=list)
-    last_step: int | None = None  # a done request waiting for its forks: until this step
-    spawned: bool = False  # its forks were started (or it has none)
-
-    @property
-    def key(self) -> Key:
-        return (self.owner, self.req.request_id)
-
-
-@dataclass
-class _Cmd:
-    op: Literal["submit", "cancel", "drop", "wake"]
-    job: Job | None = None
-    key: Key | None = None
-    owner: Hashable = None
+__all__ = ["Job", "Scheduler"]
 
 
 class Scheduler:
@@ -98,7 +66,7 @@ class Scheduler:
             on_cpu = engine.model.output.weight.device.type == "cpu"
             forward_cost_tokens = 3 * b if on_cpu else 64 * b
         self.forward_cost_tokens = forward_cost_tokens
-        self.inbox: queue.Queue[_Cmd] = queue.Queue()
+        self.inbox: queue.Queue[Command] = queue.Queue()
         self.counters: dict[str, float] = {
             "submitted": 0, "completed": 0, "cancelled": 0, "superseded": 0, "deadline": 0,
             "errors": 0, "busy": 0, "steps": 0, "forwards": 0, "batched_rows": 0,
@@ -112,7 +80,7 @@ class Scheduler:
                op: Literal["complete", "remask"] = "complete", spans: list[tuple[int, int]] | None = None) -> None:
         limit = self.deadline_s if deadline_ms is None else min(self.deadline_s, deadline_ms / 1000)
         job = Job(req, owner, emit, time.perf_counter() + limit, op=op, spans=list(spans or []))
-        self.inbox.put(_Cmd("submit", job=job))
+        self.inbox.put(Command("submit", job=job))
 
     def remask(self, request_id: str, spans: list[tuple[int, int]], owner: Hashable, emit: Emit,
                deadline_ms: int | None = None) -> None:
@@ -121,11 +89,11 @@ class Scheduler:
         self.submit(stub, owner, emit, deadline_ms, op="remask", spans=spans)
 
     def cancel(self, request_id: str, owner: Hashable) -> None:
-        self.inbox.put(_Cmd("cancel", key=(owner, request_id)))
+        self.inbox.put(Command("cancel", key=(owner, request_id)))
 
     def drop_owner(self, owner: Hashable) -> None:
         """A connection went away: its running requests stop before the next forward."""
-        self.inbox.put(_Cmd("drop", owner=owner))
+        self.inbox.put(Command("drop", owner=owner))
 
     def snapshot(self) -> dict[str, Any]:
         c = dict(self.counters)
@@ -141,7 +109,7 @@ class Scheduler:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        self.inbox.put(_Cmd("wake"))
+        self.inbox.put(Command("wake"))
         if self._thread is not None:
             self._thread.join(timeout)
         for job in list(self.running.values()):
@@ -171,7 +139,7 @@ class Scheduler:
             block = False
             self._apply(cmd)
 
-    def _apply(self, cmd: _Cmd) -> None:
+    def _apply(self, cmd: Command) -> None:
         if cmd.op == "cancel" and cmd.key is not None:
             job = self.running.get(cmd.key)
             if job is not None:
@@ -329,44 +297,75 @@ class Scheduler:
         return {j.key: lg for (j, _), lg in zip(group, logits, strict=True)}
 
     def _update(self, jobs: list[Job], results: dict[Key, Tensor]) -> None:
+        """Every row's policy step; the confidences of all rows come from one call."""
+        staged: list[tuple[Job, Staged, bool]] = []
         for job in jobs:
             logits = results.get(job.key)
             if logits is None or self.running.get(job.key) is not job:
                 continue
-            if job.parent is not None:
-                self._update_fork(job, logits)
-                continue
-            seq, stream = job.seq, job.stream
-            assert seq is not None and stream is not None
+            assert job.seq is not None
+            first = job.seq.forwards == 0 and job.op == "complete" and job.parent is None
             try:
-                first = seq.forwards == 0 and job.op == "complete"
-                tev = seq.update(logits)
-                if first:
-                    self.engine.prompt_cache.store(self.engine.model, job.row, job.req.doc_key, seq.prompt)
-                if not job.spawned and job.op == "complete" and (tev.complete or seq.done()):
-                    job.spawned = True  # after the first complete draft: the forks do not slow it
-                    self._spawn_forks(job)
-                ev = stream.feed(tev)
-                if ev is not None:
-                    job.emit(ev, None)
-                if seq.done() and any(f.key in self.running for f in job.forks):
-                    job.last_step = int(self.counters["steps"]) + max(seq.b, seq.forwards)
-                elif seq.done():
-                    self._finish(job, None)
+                staged.append((job, job.seq.stage(logits), first))
             except Exception as e:  # noqa: BLE001
-                self._fail(job, e)
+                self._fail_row(job, e)
+        try:
+            confs = confidences([st for _, st, _ in staged])
+        except Exception:  # noqa: BLE001 - find the row that breaks the batch
+            confs = []
+            for job, st, _ in staged:
+                try:
+                    confs.extend(confidences([st]))
+                except Exception as e:  # noqa: BLE001
+                    confs.append(None)  # type: ignore[arg-type]
+                    self._fail_row(job, e)
+        for (job, st, first), conf in zip(staged, confs, strict=True):
+            if conf is None or self.running.get(job.key) is not job:
+                continue
+            if job.parent is not None:
+                self._update_fork(job, st, conf)
+            else:
+                self._update_primary(job, st, conf, first)
 
-    def _update_fork(self, fork: Job, logits: Tensor) -> None:
+    def _update_primary(self, job: Job, st: Staged, conf: Confidence, first: bool) -> None:
+        seq, stream = job.seq, job.stream
+        assert seq is not None and stream is not None
+        try:
+            tev = seq.commit(st, conf)
+            if first:
+                self.engine.prompt_cache.store(self.engine.model, job.row, job.req.doc_key, seq.prompt)
+            if not job.spawned and job.op == "complete" and (tev.complete or seq.done()):
+                job.spawned = True  # after the first complete draft: the forks do not slow it
+                self._spawn_forks(job)
+            ev = stream.feed(tev)
+            if ev is not None:
+                job.emit(ev, None)
+            if seq.done() and any(f.key in self.running for f in job.forks):
+                job.last_step = int(self.counters["steps"]) + max(seq.b, seq.forwards)
+            elif seq.done():
+                self._finish(job, None)
+        except Exception as e:  # noqa: BLE001
+            self._fail(job, e)
+
+    def _update_fork(self, fork: Job, st: Staged, conf: Confidence) -> None:
         assert fork.seq is not None
         try:
-            fork.seq.update(logits)
-        except Exception:  # noqa: BLE001 - an alternative that fails is dropped, the request goes on
-            log.exception("an alternative of %s failed", fork.req.request_id)
-            fork.seq.reason = "cancelled"
-            self._release(fork)
+            fork.seq.commit(st, conf)
+        except Exception as e:  # noqa: BLE001 - an alternative that fails is dropped, the request goes on
+            self._fail_row(fork, e)
             return
         if fork.seq.done():
             self._release(fork)
+
+    def _fail_row(self, job: Job, e: BaseException) -> None:
+        """A row failed in its update: a request fails alone; an alternative is dropped."""
+        if job.parent is None:
+            self._fail(job, e)
+            return
+        log.error("an alternative of %s failed: %s: %s", job.req.request_id, type(e).__name__, e, exc_info=e)
+        assert job.seq is not None
+        job.seq.reason = "cancelled"
+        self._release(job)
 
     # -- endings -------------------------------------------------------------------------------
     def _release(self, job: Job) -> None:

@@ -112,6 +112,7 @@ class Encoded:
     ids: list[int]
     prompt_len: int  # index of the first middle token
     middle_len: int  # padded to whole blocks
+    teacher: bool = False  # the middle is the model's own answer (engine.train.distill)
 
 
 def encode_example(tok: Tokenizer, sp: SpecialTokens, ex: Example, block: int,
@@ -168,11 +169,12 @@ class Batch:
     noisy_target: Tensor  # [B, N]
     noisy_weight: Tensor  # [B, N]
     n_clean: int
+    certain: Tensor | None = None  # [B, N] bool: masked targets of teacher rows (certainty forcing)
 
 
 def make_batch(rows: list[Encoded], sp: SpecialTokens, vocab: int, block: int, rng: torch.Generator,
                diffusion: bool, edit_noise: float = 0.1, kept_weight: float = 0.25,
-               min_t: float = 0.1) -> Batch:
+               min_t: float = 0.1, teacher_suffix: float = 0.0) -> Batch:
     B = len(rows)
     T = max(len(r.ids) for r in rows)
     N = max(r.middle_len for r in rows) if diffusion else 0
@@ -184,6 +186,7 @@ def make_batch(rows: list[Encoded], sp: SpecialTokens, vocab: int, block: int, r
     ar_w = torch.zeros((B, T))
     nz_t = torch.full((B, N), -100, dtype=torch.long)
     nz_w = torch.zeros((B, N))
+    certain = torch.zeros((B, N), dtype=torch.bool)
     n_special = 8  # random replacement tokens avoid the special ids (all below this)
     for b, r in enumerate(rows):
         L = len(r.ids)
@@ -203,6 +206,11 @@ def make_batch(rows: list[Encoded], sp: SpecialTokens, vocab: int, block: int, r
             t = float(torch.rand((), generator=rng)) * (1 - min_t) + min_t
             u = torch.rand(block, generator=rng)
             masked = u < t
+            if r.teacher and float(torch.rand((), generator=rng)) < teacher_suffix:
+                # as a left-to-right decode leaves a block: the first k tokens known, the rest masked
+                k = int(torch.randint(0, block, (), generator=rng))
+                masked = torch.arange(block) >= k
+                t = max((block - k) / block, min_t)
             edited = (~masked) & (torch.rand(block, generator=rng) < edit_noise)
             seg = slice(s, s + block)
             noisy[seg][masked] = sp.mask
@@ -212,6 +220,8 @@ def make_batch(rows: list[Encoded], sp: SpecialTokens, vocab: int, block: int, r
             w = torch.where(masked, 1.0 / t, torch.where(edited, 1.0, kept_weight))
             nz_t[b, s: s + block - 1] = clean_mid[s + 1: s + block]
             nz_w[b, s: s + block - 1] = w[1:]
+            if r.teacher:
+                certain[b, s: s + block - 1] = masked[1:]
         idx[b, T: T + M] = noisy
         pos[b, T: T + M] = torch.arange(P, P + M)
         kind[b, T: T + M] = NOISY
@@ -219,4 +229,4 @@ def make_batch(rows: list[Encoded], sp: SpecialTokens, vocab: int, block: int, r
     nz_w = nz_w / max(1, sum(r.middle_len for r in rows)) * B
     m = layout_mask(kind, pos, blk, kind, pos, blk)
     m = m | torch.eye(T + N, dtype=torch.bool)[None, None]  # padding rows read themselves
-    return Batch(idx, pos, m, ar_t, ar_w, nz_t, nz_w, T)
+    return Batch(idx, pos, m, ar_t, ar_w, nz_t, nz_w, T, certain if bool(certain.any()) else None)

@@ -26,6 +26,7 @@ from engine.model import ModelConfig, Transformer, preset
 from engine.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.corpus import read_text, split
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, make_batch
+from engine.train.distill import load_rows
 from engine.train.parallel import ParallelStream
 
 
@@ -39,6 +40,32 @@ def load_texts() -> tuple[list[str], list[float], list[str]]:
             weights.append(2.0 if f.key.startswith("stdlib/") else 1.0)
     held_texts = [t for f in held if f.key.startswith("stdlib/") and (t := read_text(f))]
     return texts, weights, held_texts
+
+
+class TeacherRows:
+    """The teacher rows in a seeded order, epoch after epoch; `pos` (rows handed out) resumes it."""
+
+    def __init__(self, rows: list[Encoded], seed: int) -> None:
+        if not rows:
+            raise ValueError("no teacher rows")
+        self.rows, self.seed, self.pos = rows, seed, 0
+        self._order: tuple[int, list[int]] = (-1, [])
+
+    def order(self, epoch: int) -> list[int]:
+        if self._order[0] != epoch:
+            order = list(range(len(self.rows)))
+            random.Random(self.seed * 1000 + epoch).shuffle(order)
+            self._order = (epoch, order)
+        return self._order[1]
+
+    def next(self, n: int) -> list[Encoded]:
+        out = []
+        for _ in range(n):
+            epoch, i = divmod(self.pos, len(self.rows))
+            r = self.rows[self.order(epoch)[i]]
+            out.append(dataclasses.replace(r, teacher=True))
+            self.pos += 1
+        return out
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int, schedule: str = "cosine", decay_steps: int = 0) -> float:
@@ -70,24 +97,36 @@ def to_device(b: Batch, dev: torch.device) -> Batch:
     return dataclasses.replace(b, **moved)
 
 
-def losses(model: Transformer, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+def losses(model: Transformer, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Next-token loss on the clean stream, block-diffusion loss on the noisy copies, and the
+    certainty term: the mean entropy of the teacher rows' masked predictions that already
+    name the teacher's token (dParallel's certainty forcing; zero without teacher rows)."""
     logits = model(b.idx, b.pos, b.mask)
     T = b.n_clean
+    zero = torch.zeros((), device=logits.device)
     ce = F.cross_entropy(logits[:, :T].flatten(0, 1), b.ar_target.flatten(), reduction="none", ignore_index=-100)
     ar = (ce * b.ar_weight.flatten()).sum() / b.ar_weight.sum().clamp_min(1)
     if b.noisy_target.shape[1] == 0:
-        return ar, torch.zeros(())
-    ce2 = F.cross_entropy(logits[:, T:].flatten(0, 1), b.noisy_target.flatten(), reduction="none", ignore_index=-100)
+        return ar, zero, zero
+    noisy = logits[:, T:]
+    ce2 = F.cross_entropy(noisy.flatten(0, 1), b.noisy_target.flatten(), reduction="none", ignore_index=-100)
     diff = (ce2 * b.noisy_weight.flatten()).sum() / b.noisy_weight.shape[0]
-    return ar, diff
+    if b.certain is None:
+        return ar, diff, zero
+    right = b.certain & (noisy.argmax(-1) == b.noisy_target)
+    logp = F.log_softmax(noisy[right].float(), -1)
+    cert = -(logp.exp() * logp).sum(-1).sum() / right.sum().clamp_min(1)
+    return ar, diff, cert
 
 
 def save_state(model: Transformer, opt: torch.optim.Optimizer, step: int, tokens: int,
-               stream: ExampleStream, noise: torch.Generator, args: argparse.Namespace, stable: bool) -> None:
+               stream: ExampleStream, noise: torch.Generator, args: argparse.Namespace, stable: bool,
+               teacher_pos: int = 0) -> None:
     """OUT/state.pt (what --resume reads), OUT/latest and OUT/snap-STEP; with `stable`, also the
     un-annealed state a later run goes on from (OUT/state-stable.pt, --resume-from) and OUT/stable."""
     state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "tokens": tokens,
-             "data_rng": stream.rng.getstate(), "noise_rng": noise.get_state(), "args": vars(args)}
+             "data_rng": stream.rng.getstate(), "noise_rng": noise.get_state(), "args": vars(args),
+             "teacher_pos": teacher_pos}
     torch.save(state, args.out / "state.pt")
     tok_file = args.tokenizer / "tokenizer.json"
     save_checkpoint(model, args.out / "latest", tok_file)
@@ -128,6 +167,13 @@ def main() -> None:
                     "steps the measured rate fits in the rest (--steps stays the cap)")
     ap.add_argument("--decay-frac", type=float, default=0.2, help="with --time-budget-s: the decay's share")
     ap.add_argument("--data-seed", type=int, help="seed of the example stream (default: --seed)")
+    ap.add_argument("--distill", type=Path, help="teacher rows (python -m engine.train.distill): mix them "
+                    "into every batch, with the certainty term on their masked tokens")
+    ap.add_argument("--distill-frac", type=float, default=0.5, help="with --distill: the share of each batch")
+    ap.add_argument("--distill-suffix", type=float, default=0.5, help="with --distill: the share of teacher "
+                    "blocks masked as a left-to-right decode leaves them (a known start, the rest masked) "
+                    "instead of at random")
+    ap.add_argument("--certainty", type=float, default=1.0, help="with --distill: the certainty term's weight")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     ap.add_argument("--data-workers", type=int, default=0, help="processes preparing examples (0: the "
                     "trainer's own; a GPU run needs several: see engine/train/parallel.py)")
@@ -174,6 +220,7 @@ def main() -> None:
     noise = torch.Generator().manual_seed(args.seed + 1)
     held_stream = ExampleStream(held_texts, [1.0] * len(held_texts), tok, sp, cfg.block_size, seed=1234)
     held_rows: list[Encoded] = [held_stream.next() for _ in range(32)]
+    teacher = TeacherRows(load_rows(args.distill), data_seed) if args.distill is not None else None
     held_noise_seed = 4321
     args.out.mkdir(parents=True, exist_ok=True)
     step, tokens = 0, 0
@@ -188,6 +235,8 @@ def main() -> None:
         step, tokens = st["step"], st["tokens"]
         stream.rng.setstate(st["data_rng"])
         noise.set_state(st["noise_rng"])
+        if teacher is not None and "teacher_pos" in st:
+            teacher.pos = st["teacher_pos"]
         print(f"resumed at step {step}")
     par = ParallelStream(texts, weights, tok, sp, cfg.block_size, data_seed, args.batch,
                          args.data_workers, step) if args.data_workers > 0 else None
@@ -206,16 +255,21 @@ def main() -> None:
             decay = total - step
             bar.total = total
             print(f"\ndecay from step {step} to {total} ({rate:.3f} steps/s)")
-            save_state(model, opt, step, tokens, stream, noise, args, stable=True)
+            save_state(model, opt, step, tokens, stream, noise, args, stable=True,
+                       teacher_pos=teacher.pos if teacher is not None else 0)
         model.train()
         diffusion = step >= args.ar_steps
-        rows = par.next_batch() if par is not None else [stream.next() for _ in range(args.batch)]
-        b = to_device(make_batch(rows, sp, cfg.vocab_size, cfg.block_size, noise, diffusion), dev)
+        n_teach = round(args.batch * args.distill_frac) if teacher is not None else 0
+        rows = par.next_batch()[n_teach:] if par is not None else [stream.next() for _ in range(args.batch - n_teach)]
+        if teacher is not None:
+            rows += teacher.next(n_teach)
+        b = to_device(make_batch(rows, sp, cfg.vocab_size, cfg.block_size, noise, diffusion,
+                                 teacher_suffix=args.distill_suffix), dev)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, args.lr, args.warmup, args.schedule, decay)  # wsd, decay 0: the peak
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
-            ar, diff = losses(model, b)
-        loss = ar + diff
+            ar, diff, cert = losses(model, b)
+        loss = ar + diff + args.certainty * cert
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -225,20 +279,22 @@ def main() -> None:
         bar.update(1)
         bar.set_postfix(ar=f"{ar.item():.3f}", diff=f"{diff.item():.3f}", tok=f"{tokens / 1e6:.2f}M")
         rec = {"step": step, "tokens": tokens, "ar": round(ar.item(), 4), "diff": round(diff.item(), 4),
+               **({"cert": round(cert.item(), 4)} if teacher is not None else {}),
                "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1)}
         if step % args.eval_every == 0 or step == total:
             model.eval()
             with torch.no_grad():
                 hb = to_device(make_batch(held_rows, sp, cfg.vocab_size, cfg.block_size,
                                           torch.Generator().manual_seed(held_noise_seed), True), dev)
-                har, hdiff = losses(model, hb)
+                har, hdiff, _ = losses(model, hb)
             rec |= {"held_ar": round(har.item(), 4), "held_diff": round(hdiff.item(), 4)}
         log.write(json.dumps(rec) + "\n")
         log.flush()
         at_stable_end = args.time_budget_s is None and args.schedule == "wsd" \
             and step == stable_end(total, decay)
         if step % args.save_every == 0 or step == total or at_stable_end:
-            save_state(model, opt, step, tokens, stream, noise, args, stable=at_stable_end)
+            save_state(model, opt, step, tokens, stream, noise, args, stable=at_stable_end,
+                       teacher_pos=teacher.pos if teacher is not None else 0)
             save_checkpoint(model, args.out / "latest", args.tokenizer / "tokenizer.json")
             save_checkpoint(model, args.out / f"snap-{step:06d}", args.tokenizer / "tokenizer.json")
     bar.close()

@@ -3,13 +3,16 @@ dropped owners and deadlines take effect before the next forward; busy; crashes 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine.api import CompletionRequest, EngineEvent, Plan
+from engine.decode import Staged
 from engine.scheduler import Scheduler
 from engine.service import TextEngine
 
@@ -162,9 +165,9 @@ def test_crash_fails_only_that_request_and_remask(engine: TextEngine) -> None:
     s.step()
     job = s.running[("o", "bad")]
 
-    def boom(logits: object) -> None:
+    def boom(staged: object, conf: object) -> None:
         raise RuntimeError("injected failure")
-    job.seq.update = boom  # type: ignore[method-assign, assignment]
+    job.seq.commit = boom  # type: ignore[method-assign, assignment]
     run_until_done(s, sink, ["ok", "bad"])
     ev, code = sink.events["bad"][-1]
     assert ev.kind == "error" and code == "internal" and "injected failure" in (ev.error or "")
@@ -235,3 +238,27 @@ def test_a_fork_that_fails_to_start_leaves_its_request_alone(engine: TextEngine,
     done = sink.last("r")
     assert done.kind == "done" and done.alternatives == () and s.counters["errors"] == 0
     assert len(s.free_rows) == 4 and not s.running
+
+
+def test_a_row_that_breaks_the_steps_confidence_call_fails_alone(engine: TextEngine) -> None:
+    """The confidences of all rows come from one call; a row whose staged rows break it is
+    found by calling per row, and fails alone."""
+    s, sink = Scheduler(engine, max_batch=3), Sink()
+    emit = sink.emit_for("o")
+    pre, suf, plan = PROMPTS[0]
+    s.submit(CompletionRequest("ok", "d1", pre, suf, plan), "o", emit)
+    s.submit(long_req("bad", "d2"), "o", emit)
+    s.step()
+    seq = s.running[("o", "bad")].seq
+    assert seq is not None
+    orig = seq.stage
+
+    def skewed(logits: torch.Tensor) -> Staged:
+        st = orig(logits)
+        return dataclasses.replace(st, current=torch.cat([st.current, st.current[:1]]))
+    seq.stage = skewed  # type: ignore[method-assign]
+    run_until_done(s, sink, ["ok", "bad"])
+    ev, code = sink.events["bad"][-1]
+    assert ev.kind == "error" and code == "internal"
+    assert sink.last("ok").kind == "done" and s.counters["completed"] == 1
+    assert not s.running and len(s.free_rows) == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.batch import generate
-from engine.decode import Sequence, TokenEvent
+from engine.decode import Sequence, Staged, TokenEvent
 from engine.model import Transformer
 from engine.policies import PRESETS, make_policy
 from tests.engine.conftest import prompt_of
@@ -92,16 +92,16 @@ def test_end_of_middle_ends_the_completion(tiny: Transformer) -> None:
     seq = Sequence(prompt, cfg.special, make_policy("one_per_step"), cfg.block_size, 12, cfg.shift_logits,
                    max_len=512)
     # force the model's choice: the second generated token is end-of-middle
-    orig = seq._apply
+    orig = seq._stage
 
-    def forced(logits: torch.Tensor, where: slice, edit_only: bool) -> TokenEvent:
+    def forced(logits: torch.Tensor, where: slice, edit_only: bool, multi: bool) -> Staged:
         if where.start == 0 and not edit_only:
             logits = logits.clone()
             logits[1, :] = -1e9
             logits[1, eom] = 1e9
-        return orig(logits, where, edit_only)
+        return orig(logits, where, edit_only, multi)
 
-    seq._apply = forced  # type: ignore[method-assign]
+    seq._stage = forced  # type: ignore[method-assign]
     evs = list(generate(tiny, seq))
     assert evs[-1].reason == "end_of_middle" and len(seq.final_middle()) == 1
 
@@ -135,15 +135,15 @@ def test_masks_after_a_committed_end_are_never_decoded(tiny: Transformer) -> Non
     eom = cfg.special.end_of_middle
     seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("threshold", threshold=0.999),
                    cfg.block_size, 4, cfg.shift_logits, max_len=512, end_ahead_min=0.0)
-    orig = seq._apply
+    orig = seq._stage
 
-    def forced(logits: torch.Tensor, where: slice, edit_only: bool) -> TokenEvent:
+    def forced(logits: torch.Tensor, where: slice, edit_only: bool, multi: bool) -> Staged:
         logits = logits.clone() / 100.0  # nothing is confident ...
         logits[2, :] = -1e9
         logits[2, eom] = 1e9  # ... but an end-of-middle at position 2
-        return orig(logits, where, edit_only)
+        return orig(logits, where, edit_only, multi)
 
-    seq._apply = forced  # type: ignore[method-assign]
+    seq._stage = forced  # type: ignore[method-assign]
     evs = list(generate(tiny, seq))
     assert evs[0].fills == [(2, eom)]
     assert seq.forwards == 3  # positions 0 and 1, one per step; position 3 is dead
@@ -152,18 +152,18 @@ def test_masks_after_a_committed_end_are_never_decoded(tiny: Transformer) -> Non
 
 def _forced_end(seq: Sequence, eom: int, confident: tuple[int, ...]) -> None:
     """The model is sure of end-of-middle at middle position 2 and of `confident` positions."""
-    orig = seq._apply
+    orig = seq._stage
 
-    def forced(logits: torch.Tensor, where: slice, edit_only: bool) -> TokenEvent:
+    def forced(logits: torch.Tensor, where: slice, edit_only: bool, multi: bool) -> Staged:
         logits = logits.clone() / 100.0
         for i in confident:
             logits[i, :] = -1e9
             logits[i, 20 + i] = 1e9
         logits[2, :] = -1e9
         logits[2, eom] = 1e9
-        return orig(logits, where, edit_only)
+        return orig(logits, where, edit_only, multi)
 
-    seq._apply = forced  # type: ignore[method-assign]
+    seq._stage = forced  # type: ignore[method-assign]
 
 
 def test_end_of_middle_commits_only_behind_committed_tokens(tiny: Transformer) -> None:

@@ -1,0 +1,51 @@
+"""A scheduler's units of work: one request (`Job`, on one KV-cache row) and the commands
+the daemon's connections put in its inbox (`Command`), applied between forwards."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from torch import Tensor
+
+from engine.api import CompletionRequest, EngineEvent
+from engine.decode import Sequence
+from engine.service import TextStream
+
+Emit = Callable[[EngineEvent, "str | None"], None]  # (event, error code); called on the model thread
+Key = tuple[Hashable, str]  # (owner, request id): ids are scoped to a connection
+
+
+@dataclass
+class Job:
+    req: CompletionRequest
+    owner: Hashable
+    emit: Emit
+    deadline: float  # time.perf_counter() after which the request ends with reason "deadline"
+    submitted: float = field(default_factory=time.perf_counter)
+    op: Literal["complete", "remask"] = "complete"
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    seq: Sequence | None = None
+    stream: TextStream | None = None
+    attrs: Tensor | None = None
+    partial: str = ""
+    row: int = -1
+    batch_sum: int = 0  # sum of the batch sizes of the forwards it took part in
+    parent: Job | None = None  # set on a fork: the request it decodes an alternative of
+    forks: list[Job] = field(default_factory=list)
+    last_step: int | None = None  # a done request waiting for its forks: until this step
+    spawned: bool = False  # its forks were started (or it has none)
+
+    @property
+    def key(self) -> Key:
+        return (self.owner, self.req.request_id)
+
+
+@dataclass
+class Command:
+    op: Literal["submit", "cancel", "drop", "wake"]
+    job: Job | None = None
+    key: Key | None = None
+    owner: Hashable = None
