@@ -64,10 +64,15 @@ def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_at
 
 
 def confidences(staged: list[Staged]) -> list[Confidence]:
-    """The confidences of several sequences' staged rows in one call (one kernel launch, one
-    reduction over the vocabulary for the whole step), split back per sequence."""
+    """The confidences of several sequences' staged rows: on an accelerator in one call (one
+    kernel launch, one reduction over the vocabulary for the whole step), split back per
+    sequence; on the CPU one call a sequence, whose [16, V] rows stay in the core's cache (one
+    call over the step's concatenated rows served 8 clients ~0.08 ms a row slower:
+    BENCHMARKS.md, "one confidence call per step")."""
     if not staged:
         return []
+    if not staged[0].logits.is_cuda:
+        return [kernels.confidence(s.logits, s.current) for s in staged]
     conf = kernels.confidence(torch.cat([s.logits for s in staged]), torch.cat([s.current for s in staged]))
     assert conf.cur_prob is not None
     out: list[Confidence] = []

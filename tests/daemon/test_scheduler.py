@@ -241,8 +241,8 @@ def test_a_fork_that_fails_to_start_leaves_its_request_alone(engine: TextEngine,
 
 
 def test_a_row_that_breaks_the_steps_confidence_call_fails_alone(engine: TextEngine) -> None:
-    """The confidences of all rows come from one call; a row whose staged rows break it is
-    found by calling per row, and fails alone."""
+    """The confidences of a step's rows come from one `confidences` call; a row whose staged
+    rows break it is found by calling per row, and fails alone."""
     s, sink = Scheduler(engine, max_batch=3), Sink()
     emit = sink.emit_for("o")
     pre, suf, plan = PROMPTS[0]
