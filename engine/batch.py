@@ -63,25 +63,53 @@ def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_at
     return [logits[r, : len(f.logits_at)] for r, f in enumerate(feeds)]
 
 
-def confidences(staged: list[Staged]) -> list[Confidence]:
+def confidences(staged: list[Staged], one_call: bool | None = None) -> list[Confidence | Exception]:
     """The confidences of several sequences' staged rows: on an accelerator in one call (one
     kernel launch, one reduction over the vocabulary for the whole step), split back per
     sequence; on the CPU one call a sequence, whose [16, V] rows stay in the core's cache (one
     call over the step's concatenated rows served 8 clients ~0.08 ms a row slower:
-    BENCHMARKS.md, "one confidence call per step")."""
-    if not staged:
-        return []
-    if not staged[0].logits.is_cuda:
-        return [kernels.confidence(s.logits, s.current) for s in staged]
-    conf = kernels.confidence(torch.cat([s.logits for s in staged]), torch.cat([s.current for s in staged]))
-    assert conf.cur_prob is not None
-    out: list[Confidence] = []
-    at = 0
-    for s in staged:
-        n = s.logits.shape[0]
-        out.append(Confidence(conf.top_id[at: at + n], conf.top_prob[at: at + n], conf.cur_prob[at: at + n], None))
-        at += n
-    return out
+    BENCHMARKS.md, "one confidence call per step"). A sequence whose rows break the call gets
+    the exception in its place; the others get their confidences. `one_call` forces the way
+    (default: one call on an accelerator)."""
+    if one_call is None:
+        one_call = bool(staged) and staged[0].logits.is_cuda
+    if staged and one_call:
+        try:
+            conf = kernels.confidence(torch.cat([s.logits for s in staged]), torch.cat([s.current for s in staged]))
+        except Exception:  # noqa: BLE001 - find the sequence that breaks the batch, below
+            pass
+        else:
+            assert conf.cur_prob is not None
+            out: list[Confidence | Exception] = []
+            at = 0
+            for s in staged:
+                n = s.logits.shape[0]
+                out.append(Confidence(conf.top_id[at: at + n], conf.top_prob[at: at + n],
+                                      conf.cur_prob[at: at + n], None))
+                at += n
+            return out
+    return [_confidence_or_error(s) for s in staged]
+
+
+def _confidence_or_error(s: Staged) -> Confidence | Exception:
+    try:
+        return kernels.confidence(s.logits, s.current)
+    except Exception as e:  # noqa: BLE001 - the caller fails this sequence only
+        return e
+
+
+def length_split(lens: list[int], overhead_tokens: int) -> int:
+    """Where to split decode feeds of ascending lengths `lens` into two forwards (0: keep one):
+    where padding the shorter ones to the longest would cost more than one more forward. A row
+    that finished a block feeds its clean tokens with the next block (twice the tokens), and
+    padding every other row to it doubles the step. Cost model: a forward costs
+    `overhead_tokens` fed tokens of fixed overhead plus rows x its longest feed."""
+    best_i, best = 0, overhead_tokens + len(lens) * lens[-1]  # one forward, everything padded
+    for i in range(1, len(lens)):
+        cost = 2 * overhead_tokens + i * lens[i - 1] + (len(lens) - i) * lens[-1]
+        if cost < best:
+            best_i, best = i, cost
+    return best_i
 
 
 def new_slot_attrs(max_len: int, clean_len: int) -> Tensor:

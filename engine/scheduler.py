@@ -7,7 +7,7 @@ One thread owns the model. Each iteration of its loop is
   execute   - one forward over every running sequence, each on its own KV-cache row
               (`engine.batch.execute` pads the ragged feeds); a new arrival's prompt prefill
               runs as a second forward of the same step so short blocks are not padded to it;
-  update    - the confidences of every row in one call (`engine.batch.confidences`), then each
+  update    - the confidences of every row (`engine.batch.confidences`), then each
               sequence applies its policy, text events go out, finished rows are freed.
 Rows are the concurrency limit: a request arriving with every row taken gets a "busy" error.
 Work for a cancelled, superseded or disconnected request stops before the next forward.
@@ -33,7 +33,7 @@ from torch import Tensor
 from engine import protocol as P
 from engine.alternatives import alternatives_for, fork_tokens, group_stats
 from engine.api import CompletionRequest, DoneReason, EngineEvent
-from engine.batch import confidences, execute, new_slot_attrs
+from engine.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decode import Feed, Staged
 from engine.jobs import Command, Emit, Job, Key
 from engine.policies import POLICIES, PRESETS
@@ -255,22 +255,12 @@ class Scheduler:
         return out
 
     def _groups(self, feeds: list[tuple[Job, Feed]]) -> list[list[tuple[Job, Feed]]]:
-        """Split the decode feeds, sorted by length, where padding the shorter ones to the
-        longer would cost more than one more forward: a row that finished a block feeds its
-        clean tokens with the next block (twice the tokens), and padding every other row to
-        it doubles the step. Cost model: a forward costs `forward_cost_tokens` fed tokens of
-        fixed overhead plus rows x longest feed."""
+        """The decode feeds, sorted by length, in one forward or two (`engine.batch.length_split`)."""
         if len(feeds) < 2:
             return [feeds] if feeds else []
         feeds = sorted(feeds, key=lambda jf: len(jf[1].ids))
-        lens = [len(f.ids) for _, f in feeds]
-        c = self.forward_cost_tokens
-        best_i, best = 0, c + len(lens) * lens[-1]  # one forward, everything padded
-        for i in range(1, len(lens)):
-            cost = 2 * c + i * lens[i - 1] + (len(lens) - i) * lens[-1]
-            if cost < best:
-                best_i, best = i, cost
-        return [feeds[:best_i], feeds[best_i:]] if best_i else [feeds]
+        i = length_split([len(f.ids) for _, f in feeds], self.forward_cost_tokens)
+        return [feeds[:i], feeds[i:]] if i else [feeds]
 
     def _forward(self, group: list[tuple[Job, Feed]]) -> dict[Key, Tensor]:
         group = sorted(group, key=lambda jf: jf[0].row)  # rows 0..B-1 in order: the cache is read by slicing
@@ -297,7 +287,7 @@ class Scheduler:
         return {j.key: lg for (j, _), lg in zip(group, logits, strict=True)}
 
     def _update(self, jobs: list[Job], results: dict[Key, Tensor]) -> None:
-        """Every row's policy step; the confidences of all rows come from one call."""
+        """Every row's policy step, from the confidences of all the step's rows."""
         staged: list[tuple[Job, Staged, bool]] = []
         for job in jobs:
             logits = results.get(job.key)
@@ -309,20 +299,12 @@ class Scheduler:
                 staged.append((job, job.seq.stage(logits), first))
             except Exception as e:  # noqa: BLE001
                 self._fail_row(job, e)
-        try:
-            confs = confidences([st for _, st, _ in staged])
-        except Exception:  # noqa: BLE001 - find the row that breaks the batch
-            confs = []
-            for job, st, _ in staged:
-                try:
-                    confs.extend(confidences([st]))
-                except Exception as e:  # noqa: BLE001
-                    confs.append(None)  # type: ignore[arg-type]
-                    self._fail_row(job, e)
-        for (job, st, first), conf in zip(staged, confs, strict=True):
-            if conf is None or self.running.get(job.key) is not job:
+        for (job, st, first), conf in zip(staged, confidences([st for _, st, _ in staged]), strict=True):
+            if isinstance(conf, Exception):
+                self._fail_row(job, conf)
+            elif self.running.get(job.key) is not job:
                 continue
-            if job.parent is not None:
+            elif job.parent is not None:
                 self._update_fork(job, st, conf)
             else:
                 self._update_primary(job, st, conf, first)

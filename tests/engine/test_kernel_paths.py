@@ -25,3 +25,30 @@ def test_same_tokens_with_every_kernel_path(tiny: Transformer, monkeypatch: pyte
         results[backend] = (seq.final_middle(), seq.forwards)
     for backend in backends[1:]:
         assert results[backend] == results["reference"], backend
+
+
+@pytest.mark.parametrize("one_call", [True, False])
+def test_step_confidences_match_per_sequence_calls_and_isolate_a_broken_row(one_call: bool) -> None:
+    """`engine.batch.confidences` over ragged sequences (one call for the step, as on an
+    accelerator, or one a sequence, as on the CPU) equals each sequence's own call; a sequence
+    whose current ids do not match its rows gets an exception and the others their values."""
+    import torch
+
+    from engine.batch import confidences
+    from engine.decode import Staged
+    from kernels import confidence
+
+    g = torch.Generator().manual_seed(3)
+    staged = [Staged(torch.randn(n, 37, generator=g) * 4, torch.randint(-1, 37, (n,), generator=g),
+                     slice(0, n), False, False) for n in (5, 16, 1, 9)]
+    got = confidences(staged, one_call=one_call)
+    for st, conf in zip(staged, got, strict=True):
+        want = confidence(st.logits, st.current)
+        assert not isinstance(conf, Exception)
+        assert torch.equal(conf.top_id, want.top_id)
+        assert torch.allclose(conf.top_prob, want.top_prob) and torch.allclose(conf.cur_prob, want.cur_prob)
+    broken = Staged(staged[1].logits, staged[1].current[:-2], slice(0, 16), False, False)
+    got = confidences([staged[0], broken, staged[2]], one_call=one_call)
+    assert isinstance(got[1], Exception)
+    assert not isinstance(got[0], Exception) and torch.equal(got[0].top_id, confidence(staged[0].logits).top_id)
+    assert not isinstance(got[2], Exception)
