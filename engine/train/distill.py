@@ -13,8 +13,9 @@ This module is step one: the teacher (the model itself) decodes infill prompts c
 training split, one token per forward left to right with the degenerate-loop guard, batched
 over the KV cache. Each kept example is the prompt and the teacher's middle ended by
 end-of-middle and padded to whole blocks, exactly the `Encoded` rows the trainer reads.
-Answers that run to the budget without ending, or are empty, are dropped. Step two is
-`engine.train.train --distill FILE` (its `--distill-frac` and `--certainty`).
+Answers that run to the budget without ending, or are empty, are dropped. `--filter-from
+FILE` keeps only the rows of a teacher file whose middle adds no Python parse error. Step two
+is `engine.train.train --distill FILE` (its `--distill-frac` and `--certainty`).
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer
 from torch import Tensor
 from tqdm import tqdm
+from tree_sitter import Node, Parser
 
 from engine.batch import execute, new_slot_attrs
 from engine.decode import Sequence
 from engine.loops import DEFAULT_REPEATS
 from engine.model import Transformer
 from engine.policies import make_policy
-from engine.train.data import MAX_MIDDLE, Encoded, ExampleStream
+from engine.train.data import MAX_MIDDLE, PY, Encoded, ExampleStream
 
 PREFILL_SPLIT_BLOCKS = 2  # feeds longer than this many blocks (prompt prefills) run alone
 
@@ -120,6 +123,25 @@ def teacher_rows(model: Transformer, stream: ExampleStream, n: int, batch: int,
     return out, st
 
 
+def _errors(node: Node) -> int:
+    if node.is_error or node.is_missing:
+        return 1
+    return sum(_errors(c) for c in node.children) if node.has_error else 0
+
+
+def adds_parse_error(row: Encoded, tok: Tokenizer, fim_prefix: int, end_of_middle: int,
+                     parser: Parser | None = None) -> bool:
+    """Whether a row's middle gives its prompt's code more Python parse errors than the
+    prompt's prefix and suffix joined without it (the prompt's own cut edges cancel out)."""
+    ids = row.ids
+    p = ids.index(fim_prefix)
+    suffix, prefix = tok.decode(ids[1:p]), tok.decode(ids[p + 1: row.prompt_len - 1])
+    middle = tok.decode([t for t in ids[row.prompt_len:] if t != end_of_middle])
+    parser = parser or Parser(PY)
+    base = _errors(parser.parse((prefix + suffix).encode()).root_node)
+    return _errors(parser.parse((prefix + middle + suffix).encode()).root_node) > base
+
+
 def save_rows(path: Path, rows: list[Encoded], meta: dict[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"rows": [(r.ids, r.prompt_len, r.middle_len) for r in rows], "meta": meta}, path)
@@ -139,7 +161,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=10, help="seed of the prompt stream (training split)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="auto", help="float32 | bfloat16 | auto")
+    ap.add_argument("--filter-from", type=Path, help="no decoding: keep the rows of this teacher file "
+                    "whose middle adds no parse error (--model gives the tokenizer)")
     args = ap.parse_args()
+    if args.filter_from is not None:
+        filter_main(args)
+        return
     torch.set_num_threads(args.threads)
     from engine.checkpoint import load_checkpoint
     from engine.loader import resolve_dtype
@@ -159,6 +186,19 @@ def main() -> None:
     print(f"kept {st.kept} of {st.decoded} ({st.no_end} without an end, {st.empty} empty), "
           f"{st.middle_tokens / max(1, st.kept):.1f} middle tokens each, {st.forwards} forwards, "
           f"{st.seconds:.0f} s -> {args.out}")
+
+
+def filter_main(args: argparse.Namespace) -> None:
+    from engine.checkpoint import load_config
+    from engine.tokenizer import load_tokenizer
+
+    sp = load_config(args.model).special
+    assert sp is not None
+    tok, parser = load_tokenizer(args.model), Parser(PY)
+    rows = load_rows(args.filter_from)
+    kept = [r for r in rows if not adds_parse_error(r, tok, sp.fim_prefix, sp.end_of_middle, parser)]
+    save_rows(args.out, kept, {"filtered_from": str(args.filter_from), "rule": "adds no parse error"})
+    print(f"kept {len(kept)} of {len(rows)} rows whose middle adds no parse error -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from engine.model import Transformer
 from engine.policies import make_policy
 from engine.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.data import Encoded, ExampleStream, make_batch
-from engine.train.distill import load_rows, save_rows, teacher_row, teacher_rows
+from engine.train.distill import adds_parse_error, load_rows, save_rows, teacher_row, teacher_rows
 from engine.train.train import TeacherRows, losses
 from tests.engine.test_train import TEXTS, _train
 
@@ -146,3 +146,24 @@ def test_teacher_blocks_can_be_masked_as_a_left_to_right_decode_leaves_them(mode
             assert all(m[k:]), m  # known start, masked rest
             starts.add(k)
     assert len(starts) > 1  # the known start varies
+
+
+def test_the_parse_filter_drops_a_middle_that_breaks_the_code_and_keeps_one_that_fits() -> None:
+    """Rows built as the trainer's layout from real text: a middle that completes the line
+    adds no parse error, one that opens a bracket it never closes does; a prompt whose cut
+    edge already fails to parse does not count against its middle."""
+    tok = load_tokenizer(EMBEDDED_DIR)
+    sp = special_tokens_of(tok)
+
+    def row(prefix: str, middle: str, suffix: str) -> Encoded:
+        prompt = [sp.fim_suffix, *tok.encode(suffix).ids, sp.fim_prefix, *tok.encode(prefix).ids, sp.fim_middle]
+        return teacher_row(prompt, tok.encode(middle).ids, sp.end_of_middle, 16)
+
+    def bad(r: Encoded) -> bool:
+        return adds_parse_error(r, tok, sp.fim_prefix, sp.end_of_middle)
+
+    pre, suf = "def area(w, h):\n    return ", "\n\nprint(area(2, 3))\n"
+    assert not bad(row(pre, "w * h", suf))
+    assert bad(row(pre, "max(w, (h", suf))
+    cut = "ght)\n    x = [1, 2"  # a prefix cut mid-expression, as the trainer's prompts are
+    assert not bad(row(cut, ", 3]", "\n    return x\n"))
