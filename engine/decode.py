@@ -264,7 +264,7 @@ class Sequence:
                 logits = logits.clone()
                 for j, t in bans:
                     logits[j - sl.start, t] = float("-inf")
-        return Staged(logits, torch.where(masked, -1, cur), sl, edit_only, multi)
+        return Staged(logits, torch.where(masked, -1, cur).to(logits.device), sl, edit_only, multi)
 
     def _decide(self, st: Staged, conf: Confidence) -> TokenEvent:
         sl, edit_only = st.where, st.edit_only

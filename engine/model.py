@@ -80,6 +80,8 @@ PRESETS: dict[str, ModelConfig] = {
         vocab_size=64, n_layer=2, n_head=4, n_kv_head=2, dim=32, intermediate_size=64,
         max_seq_len=256, block_size=4,
     ),
+    # The GPU-trained larger variant of the embedded model (17.3M parameters, 35 MB in bfloat16).
+    "mini-code": ModelConfig(n_layer=10, n_head=6, n_kv_head=2, dim=384, intermediate_size=1024),
     "small-code": ModelConfig(n_layer=12, n_head=12, n_kv_head=4, dim=768, intermediate_size=2048,
                               vocab_size=4096, max_seq_len=4096, block_size=32),
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One prepared device run on a lent GPU (at most 9.5 minutes; prepare with bench/gpu/prepare.sh):
-#   1. continue training the embedded model there (warmup-stable-decay sized by wall clock,
-#      from the committed weights, a fresh optimizer); the weights come back split under the
-#      per-file limit: rejoin with `cat model.safetensors.part-* > model.safetensors`;
+#   1. train (or with INIT=checkpoint, go on training) the larger variant of the embedded model there from scratch (preset mini-code,
+#      17.3M parameters: autoregressive warm-up, then block diffusion; warmup-stable-decay
+#      sized by wall clock) on the carried copy of this machine's corpus (same files, same
+#      held-out split); the bfloat16 weights come back split under the per-file limit: rejoin
+#      with `cat model.safetensors.part-* > model.safetensors` next to the returned config.json;
 #   2. the fused confidence kernel against its reference (bench/kernels.py);
-#   3. the LLaDA2.0-mini forward with random bf16 weights (bench/gpu_llada2.py);
-#   4. the daemon's batched scheduler on the GPU (bench/concurrency.py --quick --device cuda).
+#   3. the daemon's batched scheduler on the GPU (bench/concurrency.py --quick --device cuda).
 # Writes at most 8 files to $OUT. GPU_SESSION_DRY=1 runs the plumbing on a CPU (a few seconds
 # of training, the GPU benchmarks skipped), as tests/engine/test_gpu_session.py does.
 set -uo pipefail
@@ -21,10 +22,14 @@ if [ "$DRY" != 1 ] && [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then  # the 
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
+if [ -f .whl/corpus.tar.xz ]; then  # this machine's standard library (prepare.sh), not the device's
+  mkdir -p /tmp/corpus && tar xJf .whl/corpus.tar.xz -C /tmp/corpus && export LLADA_LSP_CORPUS=/tmp/corpus
+fi
 if [ "$DRY" = 1 ]; then
-  TRAIN_S=${TRAIN_S:-8}; DEVICE=cpu; BATCH=2; WORKERS=2; PRESET_ARGS=(--threads 1)
+  TRAIN_S=${TRAIN_S:-8}; DEVICE=cpu; BATCH=2; WORKERS=2; AR=1; PRESET_ARGS=(--threads 1)
 else
-  TRAIN_S=${TRAIN_S:-220}; DEVICE=cuda; BATCH=${BATCH:-64}; WORKERS=${WORKERS:-14}; PRESET_ARGS=()
+  TRAIN_S=${TRAIN_S:-300}; DEVICE=cuda; BATCH=${BATCH:-128}; WORKERS=${WORKERS:-14}; AR=${AR:-400}
+  PRESET_ARGS=(--bf16)
   nvidia-smi -L
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
@@ -42,18 +47,20 @@ step() {  # name, seconds, command...: the output to $OUT/name.txt, its tail her
 RUN=${RUN_DIR:-/tmp/gpu-run}
 rm -rf "$RUN"
 step train $((TRAIN_S + 90)) "$PY" -m engine.train.train --out "$RUN" --tokenizer engine/checkpoints/tiny-code \
-  --init-from engine/checkpoints/tiny-code --ar-steps 0 --steps 1000000 --schedule wsd \
-  --time-budget-s "$TRAIN_S" --decay-frac 0.25 --lr "${LR:-6e-4}" --warmup 100 --batch "$BATCH" \
-  --device "$DEVICE" --data-workers "$WORKERS" --eval-every 200 --save-every 1000000 --data-seed 11 \
-  "${PRESET_ARGS[@]}"
+  --preset "${PRESET:-mini-code}" --ar-steps "$AR" --steps 1000000 --schedule wsd \
+  --time-budget-s "$TRAIN_S" --decay-frac "${DECAY_FRAC:-0.25}" --lr "${LR:-2e-3}" --warmup "${WARMUP:-200}" --batch "$BATCH" \
+  --device "$DEVICE" --data-workers "$WORKERS" --eval-every 200 --save-every 1000 --data-seed "${DATA_SEED:-21}" \
+  ${INIT:+--init-from "$INIT"} "${PRESET_ARGS[@]}"
 if [ -f "$RUN/latest/model.safetensors" ]; then
-  split -b 15M "$RUN/latest/model.safetensors" "$OUT/model.safetensors.part-"
+  "$PY" -c "import sys, torch; from pathlib import Path; from engine.checkpoint import load_checkpoint, save_checkpoint
+save_checkpoint(load_checkpoint(sys.argv[1]), Path(sys.argv[2]), dtype=torch.bfloat16)" "$RUN/latest" "$RUN/export"
+  split -b 15M "$RUN/export/model.safetensors" "$OUT/model.safetensors.part-"
+  cp "$RUN/export/config.json" "$OUT/config.json"
   cp "$RUN/log.jsonl" "$OUT/train_log.jsonl"
 fi
 if [ "$DRY" = 1 ]; then
   echo "dry run: GPU benchmarks skipped"
   exit 0
 fi
-step kernels 60 "$PY" bench/kernels.py
-step gpu_llada2 70 "$PY" bench/gpu_llada2.py
-step concurrency 120 "$PY" bench/concurrency.py --quick --device cuda --dtype auto
+[ "${SKIP_KERNELS:-0}" = 1 ] || step kernels 45 "$PY" bench/kernels.py
+step concurrency "${CONC_S:-90}" "$PY" bench/concurrency.py --quick --device cuda --dtype auto ${CLIENTS:+--clients "$CLIENTS"}

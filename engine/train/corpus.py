@@ -8,6 +8,7 @@ files' relative paths and listed in `heldout.txt`; training never reads those fi
 from __future__ import annotations
 
 import hashlib
+import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ HELDOUT_LIST = Path(__file__).with_name("heldout.txt")
 SPLIT_SEED = "llada-lsp-split-v1"
 HELDOUT_PERCENT = 4
 MAX_FILE_BYTES = 200_000
+CORPUS_ENV = "LLADA_LSP_CORPUS"  # read the corpus from this folder instead of this Python's
 # Pure-Python packages from the dev environment (pinned by the lock of the run's venv).
 EXTRA_PACKAGES = ("transformers", "pygls", "lsprotocol", "websockets", "pygments", "rich", "tqdm")
 
@@ -27,8 +29,16 @@ class SourceFile:
 
 
 def _roots() -> list[tuple[str, Path]]:
-    roots = [("stdlib", Path(sysconfig.get_paths()["stdlib"]))]
-    purelib = Path(sysconfig.get_paths()["purelib"])
+    carried = os.environ.get(CORPUS_ENV)
+    if carried:  # a copy of this machine's corpus (bench/gpu/prepare.sh): same keys, same split
+        stdlib, purelib = Path(carried) / "stdlib", Path(carried) / "pkg"
+        if not purelib.is_dir():  # a copy of the standard library alone: this Python's packages
+            purelib = Path(sysconfig.get_paths()["purelib"])
+        if not stdlib.is_dir():
+            raise FileNotFoundError(f"{CORPUS_ENV}={carried}: no stdlib/ folder in it")
+    else:
+        stdlib, purelib = Path(sysconfig.get_paths()["stdlib"]), Path(sysconfig.get_paths()["purelib"])
+    roots = [("stdlib", stdlib)]
     for name in EXTRA_PACKAGES:
         if (purelib / name).is_dir():
             roots.append(("pkg", purelib / name))
@@ -49,6 +59,20 @@ def all_files() -> list[SourceFile]:
             if 0 < size <= MAX_FILE_BYTES:
                 out.append(SourceFile(f"{label}/{rel}", p))
     return out
+
+
+def pack(dest: Path, stdlib_only: bool = False) -> int:
+    """Write every corpus file (held-out ones too: the split is by key) to a tar (xz for a
+    `.xz` name, else gzip) laid out as `CORPUS_ENV` expects (`stdlib/<rel>`,
+    `pkg/<package>/<rel>`); returns the count. `stdlib_only`: the packages are left to the
+    other machine's Python (the held-out evaluation reads standard-library files alone)."""
+    import tarfile
+
+    files = [f for f in all_files() if not stdlib_only or f.key.startswith("stdlib/")]
+    with tarfile.open(dest, "w:xz" if dest.name.endswith(".xz") else "w:gz") as tar:
+        for f in files:
+            tar.add(f.path, arcname=f.key, recursive=False)
+    return len(files)
 
 
 def is_heldout(key: str) -> bool:
@@ -73,9 +97,24 @@ def heldout_files() -> list[SourceFile]:
     return [f for f in all_files() if (wanted is None and is_heldout(f.key)) or (wanted and f.key in wanted)]
 
 
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Pack the training corpus for another machine.")
+    ap.add_argument("dest", type=Path, help="a .tar.gz or .tar.xz file")
+    ap.add_argument("--stdlib-only", action="store_true", help="leave the packages out")
+    args = ap.parse_args()
+    n = pack(args.dest, args.stdlib_only)
+    print(f"packed {n} files")
+
+
 def read_text(f: SourceFile) -> str | None:
     try:
         text = f.path.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError):
         return None
     return text if "\x00" not in text else None
+
+
+if __name__ == "__main__":
+    main()

@@ -25,9 +25,9 @@ from engine.checkpoint import save_checkpoint
 from engine.model import ModelConfig, Transformer, preset
 from engine.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.corpus import read_text, split
-from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, make_batch
+from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
 from engine.train.distill import load_rows
-from engine.train.parallel import ParallelStream
+from engine.train.parallel import BuildSpec, ParallelStream
 
 
 def load_texts() -> tuple[list[str], list[float], list[str]]:
@@ -95,6 +95,23 @@ def to_device(b: Batch, dev: torch.device) -> Batch:
     moved = {f.name: getattr(b, f.name).to(dev, non_blocking=True) for f in dataclasses.fields(b)
              if isinstance(getattr(b, f.name), torch.Tensor)}
     return dataclasses.replace(b, **moved)
+
+
+def next_batch(par: ParallelStream | None, stream: ExampleStream, teacher: TeacherRows | None,
+               noise: torch.Generator, args: argparse.Namespace, cfg: ModelConfig, diffusion: bool,
+               dev: torch.device) -> Batch:
+    """The step's batch on `dev`, its mask built there: from the workers' built batches, or
+    from rows (the workers' or this process's) with the teacher's rows mixed in."""
+    got = par.next_batch() if par is not None else None
+    if isinstance(got, Batch):
+        return attach_mask(to_device(got, dev))
+    n_teach = round(args.batch * args.distill_frac) if teacher is not None else 0
+    rows = got[n_teach:] if got is not None else [stream.next() for _ in range(args.batch - n_teach)]
+    if teacher is not None:
+        rows += teacher.next(n_teach)
+    b = make_batch(rows, stream.sp, cfg.vocab_size, cfg.block_size, noise, diffusion,
+                   teacher_suffix=args.distill_suffix, with_mask=False)
+    return attach_mask(to_device(b, dev))
 
 
 def losses(model: Transformer, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -238,12 +255,13 @@ def main() -> None:
         if teacher is not None and "teacher_pos" in st:
             teacher.pos = st["teacher_pos"]
         print(f"resumed at step {step}")
+    build = BuildSpec(cfg.vocab_size, args.ar_steps) if teacher is None else None  # teacher rows mix in here
     par = ParallelStream(texts, weights, tok, sp, cfg.block_size, data_seed, args.batch,
-                         args.data_workers, step) if args.data_workers > 0 else None
+                         args.data_workers, step, build) if args.data_workers > 0 else None
     log = (args.out / "log.jsonl").open("a")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params / 1e6:.2f}M, train texts {len(texts)}, held-out texts {len(held_texts)}")
-    t0 = time.time()
+    t0, data_s = time.time(), 0.0
     total, decay, first = args.steps, args.decay_steps, step
     bar = tqdm(total=total, initial=step, desc="train")
     while step < total:
@@ -259,12 +277,9 @@ def main() -> None:
                        teacher_pos=teacher.pos if teacher is not None else 0)
         model.train()
         diffusion = step >= args.ar_steps
-        n_teach = round(args.batch * args.distill_frac) if teacher is not None else 0
-        rows = par.next_batch()[n_teach:] if par is not None else [stream.next() for _ in range(args.batch - n_teach)]
-        if teacher is not None:
-            rows += teacher.next(n_teach)
-        b = to_device(make_batch(rows, sp, cfg.vocab_size, cfg.block_size, noise, diffusion,
-                                 teacher_suffix=args.distill_suffix), dev)
+        t_data = time.time()
+        b = next_batch(par, stream, teacher, noise, args, cfg, diffusion, dev)
+        data_s += time.time() - t_data
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, args.lr, args.warmup, args.schedule, decay)  # wsd, decay 0: the peak
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
@@ -280,12 +295,14 @@ def main() -> None:
         bar.set_postfix(ar=f"{ar.item():.3f}", diff=f"{diff.item():.3f}", tok=f"{tokens / 1e6:.2f}M")
         rec = {"step": step, "tokens": tokens, "ar": round(ar.item(), 4), "diff": round(diff.item(), 4),
                **({"cert": round(cert.item(), 4)} if teacher is not None else {}),
-               "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1)}
+               "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1),
+               "data_s": round(data_s, 1)}  # of elapsed_s, waiting for (and moving) batches
         if step % args.eval_every == 0 or step == total:
             model.eval()
             with torch.no_grad():
-                hb = to_device(make_batch(held_rows, sp, cfg.vocab_size, cfg.block_size,
-                                          torch.Generator().manual_seed(held_noise_seed), True), dev)
+                hb = attach_mask(to_device(make_batch(held_rows, sp, cfg.vocab_size, cfg.block_size,
+                                                      torch.Generator().manual_seed(held_noise_seed), True,
+                                                      with_mask=False), dev))
                 har, hdiff, _ = losses(model, hb)
             rec |= {"held_ar": round(har.item(), 4), "held_diff": round(hdiff.item(), 4)}
         log.write(json.dumps(rec) + "\n")
