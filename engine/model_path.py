@@ -1,9 +1,10 @@
 """Where a model lives on this machine: one resolver for the loader, the daemon and the CLI.
 
 No torch here (the language server's auto-start imports it through `engine.runtime`).
-A model is named by: nothing or "embedded" (the default: `$LLADA_MODEL`, else the packaged
-checkpoint), a local checkpoint directory, the name of a packaged checkpoint, or a Hugging
-Face repo id whose snapshot is already in the local cache. Nothing is ever downloaded; a
+A model is named by: nothing or "embedded" (the default: `$LLADA_MODEL`, a directory or a
+packaged checkpoint's name, else the packaged tiny-code), a local checkpoint directory, the
+name of a packaged checkpoint (tiny-code, mini-code), or a Hugging Face repo id whose
+snapshot is already in the local cache. Nothing is ever downloaded; a
 miss says what to download and where.
 """
 
@@ -50,7 +51,10 @@ def hf_snapshot(name: str) -> Path:
 def resolve(model: str | Path | None = None) -> Path:
     """The checkpoint directory that `model` names (see the module docstring)."""
     if model is None or str(model) in ("", "embedded"):
-        d = Path(os.environ.get("LLADA_MODEL") or EMBEDDED_DIR)
+        env = os.environ.get("LLADA_MODEL", "")
+        if env and "/" not in env and (CHECKPOINTS_DIR / env / "config.json").exists():
+            return CHECKPOINTS_DIR / env  # a packaged checkpoint's name: LLADA_MODEL=mini-code
+        d = Path(env or EMBEDDED_DIR)
         if not (d / "config.json").exists():
             raise ModelNotFoundError(f"the embedded model is missing at {d} (no config.json): reinstall "
                                      "llada-lsp, set LLADA_MODEL to a model directory, or pass --model PATH")
