@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One prepared device run on a lent GPU (at most 9.5 minutes; prepare with bench/gpu/prepare.sh):
-#   1. train (or with INIT=checkpoint, go on training) the larger variant of the embedded model there from scratch (preset mini-code,
-#      17.3M parameters: autoregressive warm-up, then block diffusion; warmup-stable-decay
-#      sized by wall clock) on the carried copy of this machine's corpus (same files, same
+#   0. time the host's example pipeline (engine.train.parallel: probe);
+#   1. train the larger variant of the embedded model there (preset mini-code, 17.3M
+#      parameters: from scratch with an autoregressive warm-up, then block diffusion; or with
+#      INIT=checkpoint AR=0 go on from it; warmup-stable-decay sized by wall clock) on the carried copy of this machine's corpus (same files, same
 #      held-out split); the bfloat16 weights come back split under the per-file limit: rejoin
 #      with `cat model.safetensors.part-* > model.safetensors` next to the returned config.json;
 #   2. the fused confidence kernel against its reference (bench/kernels.py);
@@ -26,7 +27,7 @@ if [ -f .whl/corpus.tar.xz ]; then  # this machine's standard library (prepare.s
   mkdir -p /tmp/corpus && tar xJf .whl/corpus.tar.xz -C /tmp/corpus && export LLADA_LSP_CORPUS=/tmp/corpus
 fi
 if [ "$DRY" = 1 ]; then
-  TRAIN_S=${TRAIN_S:-8}; DEVICE=cpu; BATCH=2; WORKERS=2; AR=1; PRESET_ARGS=(--threads 1)
+  TRAIN_S=${TRAIN_S:-8}; DEVICE=cpu; BATCH=2; WORKERS=2; AR=1; PRESET_ARGS=(--threads 1); PROBE_S=${PROBE_S:-1}
 else
   TRAIN_S=${TRAIN_S:-300}; DEVICE=cuda; BATCH=${BATCH:-128}; WORKERS=${WORKERS:-14}; AR=${AR:-400}
   PRESET_ARGS=(--bf16)
@@ -34,11 +35,12 @@ else
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 
-step() {  # name, seconds, command...: the output to $OUT/name.txt, its tail here
+rm -f "$OUT"/*.txt
+step() {  # name, seconds, command...: the output appended to $OUT/name.txt, its tail here
   local name=$1 limit=$2
   shift 2
   echo "== $name (limit ${limit}s)"
-  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
+  timeout "$limit" "$@" >> "$OUT/$name.txt" 2>&1
   local rc=$?
   tail -n 30 "$OUT/$name.txt"
   echo "== $name rc $rc"
@@ -46,6 +48,9 @@ step() {  # name, seconds, command...: the output to $OUT/name.txt, its tail her
 
 RUN=${RUN_DIR:-/tmp/gpu-run}
 rm -rf "$RUN"
+# How fast this host cuts examples, alone and through the workers (into train.txt: at most 8
+# files come back). Session 15's training here waited 74% of the time for batches.
+step train 60 "$PY" -m engine.train.parallel --seconds "${PROBE_S:-8}" --workers "$WORKERS" --batch "$BATCH"
 step train $((TRAIN_S + 90)) "$PY" -m engine.train.train --out "$RUN" --tokenizer engine/checkpoints/tiny-code \
   --preset "${PRESET:-mini-code}" --ar-steps "$AR" --steps 1000000 --schedule wsd \
   --time-budget-s "$TRAIN_S" --decay-frac "${DECAY_FRAC:-0.25}" --lr "${LR:-2e-3}" --warmup "${WARMUP:-200}" --batch "$BATCH" \

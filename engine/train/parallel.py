@@ -87,3 +87,52 @@ class ParallelStream:
             p.terminate()
         for p in self.procs:
             p.join(5)
+
+
+def probe(seconds: float, workers: int, batch: int) -> dict[str, float]:
+    """Where a machine's example pipeline spends its time: examples a second in this process,
+    one batch's tensors (no mask), and whole batches a second through `workers` processes
+    (queue transfer included). Run on a lent GPU's host before training on it."""
+    import time
+
+    from engine.checkpoint import EMBEDDED_DIR
+    from engine.tokenizer import load_tokenizer, special_tokens_of
+    from engine.train.train import load_texts
+
+    texts, weights, _ = load_texts()
+    tok = load_tokenizer(EMBEDDED_DIR)
+    sp = special_tokens_of(tok)
+    stream = ExampleStream(texts, weights, tok, sp, 16, seed=0)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        stream.next()
+        n += 1
+    rows_per_s = n / (time.perf_counter() - t0)
+    rows = [stream.next() for _ in range(batch)]
+    t1 = time.perf_counter()
+    make_batch(rows, sp, tok.get_vocab_size(), 16, torch.Generator().manual_seed(0), True, with_mask=False)
+    batch_s = time.perf_counter() - t1
+    ps = ParallelStream(texts, weights, tok, sp, 16, 0, batch, workers, 0, BuildSpec(tok.get_vocab_size(), 0))
+    try:
+        ps.next_batch()  # the workers are up
+        got, t2 = 0, time.perf_counter()
+        while time.perf_counter() - t2 < seconds:
+            ps.next_batch()
+            got += 1
+        batches_per_s = got / (time.perf_counter() - t2)
+    finally:
+        ps.close()
+    return {"rows_per_s_one_process": round(rows_per_s, 1), "batch_tensors_s": round(batch_s, 3),
+            "batches_per_s": round(batches_per_s, 2), "workers": workers, "batch": batch}
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="Time this machine's example pipeline (probe()).")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=128)
+    a = ap.parse_args()
+    print(json.dumps({"probe": "examples", **probe(a.seconds, a.workers, a.batch)}))

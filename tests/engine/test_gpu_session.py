@@ -30,7 +30,10 @@ def test_dry_session_returns_a_loadable_checkpoint(tmp_path: Path) -> None:
     r = subprocess.run(["bash", str(ROOT / "bench/gpu/session.sh")], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "== train rc 0" in r.stdout and "decay from step" in (out / "train.txt").read_text()
+    train_txt = (out / "train.txt").read_text()
+    assert r.stdout.count("== train rc 0") == 2 and "decay from step" in train_txt
+    probe = json.loads(next(line for line in train_txt.splitlines() if line.startswith('{"probe"')))
+    assert probe["rows_per_s_one_process"] > 0 and probe["batches_per_s"] > 0  # the host's example rate
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8, files  # what the device tool brings back
     parts = sorted(out.glob("model.safetensors.part-*"))
