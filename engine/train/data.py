@@ -36,6 +36,11 @@ BLOCK_PARENTS = {
 KINDS = ("line", "multi_line", "block", "span")
 KIND_WEIGHTS = (0.4, 0.25, 0.25, 0.1)
 _NEWLINE = re.compile("\n")
+# the diffusion noise of a middle block (make_batch; echo.renoise draws it again)
+MIN_T = 0.1  # mask ratio t ~ U[MIN_T, 1]
+EDIT_NOISE = 0.1  # share of visible tokens replaced at random (T2T editing)
+KEPT_WEIGHT = 0.25  # loss weight of a visible token left as it is
+N_SPECIAL = 8  # random replacement tokens avoid the special ids (all below this)
 
 
 @dataclass
@@ -204,8 +209,8 @@ class Batch:
 
 
 def make_batch(rows: list[Encoded], sp: SpecialTokens, vocab: int, block: int, rng: torch.Generator,
-               diffusion: bool, edit_noise: float = 0.1, kept_weight: float = 0.25,
-               min_t: float = 0.1, teacher_suffix: float = 0.0, with_mask: bool = True) -> Batch:
+               diffusion: bool, edit_noise: float = EDIT_NOISE, kept_weight: float = KEPT_WEIGHT,
+               min_t: float = MIN_T, teacher_suffix: float = 0.0, with_mask: bool = True) -> Batch:
     """The batch of `rows`; `with_mask=False` leaves the [B, 1, L, L] attention mask (most of
     the CPU time at a large batch) to `attach_mask` on the device the step runs on."""
     B = len(rows)
@@ -220,7 +225,6 @@ def make_batch(rows: list[Encoded], sp: SpecialTokens, vocab: int, block: int, r
     nz_t = torch.full((B, N), -100, dtype=torch.long)
     nz_w = torch.zeros((B, N))
     certain = torch.zeros((B, N), dtype=torch.bool)
-    n_special = 8  # random replacement tokens avoid the special ids (all below this)
     for b, r in enumerate(rows):
         L = len(r.ids)
         ids = torch.tensor(r.ids)
@@ -247,7 +251,7 @@ def make_batch(rows: list[Encoded], sp: SpecialTokens, vocab: int, block: int, r
             edited = (~masked) & (torch.rand(block, generator=rng) < edit_noise)
             seg = slice(s, s + block)
             noisy[seg][masked] = sp.mask
-            rand_tok = torch.randint(n_special, vocab, (block,), generator=rng)
+            rand_tok = torch.randint(N_SPECIAL, vocab, (block,), generator=rng)
             noisy[seg][edited] = rand_tok[edited]
             # shifted logits: noisy output at j predicts token j+1 inside the block
             w = torch.where(masked, 1.0 / t, torch.where(edited, 1.0, kept_weight))

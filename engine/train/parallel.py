@@ -20,6 +20,7 @@ import multiprocessing as mp
 import queue
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -82,6 +83,10 @@ class ParallelStream:
                 if dead:
                     raise RuntimeError(f"example workers died: {dead}") from None
 
+    def ready(self) -> bool:
+        """Whether the next batch in order is already waiting (a hint: `next_batch` may still wait)."""
+        return not self.queues[self.i % len(self.queues)].empty()
+
     def close(self) -> None:
         for p in self.procs:
             p.terminate()
@@ -123,7 +128,23 @@ def probe(seconds: float, workers: int, batch: int) -> dict[str, float]:
     finally:
         ps.close()
     return {"rows_per_s_one_process": round(rows_per_s, 1), "batch_tensors_s": round(batch_s, 3),
-            "batches_per_s": round(batches_per_s, 2), "workers": workers, "batch": batch}
+            "batches_per_s": round(batches_per_s, 2), "workers": workers, "batch": batch, **cpu_limits()}
+
+
+def cpu_limits() -> dict[str, object]:
+    """What the host lets this process use: cores seen, cores it may run on, the cgroup's CPU
+    quota (a container may see 16 cores and get 2), and the load at the moment."""
+    import os
+
+    quota = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "max 100000" or "200000 100000"
+    v1 = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")  # cgroup v1: -1 or 200000 (with the period)
+    out: dict[str, object] = {"cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
+                              "load1": round(os.getloadavg()[0], 2)}
+    if quota.exists():
+        out["cgroup_cpu_max"] = quota.read_text().strip()
+    elif v1.exists():
+        out["cgroup_cpu_max"] = f"{v1.read_text().strip()} {(v1.parent / 'cpu.cfs_period_us').read_text().strip()}"
+    return out
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -27,6 +28,7 @@ from engine.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.corpus import read_text, split
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
 from engine.train.distill import load_rows
+from engine.train.echo import Echo, batch_index, renoise
 from engine.train.parallel import BuildSpec, ParallelStream
 
 
@@ -194,7 +196,16 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     ap.add_argument("--data-workers", type=int, default=0, help="processes preparing examples (0: the "
                     "trainer's own; a GPU run needs several: see engine/train/parallel.py)")
+    ap.add_argument("--echo", default="1", help="data echoing (engine/train/echo.py): N uses of each "
+                    "diffusion batch under fresh noise, or auto[:N] (again only while the next batch "
+                    "is not ready, N at most, default 4)")
     args = ap.parse_args()
+    try:
+        echo = Echo.parse(args.echo)
+    except ValueError as e:
+        ap.error(f"--echo: {e}")
+    if echo.mode != "off" and args.distill is not None:
+        ap.error("--echo does not go with --distill (the teacher rows' targets follow their noise)")
     if args.time_budget_s is not None:
         if args.schedule != "wsd" or args.decay_steps or not 0 < args.decay_frac < 1:
             ap.error("--time-budget-s goes with --schedule wsd, 0 < --decay-frac < 1 and no --decay-steps")
@@ -257,11 +268,13 @@ def main() -> None:
         print(f"resumed at step {step}")
     build = BuildSpec(cfg.vocab_size, args.ar_steps) if teacher is None else None  # teacher rows mix in here
     par = ParallelStream(texts, weights, tok, sp, cfg.block_size, data_seed, args.batch,
-                         args.data_workers, step, build) if args.data_workers > 0 else None
+                         args.data_workers, batch_index(step, args.ar_steps, echo), build) \
+        if args.data_workers > 0 else None
+    echo_noise = torch.Generator(device=dev).manual_seed(args.seed + 2 + step)  # resumes re-seed from the step
     log = (args.out / "log.jsonl").open("a")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params / 1e6:.2f}M, train texts {len(texts)}, held-out texts {len(held_texts)}")
-    t0, data_s = time.time(), 0.0
+    t0, data_s, fresh_tokens = time.time(), 0.0, 0
     total, decay, first = args.steps, args.decay_steps, step
     bar = tqdm(total=total, initial=step, desc="train")
     while step < total:
@@ -278,7 +291,9 @@ def main() -> None:
         model.train()
         diffusion = step >= args.ar_steps
         t_data = time.time()
-        b = next_batch(par, stream, teacher, noise, args, cfg, diffusion, dev)
+        b, fresh = echo.next(functools.partial(next_batch, par, stream, teacher, noise, args, cfg, diffusion, dev),
+                             lambda: par is None or par.ready(),
+                             lambda held: renoise(held, echo_noise, sp.mask, cfg.vocab_size, cfg.block_size))
         data_s += time.time() - t_data
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, args.lr, args.warmup, args.schedule, decay)  # wsd, decay 0: the peak
@@ -291,12 +306,14 @@ def main() -> None:
         opt.step()
         step += 1
         tokens += int(b.ar_weight.gt(0).sum())
+        fresh_tokens += int(b.ar_weight.gt(0).sum()) if fresh else 0
         bar.update(1)
         bar.set_postfix(ar=f"{ar.item():.3f}", diff=f"{diff.item():.3f}", tok=f"{tokens / 1e6:.2f}M")
         rec = {"step": step, "tokens": tokens, "ar": round(ar.item(), 4), "diff": round(diff.item(), 4),
                **({"cert": round(cert.item(), 4)} if teacher is not None else {}),
                "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1),
-               "data_s": round(data_s, 1)}  # of elapsed_s, waiting for (and moving) batches
+               "data_s": round(data_s, 1),  # of elapsed_s, waiting for (and moving) batches
+               **({"fresh_tokens": fresh_tokens, "echoed": echo.echoed} if echo.mode != "off" else {})}
         if step % args.eval_every == 0 or step == total:
             model.eval()
             with torch.no_grad():

@@ -80,6 +80,19 @@ def test_train_saves_and_resumes(tmp_path: Path) -> None:
     assert model.config.n_layer >= 1 and (out / "snap-000004" / "tokenizer.json").exists()
 
 
+def test_train_with_echo_logs_fresh_tokens_and_echoed_steps(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = _train(out, "--steps", "4", "--echo", "2", "--data-workers", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    # step 1 is the warm-up; steps 2-3 share a batch, step 4 starts the next
+    assert [rec["echoed"] for rec in log] == [0, 0, 1, 1]
+    assert log[-1]["fresh_tokens"] < log[-1]["tokens"]
+    assert all(rec["diff"] > 0 for rec in log[1:])
+    r = _train(tmp_path / "bad", "--steps", "1", "--echo", "0")
+    assert r.returncode == 2 and "--echo" in r.stderr
+
+
 def test_train_refuses_bf16_without_native_support(tmp_path: Path) -> None:
     from engine.loader import cpu_has_bf16_matmul
 
