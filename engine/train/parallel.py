@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from engine.train.data import Batch, Encoded, ExampleStream, make_batch
@@ -35,6 +36,7 @@ class BuildSpec:
 
     vocab: int
     ar_steps: int
+    wire: bool = False  # send plain arrays (to_wire), not tensors shared by file descriptor
 
 _AHEAD = 4  # batches each worker may prepare ahead
 
@@ -50,8 +52,36 @@ def _worker(args: tuple[Any, ...], out: Any) -> None:
         if build is None:
             out.put(rows)
         else:
-            out.put(make_batch(rows, sp, build.vocab, block, noise, step >= build.ar_steps, with_mask=False))
+            b = make_batch(rows, sp, build.vocab, block, noise, step >= build.ar_steps, with_mask=False)
+            out.put(to_wire(b) if build.wire else b)
         step += every
+
+
+def to_wire(b: Batch) -> dict[str, Any]:
+    """A batch as plain arrays for the queue. A tensor put on a multiprocessing queue travels as
+    shared memory whose file descriptor the receiver fetches over a socket, one connection per
+    tensor (torch's `file_descriptor` strategy); under a sandboxing kernel such as gVisor (the lent
+    GPU's) that costs far more than copying the bytes. Arrays are pickled by value."""
+    return {f.name: (_narrow(v).numpy() if isinstance(v, torch.Tensor) else v)
+            for f in fields(b) for v in (getattr(b, f.name),)}
+
+
+def _narrow(t: torch.Tensor) -> torch.Tensor:
+    return t.int() if t.dtype == torch.long else t  # ids, positions: half the bytes
+
+
+def from_wire(d: dict[str, Any]) -> Batch:
+    def back(v: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(v)
+        return t.long() if t.dtype == torch.int32 else t
+
+    return Batch(**{k: (back(v) if isinstance(v, np.ndarray) else v) for k, v in d.items()})
+
+
+def pick_transport(b: Batch) -> tuple[bool, dict[str, float]]:
+    """Whether batches should cross the queue as arrays (True) or tensors, by timing both."""
+    ms = {how: queue_ms(b, how == "arrays", n=4) for how in ("tensors", "arrays")}
+    return ms["arrays"] < ms["tensors"], ms
 
 
 class ParallelStream:
@@ -77,7 +107,8 @@ class ParallelStream:
         self.i += 1
         while True:
             try:
-                return q.get(timeout=5.0)
+                got = q.get(timeout=5.0)
+                return from_wire(got) if isinstance(got, dict) else got
             except queue.Empty:
                 dead = [p.name for p in self.procs if not p.is_alive()]
                 if dead:
@@ -117,6 +148,8 @@ def probe(seconds: float, workers: int, batch: int) -> dict[str, float]:
     t1 = time.perf_counter()
     make_batch(rows, sp, tok.get_vocab_size(), 16, torch.Generator().manual_seed(0), True, with_mask=False)
     batch_s = time.perf_counter() - t1
+    built = make_batch(rows, sp, tok.get_vocab_size(), 16, torch.Generator().manual_seed(0), True, with_mask=False)
+    transfer = {f"queue_ms_{how}": queue_ms(built, how == "arrays") for how in ("tensors", "arrays")}
     ps = ParallelStream(texts, weights, tok, sp, 16, 0, batch, workers, 0, BuildSpec(tok.get_vocab_size(), 0))
     try:
         ps.next_batch()  # the workers are up
@@ -128,7 +161,34 @@ def probe(seconds: float, workers: int, batch: int) -> dict[str, float]:
     finally:
         ps.close()
     return {"rows_per_s_one_process": round(rows_per_s, 1), "batch_tensors_s": round(batch_s, 3),
-            "batches_per_s": round(batches_per_s, 2), "workers": workers, "batch": batch, **cpu_limits()}
+            "batches_per_s": round(batches_per_s, 2), "workers": workers, "batch": batch, **transfer, **cpu_limits()}
+
+
+def _send(b: Batch, wire: bool, n: int, out: Any, done: Any) -> None:
+    for _ in range(n):
+        out.put(to_wire(b) if wire else b)
+    done.wait(60)  # a tensor's descriptor is fetched from this process: stay until received
+
+
+def queue_ms(b: Batch, wire: bool, n: int = 8) -> float:
+    """Milliseconds a batch takes through a multiprocessing queue from another process, as
+    tensors (shared memory by file descriptor) or as arrays (`to_wire`)."""
+    import time
+
+    ctx = mp.get_context("fork")
+    q, done = ctx.Queue(maxsize=2), ctx.Event()
+    p = ctx.Process(target=_send, args=(b, wire, n + 1, q, done), daemon=True)
+    p.start()
+    q.get()  # the sender is up
+    t0 = time.perf_counter()
+    for _ in range(n):
+        got = q.get(timeout=60)
+        if wire:
+            from_wire(got)
+    elapsed = time.perf_counter() - t0
+    done.set()
+    p.join(10)
+    return round(elapsed / n * 1000, 2)
 
 
 def cpu_limits() -> dict[str, object]:

@@ -29,7 +29,7 @@ from engine.train.corpus import read_text, split
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
 from engine.train.distill import load_rows
 from engine.train.echo import Echo, batch_index, renoise
-from engine.train.parallel import BuildSpec, ParallelStream
+from engine.train.parallel import BuildSpec, ParallelStream, pick_transport
 
 
 def load_texts() -> tuple[list[str], list[float], list[str]]:
@@ -196,6 +196,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     ap.add_argument("--data-workers", type=int, default=0, help="processes preparing examples (0: the "
                     "trainer's own; a GPU run needs several: see engine/train/parallel.py)")
+    ap.add_argument("--transport", choices=("auto", "tensors", "arrays"), default="auto",
+                    help="how built batches cross from the example workers: tensors (shared memory by "
+                    "file descriptor), plain arrays (copied), or auto: time both at the start")
     ap.add_argument("--echo", default="1", help="data echoing (engine/train/echo.py): N uses of each "
                     "diffusion batch under fresh noise, or auto[:N] (again only while the next batch "
                     "is not ready, N at most, default 4)")
@@ -267,6 +270,15 @@ def main() -> None:
             teacher.pos = st["teacher_pos"]
         print(f"resumed at step {step}")
     build = BuildSpec(cfg.vocab_size, args.ar_steps) if teacher is None else None  # teacher rows mix in here
+    if build is not None and args.data_workers > 0:
+        wire = args.transport == "arrays"
+        if args.transport == "auto":
+            probe_rows = ExampleStream(texts, weights, tok, sp, cfg.block_size, seed=data_seed + 1)
+            sample = make_batch([probe_rows.next() for _ in range(args.batch)], sp, cfg.vocab_size,
+                                cfg.block_size, torch.Generator().manual_seed(0), True, with_mask=False)
+            wire, ms = pick_transport(sample)
+            print(f"batch transport: {'arrays' if wire else 'tensors'} (ms a batch: {ms})")
+        build = dataclasses.replace(build, wire=wire)
     par = ParallelStream(texts, weights, tok, sp, cfg.block_size, data_seed, args.batch,
                          args.data_workers, batch_index(step, args.ar_steps, echo), build) \
         if args.data_workers > 0 else None

@@ -82,7 +82,7 @@ def test_train_saves_and_resumes(tmp_path: Path) -> None:
 
 def test_train_with_echo_logs_fresh_tokens_and_echoed_steps(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    r = _train(out, "--steps", "4", "--echo", "2", "--data-workers", "1")
+    r = _train(out, "--steps", "4", "--echo", "2", "--data-workers", "1", "--transport", "arrays")
     assert r.returncode == 0, r.stderr[-2000:]
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     # step 1 is the warm-up; steps 2-3 share a batch, step 4 starts the next

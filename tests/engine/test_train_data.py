@@ -121,3 +121,21 @@ def test_a_carried_standard_library_gives_the_same_keys_and_split(tmp_path: Path
     monkeypatch.setenv(corpus.CORPUS_ENV, str(tmp_path / "nothing"))
     with pytest.raises(FileNotFoundError, match="no stdlib"):
         corpus.all_files()
+
+
+def test_batches_cross_the_queue_as_plain_arrays_and_come_back_equal() -> None:
+    from engine.train.parallel import from_wire, pick_transport, to_wire
+
+    tok = load_tokenizer(EMBEDDED_DIR)
+    b = make_batch(_rows(4), special_tokens_of(tok), 4096, 16, torch.Generator().manual_seed(2), True,
+                   with_mask=False)
+    wire = to_wire(b)
+    assert not any(isinstance(v, torch.Tensor) for v in wire.values())  # nothing shared by descriptor
+    back = from_wire(wire)
+    for name, v in b.__dict__.items():
+        got = getattr(back, name)
+        assert torch.equal(got, v) if isinstance(v, torch.Tensor) else got == v, name
+    wire_first, ms = pick_transport(b)
+    assert set(ms) == {"tensors", "arrays"} and all(v > 0 for v in ms.values())
+    assert wire_first == (ms["arrays"] < ms["tensors"])
+    assert back.idx.dtype == torch.long
