@@ -10,6 +10,7 @@
 #      with `cat model.safetensors.part-* > model.safetensors` next to the returned config.json;
 #   2. the fused confidence kernel against its reference (bench/kernels.py);
 #   3. the daemon's batched scheduler on the GPU (bench/concurrency.py --quick --device cuda).
+# SKIP_KERNELS=1 / SKIP_CONC=1 leave out 2 / 3 (both measured in session 15) to train longer.
 # Writes at most 8 files to $OUT. GPU_SESSION_DRY=1 runs the plumbing on a CPU (a few seconds
 # of training, the GPU benchmarks skipped), as tests/engine/test_gpu_session.py does.
 set -uo pipefail
@@ -71,4 +72,4 @@ if [ "$DRY" = 1 ]; then
   exit 0
 fi
 [ "${SKIP_KERNELS:-0}" = 1 ] || step kernels 45 "$PY" bench/kernels.py
-step concurrency "${CONC_S:-90}" "$PY" bench/concurrency.py --quick --device cuda --dtype auto ${CLIENTS:+--clients "$CLIENTS"}
+[ "${SKIP_CONC:-0}" = 1 ] || step concurrency "${CONC_S:-90}" "$PY" bench/concurrency.py --quick --device cuda --dtype auto ${CLIENTS:+--clients "$CLIENTS"}
