@@ -4,8 +4,8 @@
 #   1. train the larger variant of the embedded model there (preset mini-code, 17.3M
 #      parameters; by default block diffusion on from the committed mini-code, lr 1e-3; with
 #      INIT= AR=400 LR=2e-3 WARMUP=200 from scratch with an autoregressive warm-up;
-#      warmup-stable-decay sized by wall clock; data echoing ECHO=auto:4 reuses a batch under
-#      fresh noise while the next is not ready) on the carried copy of this machine's corpus (same files, same
+#      warmup-stable-decay sized by wall clock; ECHO=auto:4 turns on data echoing, which hurt
+#      in the CPU trials: BENCHMARKS.md) on the carried copy of this machine's corpus (same files, same
 #      held-out split); the bfloat16 weights come back split under the per-file limit: rejoin
 #      with `cat model.safetensors.part-* > model.safetensors` next to the returned config.json;
 #   2. the fused confidence kernel against its reference (bench/kernels.py);
@@ -59,7 +59,7 @@ step train $((TRAIN_S + 90)) "$PY" -m engine.train.train --out "$RUN" --tokenize
   --preset "${PRESET:-mini-code}" --ar-steps "$AR" --steps 1000000 --schedule wsd \
   --time-budget-s "$TRAIN_S" --decay-frac "${DECAY_FRAC:-0.25}" --lr "${LR:-2e-3}" --warmup "${WARMUP:-200}" --batch "$BATCH" \
   --device "$DEVICE" --data-workers "$WORKERS" --eval-every 200 --save-every 1000 --data-seed "${DATA_SEED:-21}" \
-  --echo "${ECHO:-auto:4}" ${INIT:+--init-from "$INIT"} "${PRESET_ARGS[@]}"
+  --echo "${ECHO:-1}" ${INIT:+--init-from "$INIT"} "${PRESET_ARGS[@]}"
 if [ -f "$RUN/latest/model.safetensors" ]; then
   "$PY" -c "import sys, torch; from pathlib import Path; from engine.checkpoint import load_checkpoint, save_checkpoint
 save_checkpoint(load_checkpoint(sys.argv[1]), Path(sys.argv[2]), dtype=torch.bfloat16)" "$RUN/latest" "$RUN/export"

@@ -8,18 +8,19 @@ tokens are masked, which visible ones are replaced) is cheap, and a new draw is 
 training signal for the diffusion loss. `renoise` redraws the noise of a batch where it
 lies (the device), with the same distribution as `data.make_batch`; `Echo` decides when a
 batch is used again:
-- `fixed` n: every diffusion batch serves n consecutive steps (deterministic);
-- `auto` (up to n): a batch is used again only while the next one is not ready, so the
-  device never waits and never repeats more than it must (not deterministic: it follows
-  the host's speed).
+- `fixed` n: every fresh diffusion batch is followed by n - 1 echoed steps (deterministic);
+- `auto` (up to n): echoed steps only while the next batch is not ready, so the device never
+  waits and never repeats more than it must (not deterministic: it follows the host's speed).
+An echoed step takes the recent fresh batches in turn and trains the diffusion loss only.
 Autoregressive warm-up batches are never echoed. Teacher rows (distillation) are not
 supported: their certainty targets depend on the noise.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -62,15 +63,23 @@ def renoise(b: Batch, gen: torch.Generator, mask_id: int, vocab: int, block: int
     return replace(b, idx=idx, noisy_weight=weight.to(b.noisy_weight.dtype))
 
 
+POOL = 8  # recent fresh batches an echoed step draws from, in turn
+
+
 @dataclass
 class Echo:
-    """When to use the last batch again. mode "off", "fixed" (n uses each) or "auto" (at
-    most n uses, a new batch as soon as one is ready)."""
+    """When a step trains on a recent batch again instead of a new one. mode "off", "fixed"
+    (each fresh batch followed by n - 1 echoed steps) or "auto" (echoed steps only while the
+    next batch is not ready, at most n - 1 in a row). An echoed step takes the pool's batches
+    in turn (the last POOL fresh ones), not the same batch again and again: a batch-8 run that
+    repeated each batch 4 times in a row ended worse than one that stopped after its fresh
+    data (BENCHMARKS.md, "A lent GPU")."""
 
     mode: str = "off"
     n: int = 1
-    held: Batch | None = None
-    uses: int = 0
+    pool: deque[Batch] = field(default_factory=lambda: deque(maxlen=POOL))
+    run: int = 0  # echoed steps since the last fresh batch
+    turn: int = 0
     echoed: int = 0  # steps served by a renoised batch
 
     @classmethod
@@ -90,18 +99,29 @@ class Echo:
 
     def next(self, fetch: Callable[[], Batch], ready: Callable[[], bool],
              again: Callable[[Batch], Batch]) -> tuple[Batch, bool]:
-        """The step's batch and whether it is fresh: `fetch` a new one, or `again` the held
+        """The step's batch and whether it is fresh: `fetch` a new one, or `again` a pooled
         one when the rule allows it (`ready` says whether a new one waits)."""
-        b = self.held
-        reuse = (self.mode != "off" and b is not None and b.noisy_target.shape[1] > 0
-                 and self.uses < self.n and (self.mode == "fixed" or not ready()))
-        if reuse and b is not None:
-            self.uses += 1
+        reuse = (self.mode != "off" and bool(self.pool) and self.run < self.n - 1
+                 and (self.mode == "fixed" or not ready()))
+        if reuse:
+            self.run += 1
             self.echoed += 1
-            return again(b), False
+            self.turn = (self.turn + 1) % len(self.pool)
+            return again(self.pool[-1 - self.turn]), False
         b = fetch()
-        self.held, self.uses = b, 1
+        self.run, self.turn = 0, 0
+        if b.noisy_target.shape[1] > 0:  # warm-up batches are never echoed
+            self.pool.append(b)
+        else:
+            self.pool.clear()
         return b, True
+
+
+def echo_batch(b: Batch, gen: torch.Generator, mask_id: int, vocab: int, block: int) -> Batch:
+    """An echoed step's batch: fresh diffusion noise and no next-token loss (its clean
+    stream's targets are the ones already trained on: repeating them only overfits)."""
+    out = renoise(b, gen, mask_id, vocab, block)
+    return replace(out, ar_weight=torch.zeros_like(out.ar_weight))
 
 
 def batch_index(step: int, ar_steps: int, echo: Echo) -> int:

@@ -28,7 +28,7 @@ from engine.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.corpus import read_text, split
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
 from engine.train.distill import load_rows
-from engine.train.echo import Echo, batch_index, renoise
+from engine.train.echo import Echo, batch_index, echo_batch
 from engine.train.parallel import BuildSpec, ParallelStream, pick_transport
 
 
@@ -286,7 +286,7 @@ def main() -> None:
     log = (args.out / "log.jsonl").open("a")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params / 1e6:.2f}M, train texts {len(texts)}, held-out texts {len(held_texts)}")
-    t0, data_s, fresh_tokens = time.time(), 0.0, 0
+    t0, data_s = time.time(), 0.0
     total, decay, first = args.steps, args.decay_steps, step
     bar = tqdm(total=total, initial=step, desc="train")
     while step < total:
@@ -305,7 +305,7 @@ def main() -> None:
         t_data = time.time()
         b, fresh = echo.next(functools.partial(next_batch, par, stream, teacher, noise, args, cfg, diffusion, dev),
                              lambda: par is None or par.ready(),
-                             lambda held: renoise(held, echo_noise, sp.mask, cfg.vocab_size, cfg.block_size))
+                             lambda held: echo_batch(held, echo_noise, sp.mask, cfg.vocab_size, cfg.block_size))
         data_s += time.time() - t_data
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, args.lr, args.warmup, args.schedule, decay)  # wsd, decay 0: the peak
@@ -318,14 +318,13 @@ def main() -> None:
         opt.step()
         step += 1
         tokens += int(b.ar_weight.gt(0).sum())
-        fresh_tokens += int(b.ar_weight.gt(0).sum()) if fresh else 0
         bar.update(1)
         bar.set_postfix(ar=f"{ar.item():.3f}", diff=f"{diff.item():.3f}", tok=f"{tokens / 1e6:.2f}M")
         rec = {"step": step, "tokens": tokens, "ar": round(ar.item(), 4), "diff": round(diff.item(), 4),
                **({"cert": round(cert.item(), 4)} if teacher is not None else {}),
                "lr": opt.param_groups[0]["lr"], "elapsed_s": round(time.time() - t0, 1),
                "data_s": round(data_s, 1),  # of elapsed_s, waiting for (and moving) batches
-               **({"fresh_tokens": fresh_tokens, "echoed": echo.echoed} if echo.mode != "off" else {})}
+               **({"echoed": echo.echoed} if echo.mode != "off" else {})}
         if step % args.eval_every == 0 or step == total:
             model.eval()
             with torch.no_grad():

@@ -87,7 +87,8 @@ def test_train_with_echo_logs_fresh_tokens_and_echoed_steps(tmp_path: Path) -> N
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     # step 1 is the warm-up; steps 2-3 share a batch, step 4 starts the next
     assert [rec["echoed"] for rec in log] == [0, 0, 1, 1]
-    assert log[-1]["fresh_tokens"] < log[-1]["tokens"]
+    # an echoed step trains the diffusion loss only: no next-token loss, no new tokens
+    assert log[2]["ar"] == 0.0 and log[2]["tokens"] == log[1]["tokens"] < log[3]["tokens"]
     assert all(rec["diff"] > 0 for rec in log[1:])
     r = _train(tmp_path / "bad", "--steps", "1", "--echo", "0")
     assert r.returncode == 2 and "--echo" in r.stderr

@@ -11,7 +11,7 @@ from engine.checkpoint import EMBEDDED_DIR
 from engine.model import NOISY
 from engine.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.data import KEPT_WEIGHT, MIN_T, N_SPECIAL, Batch, ExampleStream, make_batch
-from engine.train.echo import Echo, batch_index, renoise
+from engine.train.echo import Echo, batch_index, echo_batch, renoise
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = [(ROOT / "engine" / name).read_text() for name in ("decode.py", "scheduler.py", "service.py")]
@@ -115,9 +115,21 @@ def test_auto_echo_repeats_only_while_the_next_batch_is_not_ready() -> None:
     d = [_batch(2, k) for k in range(1, 4)]
     e = Echo.parse("auto:2")
     got = _drive(e, [False, False, False, True, False], d)
-    # fetched, again, then fetched although not ready (the cap: 2 uses), fetched when ready, again
-    assert got == [(0, True), (0, False), (1, True), (2, True), (2, False)]
+    # fetched, again, then fetched although not ready (the cap: 2 uses), fetched when ready,
+    # then again: the pool's batches in turn, not the newest again
+    assert got == [(0, True), (0, False), (1, True), (2, True), (1, False)]
     assert e.echoed == 2
+
+
+def test_an_echoed_batch_has_no_next_token_loss_and_the_pool_forgets_the_warm_up() -> None:
+    b = _batch()
+    e = echo_batch(b, torch.Generator().manual_seed(0), SP.mask, 4096, BLOCK)
+    assert float(e.ar_weight.sum()) == 0 and float(b.ar_weight.sum()) > 0 and float(e.noisy_weight.sum()) > 0
+    echo = Echo.parse("2")
+    echo.next(lambda: b, lambda: False, lambda h: h)
+    assert echo.next(lambda: b, lambda: False, lambda h: h)[1] is False and len(echo.pool) == 1
+    echo.next(lambda: _batch(diffusion=False), lambda: False, lambda h: h)  # a warm-up batch
+    assert not echo.pool
 
 
 @pytest.mark.parametrize("spec", ["0", "auto:0", "x"])
