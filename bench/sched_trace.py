@@ -65,9 +65,10 @@ class TracedScheduler(Scheduler):
         self.trace.row_updates += len(results)
 
 
-def drive(engine: TextEngine, work: list[list[Task]], clients: int, tag: str) -> dict[str, Any]:
+def drive(engine: TextEngine, work: list[list[Task]], clients: int, tag: str,
+          pack: bool | None = None) -> dict[str, Any]:
     """Run the whole pool through a fresh scheduler with `clients` concurrent sessions."""
-    sched = TracedScheduler(engine, max_batch=clients)
+    sched = TracedScheduler(engine, max_batch=clients, pack=pack)
     engine.prompt_cache.clear()
     pool = list(enumerate(work))
     total = sum(len(s) for s in work)
@@ -128,6 +129,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: every core)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pack", choices=("auto", "on", "off"), default="auto",
+                    help="the scheduler's packing of ragged decode feeds (auto: on for a CPU)")
     ap.add_argument("--dtype", default="float32", help="float32 | bfloat16 | auto (as the daemon's --dtype)")
     args = ap.parse_args()
     import torch
@@ -141,7 +144,9 @@ def main() -> None:
     engine.prompt_cache.max_entries = max(engine.prompt_cache.max_entries, 2 * args.clients)
     work = sessions(args.sessions, args.requests, args.seed, args.max_tokens, False)
     drive(engine, work[:2], 1, "warm-up")
-    runs = {"sequential": drive(engine, work, 1, "seq"), f"{args.clients} clients": drive(engine, work, args.clients, "batched")}
+    pack = {"auto": None, "on": True, "off": False}[args.pack]
+    runs = {"sequential": drive(engine, work, 1, "seq", pack),
+            f"{args.clients} clients": drive(engine, work, args.clients, "batched", pack)}
     seq, bat = runs["sequential"], runs[f"{args.clients} clients"]
 
     print(f"{'run':>10} {'compl/s':>8} {'steps':>6} {'fwd/step':>8} {'fwd ms':>8} {'update ms':>9} "
@@ -161,7 +166,7 @@ def main() -> None:
     rnd = {name: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "by_kind"}
            for name, r in runs.items()}
     print(json.dumps({"bench": "sched_trace", "clients": args.clients, "threads": torch.get_num_threads(),
-                      "dtype": str(engine.model.output.weight.dtype).removeprefix("torch."),
+                      "dtype": str(engine.model.output.weight.dtype).removeprefix("torch."), "pack": args.pack,
                       "runs": rnd, "batched_vs_sequential": round(ratio, 3), "forwards_only_ratio": round(fwd_ratio, 3)}))
 
 

@@ -19,15 +19,33 @@ from engine.model import CLEAN, INVALID, Transformer, layout_mask
 from kernels import Confidence
 
 
-def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_attrs: list[Tensor]) -> list[Tensor]:
+def pieces_of(feeds: list[Feed], chunk: int) -> list[tuple[int, int, int]]:
+    """(feed, start, end) batch rows: each feed whole, or with `chunk` > 0 cut into pieces of at
+    most `chunk` tokens, each its own batch row on the feed's cache row."""
+    out: list[tuple[int, int, int]] = []
+    for i, f in enumerate(feeds):
+        n = len(f.ids)
+        step = chunk if chunk > 0 else max(1, n)
+        out += [(i, a, min(n, a + step)) for a in range(0, max(1, n), step)]
+    return out
+
+
+def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_attrs: list[Tensor],
+            chunk: int = 0) -> list[Tensor]:
     """One batched forward for several sequences; returns each one's logits rows [K_i, V].
 
     slot_attrs[i]: [3, max_len] long (kind, pos, blk) of sequence i's cache row, updated here.
+    `chunk` > 0 packs ragged feeds instead of padding them: a feed is cut into pieces of at most
+    `chunk` tokens, each a batch row of its own that writes and reads the same cache row. Every
+    layer writes all the rows' keys and values before any row attends, so a piece reads the
+    pieces before it (a block's clean tokens, fed with the next block) as the whole feed would.
     """
     dev = model.output.weight.device
-    B = len(seqs)
-    T = max(len(f.ids) for f in feeds)
-    K = max(len(f.logits_at) for f in feeds)
+    pieces = pieces_of(feeds, chunk)
+    B = len(pieces)
+    T = max(b - a for _, a, b in pieces)
+    picks = [[j for j, x in enumerate(feeds[i].logits_at) if a <= x < b] for i, a, b in pieces]
+    K = max(1, max(len(p) for p in picks))
     S = max(f.kv_len for f in feeds)
     ids = torch.zeros((B, T), dtype=torch.long)
     pos = torch.zeros((B, T), dtype=torch.long)
@@ -36,31 +54,36 @@ def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_at
     qk = torch.full((B, T), CLEAN, dtype=torch.long)
     qb = torch.full((B, T), -1, dtype=torch.long)
     at = torch.zeros((B, K), dtype=torch.long)
-    keys = torch.zeros((B, 3, S), dtype=torch.long)
-    for r, (seq, f) in enumerate(zip(seqs, feeds, strict=True)):
-        n = len(f.ids)
-        ids[r, :n] = torch.tensor(f.ids)
-        pos[r, :n] = torch.tensor(f.pos)
-        slots[r, :n] = torch.tensor(f.slots)
-        qk[r, :n] = torch.tensor(f.kind)
-        qb[r, :n] = torch.tensor(f.blk)
-        at[r, : len(f.logits_at)] = torch.tensor(f.logits_at, dtype=torch.long)
-        attrs = slot_attrs[r]
+    for i, (seq, f) in enumerate(zip(seqs, feeds, strict=True)):  # each cache row's slots, whole
+        attrs = slot_attrs[i]
         attrs[0, seq.clean_len if seq.phase != "multi" else seq.P:] = INVALID
         sl = torch.tensor(f.slots)
-        attrs[0, sl] = qk[r, :n]
-        attrs[1, sl] = pos[r, :n]
-        attrs[2, sl] = qb[r, :n]
-        keys[r] = attrs[:, :S]
+        attrs[0, sl] = torch.tensor(f.kind)
+        attrs[1, sl] = torch.tensor(f.pos)
+        attrs[2, sl] = torch.tensor(f.blk)
+    keys = torch.stack([slot_attrs[i][:, :S] for i, _, _ in pieces])
+    for r, (i, a, b) in enumerate(pieces):
+        f, n = feeds[i], b - a
+        ids[r, :n] = torch.tensor(f.ids[a:b])
+        pos[r, :n] = torch.tensor(f.pos[a:b])
+        slots[r, :n] = torch.tensor(f.slots[a:b])
+        qk[r, :n] = torch.tensor(f.kind[a:b])
+        qb[r, :n] = torch.tensor(f.blk[a:b])
+        at[r, : len(picks[r])] = torch.tensor([f.logits_at[j] - a for j in picks[r]], dtype=torch.long)
     bidir = model.config.attention == "bidirectional"
     mask = layout_mask(qk, pos, qb, keys[:, 0], keys[:, 1], keys[:, 2], bidirectional=bidir)
-    for r, f in enumerate(feeds):  # padding queries read slot 0 (no NaN rows)
-        mask[r, 0, len(f.ids):, 0] = True
-    rows = torch.tensor([s.row for s in seqs], dtype=torch.long)
+    for r, (_, a, b) in enumerate(pieces):  # padding queries read slot 0 (no NaN rows)
+        mask[r, 0, b - a:, 0] = True
+    rows = torch.tensor([seqs[i].row for i, _, _ in pieces], dtype=torch.long)
     with torch.inference_mode():
         logits = model(ids.to(dev), pos.to(dev), mask.to(dev), rows=rows.to(dev), slots=slots.to(dev),
                        kv_len=S, logits_at=at.to(dev))
-    return [logits[r, : len(f.logits_at)] for r, f in enumerate(feeds)]
+    if B == len(feeds):
+        return [logits[r, : len(picks[r])] for r in range(B)]
+    out = [logits.new_empty((len(f.logits_at), logits.shape[-1])) for f in feeds]
+    for r, (i, _, _) in enumerate(pieces):  # back into each feed's logits_at order
+        out[i][torch.tensor(picks[r], dtype=torch.long, device=logits.device)] = logits[r, : len(picks[r])]
+    return out
 
 
 def confidences(staged: list[Staged], one_call: bool | None = None) -> list[Confidence | Exception]:

@@ -48,7 +48,7 @@ __all__ = ["Job", "Scheduler"]
 class Scheduler:
     def __init__(self, engine: TextEngine, max_batch: int = 8, deadline_s: float = 30.0,
                  keep_finished: int = 64, prefill_split: int | None = None,
-                 forward_cost_tokens: int | None = None) -> None:
+                 forward_cost_tokens: int | None = None, pack: bool | None = None) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self.engine, self.max_batch, self.deadline_s = engine, max_batch, deadline_s
@@ -66,6 +66,12 @@ class Scheduler:
             on_cpu = engine.model.output.weight.device.type == "cpu"
             forward_cost_tokens = 3 * b if on_cpu else 64 * b
         self.forward_cost_tokens = forward_cost_tokens
+        # pack the step's decode feeds into one forward of block-sized pieces (engine.batch.execute)
+        # instead of padding them or splitting them into two forwards; on by default on a CPU,
+        # where padded tokens cost as much as real ones
+        if pack is None:
+            pack = engine.model.output.weight.device.type == "cpu"
+        self.pack = pack
         self.inbox: queue.Queue[Command] = queue.Queue()
         self.counters: dict[str, float] = {
             "submitted": 0, "completed": 0, "cancelled": 0, "superseded": 0, "deadline": 0,
@@ -256,7 +262,7 @@ class Scheduler:
 
     def _groups(self, feeds: list[tuple[Job, Feed]]) -> list[list[tuple[Job, Feed]]]:
         """The decode feeds, sorted by length, in one forward or two (`engine.batch.length_split`)."""
-        if len(feeds) < 2:
+        if len(feeds) < 2 or self.pack:
             return [feeds] if feeds else []
         feeds = sorted(feeds, key=lambda jf: len(jf[1].ids))
         i = length_split([len(f.ids) for _, f in feeds], self.forward_cost_tokens)
@@ -268,7 +274,8 @@ class Scheduler:
         t0 = time.perf_counter()
         try:
             attrs = [j.attrs for j, _ in group if j.attrs is not None]
-            logits = execute(self.engine.model, seqs, [f for _, f in group], attrs)
+            chunk = self.engine.config.block_size if self.pack and len(group) > 1 else 0
+            logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
         except Exception as e:  # noqa: BLE001 - find the request that breaks the batch
             if len(group) == 1:
                 self._fail(group[0][0], e)

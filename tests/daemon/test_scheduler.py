@@ -93,7 +93,7 @@ def test_prefills_run_alone_and_decode_steps_together(engine: TextEngine) -> Non
 def test_decode_feeds_split_where_padding_costs_more_than_a_forward(engine: TextEngine) -> None:
     from types import SimpleNamespace
 
-    s = Scheduler(engine, max_batch=8, forward_cost_tokens=48)
+    s = Scheduler(engine, max_batch=8, forward_cost_tokens=48, pack=False)
 
     def lengths(ns: list[int]) -> list[list[int]]:
         feeds = [(SimpleNamespace(row=i), SimpleNamespace(ids=[0] * n)) for i, n in enumerate(ns)]
@@ -105,6 +105,38 @@ def test_decode_feeds_split_where_padding_costs_more_than_a_forward(engine: Text
     assert lengths([32, 16, 16, 16, 16, 16, 16, 16]) == [[16] * 7, [32]]
     # one short row among long ones: padding it (16 more) is cheaper than a forward (48)
     assert lengths([16, 32, 32, 32, 32, 32, 32, 32]) == [[16] + [32] * 7]
+    s.pack = True  # packed (the CPU default): one forward of block-sized pieces, nothing to split
+    assert lengths([32, 16, 16, 16, 16, 16, 16, 16]) == [[32] + [16] * 7]
+
+
+def test_packed_pieces_compute_what_padded_rows_compute(engine: TextEngine) -> None:
+    """Two prompts' first feeds (prompt + first block, ragged) in one forward: padded to the
+    longest, or cut into 16-token pieces that write and read their own cache row. Same logits,
+    same cache."""
+    from engine.batch import execute, new_slot_attrs, pieces_of
+    from engine.decode_bidir import make_sequence
+    from engine.policies import make_policy
+
+    model = engine.model
+    model.setup_cache(2, engine.max_len)
+    prompts = [engine.encode(pre, suf)[0] for pre, suf, _ in PROMPTS[:2]]
+
+    def run(chunk: int) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+        seqs = [make_sequence(model, ids, make_policy("quality"), 16, row=i, max_len=engine.max_len)
+                for i, ids in enumerate(prompts)]
+        feeds = [q.prepare() for q in seqs]
+        attrs = [new_slot_attrs(model.cache_len, q.clean_len) for q in seqs]
+        out = execute(model, seqs, feeds, attrs, chunk=chunk)
+        used = max(f.kv_len for f in feeds)
+        return out, [c.k[:2, :used].clone() for c in model.kv_caches()], len(pieces_of(feeds, chunk))
+
+    padded, k_padded, n_padded = run(0)
+    packed, k_packed, n_packed = run(16)
+    assert n_padded == 2 and n_packed > 4  # both prompts are longer than two pieces
+    for a, b in zip(padded, packed, strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-4)
+    for a, b in zip(k_padded, k_packed, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
 
 
 def long_req(rid: str, doc: str) -> CompletionRequest:
