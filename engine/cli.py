@@ -92,7 +92,6 @@ def default_cpu_threads(cores: int, dtype: torch.dtype) -> int:
 
 
 def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, register: bool) -> int:
-    import asyncio
     import logging
 
     from tqdm import tqdm
@@ -148,7 +147,7 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
               f"{f', {args.threads} threads' if args.device == 'cpu' else ''}"
               f"{', token required' if token else ''})", flush=True)
 
-    asyncio.run(daemon.serve(ready))
+    daemon.serve_in_main_thread(ready)  # the forwards on the main thread: see Scheduler.run
     print("llada-engine: stopped", flush=True)
     return 0
 

@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 import signal
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -71,6 +72,7 @@ class Daemon:
         self._header_authed: weakref.WeakSet[ServerConnection] = weakref.WeakSet()
         self._ids = itertools.count(1)
         self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def warmup(self) -> None:
         """One small completion before serving, so the first real one is not slow."""
@@ -86,13 +88,18 @@ class Daemon:
             self.scheduler.counters[k] = 0
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    async def serve(self, on_ready: Callable[[str], None] | None = None) -> None:
+    async def serve(self, on_ready: Callable[[str], None] | None = None, own_scheduler: bool = True) -> None:
+        """Serve until stopped. `own_scheduler`: run the scheduler on a thread of its own;
+        False when the caller runs it (`Scheduler.run`, the CLI's main thread) and this
+        coroutine runs on another thread (`serve_in_main_thread`)."""
         loop = asyncio.get_running_loop()
+        self._loop = loop
         self._stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._stop.set)
-        self.scheduler.start()
+        if own_scheduler:
+            self.scheduler.start()
         hard = self.cfg.max_message_bytes * P.HARD_FRAME_FACTOR
         try:
             async with serve(self._handle, self.cfg.host, self.cfg.port, max_size=hard,
@@ -112,11 +119,42 @@ class Daemon:
         finally:
             if self.cfg.register:
                 runtime.remove_runtime(os.getpid(), self.cfg.runtime_dir)
-            await asyncio.to_thread(self.scheduler.stop)
+            if own_scheduler:
+                await asyncio.to_thread(self.scheduler.stop)
+            else:
+                self.scheduler.request_stop()
 
     def stop(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
+        """Thread-safe."""
+        if self._stop is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has already closed
+                self._loop.call_soon_threadsafe(self._stop.set)
+
+    def serve_in_main_thread(self, on_ready: Callable[[str], None] | None = None) -> None:
+        """Serve with the scheduler on this (the main) thread and the websockets on another;
+        SIGTERM / SIGINT stop both. Re-raises what stopped the server thread, if anything."""
+        failed: list[BaseException] = []
+
+        def io() -> None:
+            try:
+                asyncio.run(self.serve(on_ready, own_scheduler=False))
+            except BaseException as e:  # noqa: BLE001 - handed to the main thread below
+                failed.append(e)
+            finally:
+                self.scheduler.request_stop()
+
+        def on_signal(signum: int, frame: object) -> None:
+            self.stop()
+            self.scheduler.request_stop()  # also before the server is up
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+        thread = threading.Thread(target=io, name="llada-io", daemon=True)
+        thread.start()
+        self.scheduler.run()
+        thread.join(10)
+        if failed:
+            raise failed[0]
 
     def _check_header(self, conn: ServerConnection, request: Request) -> Response | None:
         """A token may come as `Authorization: Bearer <token>` at the handshake (or in hello)."""
