@@ -21,13 +21,18 @@ from kernels import Confidence
 
 def pieces_of(feeds: list[Feed], chunk: int) -> list[tuple[int, int, int]]:
     """(feed, start, end) batch rows: each feed whole, or with `chunk` > 0 cut into pieces of at
-    most `chunk` tokens, each its own batch row on the feed's cache row."""
-    out: list[tuple[int, int, int]] = []
+    most `chunk` tokens, each its own batch row on the feed's cache row. Every feed's first
+    piece comes first, in feed order, then the other pieces: feeds on consecutive cache rows
+    keep consecutive batch rows, which attention reads as views (`engine.model.row_runs`)."""
+    first: list[tuple[int, int, int]] = []
+    rest: list[tuple[int, int, int]] = []
     for i, f in enumerate(feeds):
         n = len(f.ids)
         step = chunk if chunk > 0 else max(1, n)
-        out += [(i, a, min(n, a + step)) for a in range(0, max(1, n), step)]
-    return out
+        cuts = [(i, a, min(n, a + step)) for a in range(0, max(1, n), step)]
+        first.append(cuts[0])
+        rest += cuts[1:]
+    return first + rest
 
 
 def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_attrs: list[Tensor],

@@ -9,7 +9,7 @@ import torch
 from engine.batch import execute, new_slot_attrs
 from engine.checkpoint import load_checkpoint, save_checkpoint
 from engine.decode import Sequence
-from engine.model import CLEAN, NOISY, Transformer, layout_mask
+from engine.model import CLEAN, NOISY, Transformer, layout_mask, row_runs
 from engine.policies import make_policy
 from tests.engine.conftest import prompt_of
 
@@ -63,6 +63,39 @@ def test_batched_rows_match_single(tiny: Transformer) -> None:
     both = execute(tiny, [sa, sb], [sa.prepare(), sb.prepare()], [new_slot_attrs(512, 0), new_slot_attrs(512, 0)])
     for a, b in zip(both, single, strict=True):
         assert torch.allclose(a, b, atol=ATOL)
+
+
+def test_row_runs_split_the_batch_into_consecutive_cache_rows() -> None:
+    assert row_runs([0, 1, 2, 3]) == [(0, 4, 0)]
+    assert row_runs([0, 1, 3, 4, 1]) == [(0, 2, 0), (2, 4, 3), (4, 5, 1)]
+    assert row_runs([2, 0, 1, 0]) == [(0, 1, 2), (1, 3, 0), (3, 4, 0)]
+    assert row_runs([5]) == [(0, 1, 5)]
+
+
+def test_rows_in_any_order_and_packed_pieces_match_single(tiny: Transformer) -> None:
+    """Sequences on cache rows 2, 0, 1 (in that batch order), the last one's long first feed
+    cut into 16-token pieces: batch rows 2, 0, 1, 1, 1 (a run of consecutive cache rows, then
+    pieces that repeat a row). Each one's logits equal its forward alone on row 0."""
+    cfg = tiny.config
+    prompts = [prompt_of(cfg, [10 + i % 40 for i in range(n)], [20 + i % 30 for i in range(m)])
+               for n, m in ((5, 2), (4, 3), (30, 12))]
+    policy = make_policy("one_per_step")
+    single = []
+    for p in prompts:
+        s = Sequence(p, cfg.special, policy, cfg.block_size, 4, True, row=0, max_len=512)
+        (lg,) = execute(tiny, [s], [s.prepare()], [new_slot_attrs(512, 0)])
+        single.append(lg)
+    seqs = [Sequence(p, cfg.special, policy, cfg.block_size, 4, True, row=r, max_len=512)
+            for p, r in zip(prompts, (2, 0, 1), strict=True)]
+    feeds = [q.prepare() for q in seqs]
+    assert [len(f.ids) > 16 for f in feeds] == [False, False, True]
+    tiny.setup_cache(4, 512)
+    try:
+        both = execute(tiny, seqs, feeds, [new_slot_attrs(512, 0) for _ in seqs], chunk=16)
+    finally:
+        tiny.setup_cache(2, 512)
+    for a, b in zip(both, single, strict=True):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=ATOL)
 
 
 def test_checkpoint_roundtrip_and_from_pretrained(tiny: Transformer, tmp_path: Path) -> None:
