@@ -16,6 +16,7 @@ from torch import Tensor
 import kernels
 from engine.decode import Feed, Sequence, Staged, TokenEvent
 from engine.model import CLEAN, INVALID, Transformer, layout_mask
+from engine.torch_thread import FORWARDS
 from kernels import Confidence
 
 
@@ -46,6 +47,7 @@ def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_at
     pieces before it (a block's clean tokens, fed with the next block) as the whole feed would.
     """
     dev = model.output.weight.device
+    FORWARDS.note(dev.type, torch.get_num_threads())
     pieces = pieces_of(feeds, chunk)
     B = len(pieces)
     T = max(b - a for _, a, b in pieces)
