@@ -7,12 +7,14 @@ files), and for N = 1, 2, 4, 8 clients, each on its own connection, lets the cli
 sessions from the shared pool until it is empty (N concurrent sessions at all times but the
 last few: the "max concurrency" load of serving benchmarks). It measures completions/s,
 tokens/s and p50/p95 latency. The baseline serves the same pool one request at a time on one
-connection, in the same run, after an unmeasured warm-up round. Every run tags its prompts so
-that no run reuses another's prompt cache. Prints a table and ends with one JSON line:
+connection, in the same run, after an unmeasured warm-up round; `--rounds R` runs every arm R
+times, alternated, so that the machine's drift lands on every arm alike (the figures pool the
+rounds; the JSON also lists each round's ratio). Every run tags its prompts so that no run
+reuses another's prompt cache. Prints a table and ends with one JSON line:
   {"clients": {N: {"throughput": x, "p95_ms": x, ...}}, "batched_vs_sequential_at_8": x}
 
     python bench/concurrency.py [--quick] [--model DIR] [--clients 1,2,4,8] [--sessions S]
-                                [--requests R] [--threads T]
+                                [--requests R] [--threads T] [--rounds R]
 """
 
 from __future__ import annotations
@@ -172,22 +174,39 @@ async def client(url: str, tag: str, pool: Pool) -> list[Result]:
         await conn.close()
 
 
-def summary(results: list[Result], wall: float, t0: float = 0.0, drained: float = 0.0,
-            before: dict | None = None, after: dict | None = None) -> dict[str, float]:
-    """Throughput over the whole run, and (`drained`: when the pool ran out) over the part of
-    it when every client had work ("steady": the drain tail, when fewer sessions than clients
-    are left, excluded). `before`/`after`: the daemon's stats, for the average batch."""
+@dataclass
+class Part:
+    """One arm's run in one round: its results, wall time, start, when its pool ran out, and
+    the daemon's stats before and after."""
+
+    results: list[Result]
+    wall: float
+    t0: float = 0.0
+    drained: float = 0.0
+    before: dict | None = None
+    after: dict | None = None
+
+
+def summary(parts: list[Part]) -> dict[str, float]:
+    """Throughput over the arm's runs (every round), and (`drained`: when a run's pool ran out)
+    over the part of each run when every client had work ("steady": the drain tail, when fewer
+    sessions than clients are left, excluded). The daemon's stats give the average batch."""
+    results = [r for p in parts for r in p.results]
+    wall = sum(p.wall for p in parts)
     lat = sorted(r.latency_ms for r in results)
     p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
     out = {"throughput": len(results) / wall, "tokens_per_s": sum(r.tokens for r in results) / wall,
            "p50_ms": statistics.median(lat), "p95_ms": p95, "completions": len(results), "wall_s": wall,
            "prompt_reuse": sum(r.reused for r in results) / max(1, sum(r.reused + r.prefill for r in results))}
-    if drained > t0:
-        out["steady_throughput"] = sum(1 for r in results if r.end <= drained) / (drained - t0)
-    if before is not None and after is not None:
-        fw = after["forwards"] - before["forwards"]
-        out["avg_batch"] = (after["batched_rows"] - before["batched_rows"]) / max(1, fw)
-        out["forward_share"] = (after["forward_ms"] - before["forward_ms"]) / 1000 / wall
+    steady = [p for p in parts if p.drained > p.t0]
+    if steady:
+        out["steady_throughput"] = (sum(1 for p in steady for r in p.results if r.end <= p.drained)
+                                    / sum(p.drained - p.t0 for p in steady))
+    stats = [(p.before, p.after) for p in parts if p.before is not None and p.after is not None]
+    if stats:
+        fw = sum(a["forwards"] - b["forwards"] for b, a in stats)
+        out["avg_batch"] = sum(a["batched_rows"] - b["batched_rows"] for b, a in stats) / max(1, fw)
+        out["forward_share"] = sum(a["forward_ms"] - b["forward_ms"] for b, a in stats) / 1000 / wall
     return out
 
 
@@ -197,34 +216,44 @@ def tagged(tasks: list[Task], tag: str) -> list[Task]:
     return [(pre, f"# {tag}\n{suf}", plan) for pre, suf, plan in tasks]
 
 
-async def run(url: str, clients: list[int], work: list[list[Task]]) -> dict:
-    out: dict = {"clients": {}}
+async def timed(url: str, stats: WsConnection, n: int, pool: Pool, tag: str) -> Part:
+    """One arm: n clients (0: one connection, one request at a time) until `pool` is empty."""
+    before = (await stats.query("stats"))["stats"]
+    t0 = time.perf_counter()
+    if n:
+        parts = await asyncio.gather(*(client(url, f"{tag}-{c}", pool) for c in range(n)))
+        results = [r for p in parts for r in p]
+    else:
+        results = await client(url, tag, pool)
+    wall = time.perf_counter() - t0
+    after = (await stats.query("stats"))["stats"]
+    return Part(results, wall, t0, pool.drained, before, after)
+
+
+async def run(url: str, clients: list[int], work: list[list[Task]], rounds: int = 1) -> dict:
+    """Every arm (each client count, then one request at a time) in turn, `rounds` times: the
+    machine's drift lands on every arm alike, and each round gives a ratio of its own."""
     # warm-up, not measured: the first forwards of each batch size and length pay one-time
     # kernel and allocator set-up that would otherwise land on whichever run comes first
     n_max = max(clients)
     warm = Pool([w[:1] for w in work[:n_max]], "warm")
     await asyncio.gather(*(client(url, f"w-{c}", warm) for c in range(n_max)))
     await client(url, "w-seq", Pool(work[:1], "warm1"))
+    parts: dict[int, list[Part]] = {n: [] for n in clients}
+    seq: list[Part] = []
     stats = await WsConnection.open(url)
     try:
-        for n in clients:
-            pool = Pool(work, f"b{n:02d}")
-            before = (await stats.query("stats"))["stats"]
-            t0 = time.perf_counter()
-            parts = await asyncio.gather(*(client(url, f"b{n}-{c}", pool) for c in range(n)))
-            wall = time.perf_counter() - t0
-            after = (await stats.query("stats"))["stats"]
-            out["clients"][n] = summary([r for p in parts for r in p], wall, t0, pool.drained, before, after)
-        before = (await stats.query("stats"))["stats"]
-        t0 = time.perf_counter()  # the same pool, one request at a time, session after session
-        pool = Pool(work, "seq")
-        seq = await client(url, "seq", pool)
-        wall = time.perf_counter() - t0
-        after = (await stats.query("stats"))["stats"]
-        out["sequential"] = summary(seq, wall, t0, pool.drained, before, after)
+        for k in range(rounds):
+            for n in clients:
+                parts[n].append(await timed(url, stats, n, Pool(work, f"b{n:02d}r{k}"), f"b{n}r{k}"))
+            # the same pool, one request at a time, session after session
+            seq.append(await timed(url, stats, 0, Pool(work, f"seqr{k}"), f"seq{k}"))
     finally:
         await stats.close()
-    return out
+    n_ref = 8 if 8 in clients else n_max
+    per_round = [summary([parts[n_ref][k]])["throughput"] / summary([seq[k]])["throughput"] for k in range(rounds)]
+    return {"clients": {n: summary(ps) for n, ps in parts.items()}, "sequential": summary(seq),
+            "per_round": per_round}
 
 
 def main() -> None:
@@ -240,6 +269,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer requests: under 2 minutes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cold", action="store_true", help="unrelated requests, prompt cache off (full prefills)")
+    ap.add_argument("--rounds", type=int, default=1, help="run every arm this many times, alternated "
+                    "(the figures pool the rounds; the JSON also gives each round's ratio)")
     args = ap.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     per_session = args.requests or (2 if args.quick else 4)
@@ -254,7 +285,7 @@ def main() -> None:
               f"{n_sessions} sessions of {per_session} completions, max_tokens {args.max_tokens}, "
               f"{'cold' if args.cold else 'typing'} scenario", file=sys.stderr)
         try:
-            res = asyncio.run(run(str(info["url"]), clients, work))
+            res = asyncio.run(run(str(info["url"]), clients, work, args.rounds))
         finally:
             proc.terminate()
             proc.wait(30)
@@ -280,7 +311,8 @@ def main() -> None:
              "steady_batched_vs_sequential_at_8": round(res["clients"][n_ref].get("steady_throughput", 0) / seq["throughput"], 3),
              "threads": args.threads,
              "model": info["model"], "dtype": args.dtype, "sessions": n_sessions, "requests_per_session": per_session, "scenario": "cold" if args.cold else "typing",
-             "device": args.device}
+             "device": args.device, "rounds": args.rounds,
+             "per_round_batched_vs_sequential": [round(x, 3) for x in res["per_round"]]}
     print(json.dumps(final))
 
 
