@@ -320,17 +320,16 @@ class Sequence:
     def _find_end(self) -> None:
         """The completion ends at the first committed end-of-middle with no mask before it,
         or where the stop rule cuts the committed prefix."""
-        eoms = ((self.middle == self.sp.end_of_middle) & self.committed).nonzero()
-        self.first_eom = int(eoms[0]) if eoms.numel() else None
-        unc = (~self.committed).nonzero()
-        first_mask = int(unc[0]) if unc.numel() else self.cap
-        prefix = self.middle[:first_mask]
-        eom = (prefix == self.sp.end_of_middle).nonzero()
+        # plain lists: a few dozen positions, where each small tensor op costs more than the scan
+        mid, com, eom = self.middle.tolist(), self.committed.tolist(), self.sp.end_of_middle
+        self.first_eom = next((i for i, (t, c) in enumerate(zip(mid, com, strict=True)) if c and t == eom), None)
+        first_mask = next((i for i, c in enumerate(com) if not c), self.cap)
+        prefix = mid[:first_mask]
         end, reason = None, None
-        if eom.numel():
-            end, reason = int(eom[0]), "end_of_middle"
+        if eom in prefix:
+            end, reason = prefix.index(eom), "end_of_middle"
         if self.stop_fn is not None:
-            cut = self.stop_fn(prefix[: end if end is not None else first_mask].tolist())
+            cut = self.stop_fn(prefix[: end if end is not None else first_mask])
             if cut is not None and (end is None or cut < end):
                 end, reason = cut, "stop_rule"
         if end is not None:
