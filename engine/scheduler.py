@@ -5,17 +5,15 @@ One thread owns the model. Each iteration of its loop is
               between forwards: a new request supersedes the running one with the same document
               key (per connection), expired deadlines end their requests;
   execute   - one forward over every running sequence, each on its own KV-cache row
-              (`engine.batch.execute` pads the ragged feeds); a new arrival's prompt prefill
-              runs as a second forward of the same step so short blocks are not padded to it;
+              (`engine.batch.execute` packs or pads the ragged feeds); a new arrival's prompt
+              prefill runs as a forward of its own;
   update    - the confidences of every row (`engine.batch.confidences`), then each
               sequence applies its policy, text events go out, finished rows are freed.
-Rows are the concurrency limit: a request arriving with every row taken gets a "busy" error.
-Work for a cancelled, superseded or disconnected request stops before the next forward.
-A failure inside one request (prepare, forward, update) fails that request only.
-Alternatives (`engine.alternatives`): after a request's first complete draft, forks from the
-next most likely first tokens of its first step take free rows and advance in the same forwards; the request's done event
-waits for them (bounded as in `run_group`). A new request that finds no free row takes a
-fork's row instead of getting "busy".
+Rows are the concurrency limit: a request arriving with every row taken gets a "busy" error,
+unless an alternative (`engine.alternatives`: forks that take free rows after a request's
+first complete draft, its done event waiting for them) can give its row up. Work for a
+cancelled, superseded or disconnected request stops before the next forward; a failure inside
+one request (prepare, forward, update) fails that request only.
 """
 
 from __future__ import annotations
