@@ -22,5 +22,6 @@ def test_concurrency_bench_alternates_rounds_and_pools_them() -> None:
     assert res["clients"]["1"]["avg_batch"] == 1.0 and res["sequential"]["avg_batch"] == 1.0
     assert 1.0 <= res["clients"]["2"]["avg_batch"] <= 2.0
     assert all(x > 0 for x in res["per_round_batched_vs_sequential"])
-    assert res["batched_vs_sequential_at_8"] == round(
-        res["clients"]["2"]["throughput"] / res["sequential"]["throughput"], 3)
+    # the ratio comes from unrounded throughputs, the JSON shows each rounded to 3 places
+    shown = res["clients"]["2"]["throughput"] / res["sequential"]["throughput"]
+    assert abs(res["batched_vs_sequential_at_8"] - shown) <= 0.002 * shown
