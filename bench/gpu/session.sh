@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One prepared device run on a lent GPU (at most 9.5 minutes; prepare with bench/gpu/prepare.sh):
-#   0. time the host's example pipeline (engine.train.parallel: probe);
+#   0. time the host's example pipeline (engine.train.parallel: probe; left out with a bank);
 #   1. train the larger variant of the embedded model there (preset mini-code, 17.3M
 #      parameters; by default block diffusion on from the committed mini-code, lr 1e-3; with
 #      INIT= AR=400 LR=2e-3 WARMUP=200 from scratch with an autoregressive warm-up;
 #      warmup-stable-decay sized by wall clock; ECHO=auto:4 turns on data echoing, which hurt
 #      in the CPU trials: BENCHMARKS.md) on the carried copy of this machine's corpus (same files, same
-#      held-out split); the bfloat16 weights come back split under the per-file limit: rejoin
+#      held-out split), or with .whl/bank.npz.xz (prepare.sh's default since session 18) on that
+#      token bank, every batch cut on the GPU (engine/train/bank.py), no example workers; the bfloat16 weights come back split under the per-file limit: rejoin
 #      with `cat model.safetensors.part-* > model.safetensors` next to the returned config.json;
 #   2. the fused confidence kernel against its reference (bench/kernels.py);
 #   3. the daemon's batched scheduler on the GPU (bench/concurrency.py --quick --device cuda).
@@ -26,6 +27,8 @@ if [ "$DRY" != 1 ] && [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then  # the 
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
+BANK=${BANK-.whl/bank.npz.xz}
+[ -f "$BANK" ] || BANK=
 if [ -f .whl/corpus.tar.xz ]; then  # this machine's standard library (prepare.sh), not the device's
   mkdir -p /tmp/corpus && tar xJf .whl/corpus.tar.xz -C /tmp/corpus && export LLADA_LSP_CORPUS=/tmp/corpus
 fi
@@ -54,12 +57,13 @@ RUN=${RUN_DIR:-/tmp/gpu-run}
 rm -rf "$RUN"
 # How fast this host cuts examples, alone and through the workers (into train.txt: at most 8
 # files come back). Session 15's training here waited 74% of the time for batches.
-step train 60 "$PY" -m engine.train.parallel --seconds "${PROBE_S:-8}" --workers "$WORKERS" --batch "$BATCH"
+[ -n "$BANK" ] && WORKERS=0
+[ -n "$BANK" ] || step train 60 "$PY" -m engine.train.parallel --seconds "${PROBE_S:-8}" --workers "$WORKERS" --batch "$BATCH"
 step train $((TRAIN_S + 90)) "$PY" -m engine.train.train --out "$RUN" --tokenizer engine/checkpoints/tiny-code \
   --preset "${PRESET:-mini-code}" --ar-steps "$AR" --steps 1000000 --schedule wsd \
   --time-budget-s "$TRAIN_S" --decay-frac "${DECAY_FRAC:-0.25}" --lr "${LR:-2e-3}" --warmup "${WARMUP:-200}" --batch "$BATCH" \
   --device "$DEVICE" --data-workers "$WORKERS" --eval-every 200 --save-every 1000 --data-seed "${DATA_SEED:-21}" \
-  --echo "${ECHO:-1}" ${INIT:+--init-from "$INIT"} "${PRESET_ARGS[@]}"
+  --echo "${ECHO:-1}" ${INIT:+--init-from "$INIT"} ${BANK:+--bank "$BANK"} "${PRESET_ARGS[@]}"
 if [ -f "$RUN/latest/model.safetensors" ]; then
   "$PY" -c "import sys, torch; from pathlib import Path; from engine.checkpoint import load_checkpoint, save_checkpoint
 save_checkpoint(load_checkpoint(sys.argv[1]), Path(sys.argv[2]), dtype=torch.bfloat16)" "$RUN/latest" "$RUN/export"

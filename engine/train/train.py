@@ -25,6 +25,7 @@ from tqdm import tqdm
 from engine.checkpoint import save_checkpoint
 from engine.model import ModelConfig, Transformer, preset
 from engine.tokenizer import load_tokenizer, special_tokens_of
+from engine.train.bank import BankSampler, TokenBank
 from engine.train.corpus import read_text, split
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
 from engine.train.distill import load_rows
@@ -101,9 +102,12 @@ def to_device(b: Batch, dev: torch.device) -> Batch:
 
 def next_batch(par: ParallelStream | None, stream: ExampleStream, teacher: TeacherRows | None,
                noise: torch.Generator, args: argparse.Namespace, cfg: ModelConfig, diffusion: bool,
-               dev: torch.device) -> Batch:
-    """The step's batch on `dev`, its mask built there: from the workers' built batches, or
-    from rows (the workers' or this process's) with the teacher's rows mixed in."""
+               dev: torch.device, bank: BankSampler | None = None) -> Batch:
+    """The step's batch on `dev`, its mask built there: cut there from the token bank, from
+    the workers' built batches, or from rows (the workers' or this process's) with the
+    teacher's rows mixed in."""
+    if bank is not None:
+        return attach_mask(bank.batch(args.batch, diffusion))
     got = par.next_batch() if par is not None else None
     if isinstance(got, Batch):
         return attach_mask(to_device(got, dev))
@@ -140,12 +144,12 @@ def losses(model: Transformer, b: Batch) -> tuple[torch.Tensor, torch.Tensor, to
 
 def save_state(model: Transformer, opt: torch.optim.Optimizer, step: int, tokens: int,
                stream: ExampleStream, noise: torch.Generator, args: argparse.Namespace, stable: bool,
-               teacher_pos: int = 0) -> None:
+               teacher_pos: int = 0, bank: BankSampler | None = None) -> None:
     """OUT/state.pt (what --resume reads), OUT/latest and OUT/snap-STEP; with `stable`, also the
     un-annealed state a later run goes on from (OUT/state-stable.pt, --resume-from) and OUT/stable."""
     state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "tokens": tokens,
              "data_rng": stream.rng.getstate(), "noise_rng": noise.get_state(), "args": vars(args),
-             "teacher_pos": teacher_pos}
+             "teacher_pos": teacher_pos, **({"bank_rng": bank.gen.get_state()} if bank is not None else {})}
     torch.save(state, args.out / "state.pt")
     tok_file = args.tokenizer / "tokenizer.json"
     save_checkpoint(model, args.out / "latest", tok_file)
@@ -199,6 +203,8 @@ def main() -> None:
     ap.add_argument("--transport", choices=("auto", "tensors", "arrays"), default="auto",
                     help="how built batches cross from the example workers: tensors (shared memory by "
                     "file descriptor), plain arrays (copied), or auto: time both at the start")
+    ap.add_argument("--bank", type=Path, help="cut every batch on the training device from this token "
+                    "bank (python -m engine.train.bank; for a GPU that the host's cores cannot feed)")
     ap.add_argument("--echo", default="1", help="data echoing (engine/train/echo.py): N uses of each "
                     "diffusion batch under fresh noise, or auto[:N] (again only while the next batch "
                     "is not ready, N at most, default 4)")
@@ -207,6 +213,8 @@ def main() -> None:
         echo = Echo.parse(args.echo)
     except ValueError as e:
         ap.error(f"--echo: {e}")
+    if args.bank is not None and (args.distill is not None or args.data_workers or echo.mode != "off"):
+        ap.error("--bank does not go with --distill, --data-workers or --echo")
     if echo.mode != "off" and args.distill is not None:
         ap.error("--echo does not go with --distill (the teacher rows' targets follow their noise)")
     if args.time_budget_s is not None:
@@ -245,12 +253,19 @@ def main() -> None:
         print(f"initialised from {args.init_from} ({base.config.n_layer} -> {cfg.n_layer} layers)")
     model.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    texts, weights, held_texts = load_texts()
     data_seed = args.seed if args.data_seed is None else args.data_seed
+    bank: BankSampler | None = None
+    if args.bank is not None:  # the files come as tokens, the held-out rows with them
+        tb = TokenBank.load(args.bank)
+        bank = BankSampler(tb, sp, cfg.block_size, cfg.vocab_size, dev, data_seed)
+        texts, weights, held_texts, held_rows = [], [], [], tb.held
+        print(f"token bank {args.bank}: {tb.n_files} files, {len(tb.ids) / 1e6:.2f}M tokens")
+    else:
+        texts, weights, held_texts = load_texts()
+        held_stream = ExampleStream(held_texts, [1.0] * len(held_texts), tok, sp, cfg.block_size, seed=1234)
+        held_rows = [held_stream.next() for _ in range(32)]
     stream = ExampleStream(texts, weights, tok, sp, cfg.block_size, seed=data_seed)
     noise = torch.Generator().manual_seed(args.seed + 1)
-    held_stream = ExampleStream(held_texts, [1.0] * len(held_texts), tok, sp, cfg.block_size, seed=1234)
-    held_rows: list[Encoded] = [held_stream.next() for _ in range(32)]
     teacher = TeacherRows(load_rows(args.distill), data_seed) if args.distill is not None else None
     held_noise_seed = 4321
     args.out.mkdir(parents=True, exist_ok=True)
@@ -266,6 +281,8 @@ def main() -> None:
         step, tokens = st["step"], st["tokens"]
         stream.rng.setstate(st["data_rng"])
         noise.set_state(st["noise_rng"])
+        if bank is not None and "bank_rng" in st:
+            bank.gen.set_state(st["bank_rng"].cpu())
         if teacher is not None and "teacher_pos" in st:
             teacher.pos = st["teacher_pos"]
         print(f"resumed at step {step}")
@@ -299,11 +316,11 @@ def main() -> None:
             bar.total = total
             print(f"\ndecay from step {step} to {total} ({rate:.3f} steps/s)")
             save_state(model, opt, step, tokens, stream, noise, args, stable=True,
-                       teacher_pos=teacher.pos if teacher is not None else 0)
+                       teacher_pos=teacher.pos if teacher is not None else 0, bank=bank)
         model.train()
         diffusion = step >= args.ar_steps
         t_data = time.time()
-        b, fresh = echo.next(functools.partial(next_batch, par, stream, teacher, noise, args, cfg, diffusion, dev),
+        b, fresh = echo.next(functools.partial(next_batch, par, stream, teacher, noise, args, cfg, diffusion, dev, bank),
                              lambda: par is None or par.ready(),
                              lambda held: echo_batch(held, echo_noise, sp.mask, cfg.vocab_size, cfg.block_size))
         data_s += time.time() - t_data
@@ -339,7 +356,7 @@ def main() -> None:
             and step == stable_end(total, decay)
         if step % args.save_every == 0 or step == total or at_stable_end:
             save_state(model, opt, step, tokens, stream, noise, args, stable=at_stable_end,
-                       teacher_pos=teacher.pos if teacher is not None else 0)
+                       teacher_pos=teacher.pos if teacher is not None else 0, bank=bank)
             save_checkpoint(model, args.out / "latest", args.tokenizer / "tokenizer.json")
             save_checkpoint(model, args.out / f"snap-{step:06d}", args.tokenizer / "tokenizer.json")
     bar.close()

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_dry_session_returns_a_loadable_checkpoint(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), GPU_SESSION_DRY="1", TRAIN_S="6", PY=sys.executable,
-               RUN_DIR=str(tmp_path / "run"))
+               RUN_DIR=str(tmp_path / "run"), BANK="")  # the host's workers cut the examples
     r = subprocess.run(["bash", str(ROOT / "bench/gpu/session.sh")], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -55,3 +55,31 @@ def test_dry_session_returns_a_loadable_checkpoint(tmp_path: Path) -> None:
     assert any(not torch.equal(state[k], v.to(torch.bfloat16).float()) for k, v in fresh.state_dict().items())
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert log and "held_ar" in log[-1] and log[0]["diff"] == 0.0
+
+
+def test_dry_session_trains_on_a_token_bank(tmp_path: Path) -> None:
+    """With a bank (prepare.sh's default) no example workers run: the batches are cut where the
+    model trains, from the bank's tokens, and the held-out rows come with the bank."""
+    import sysconfig
+
+    from engine.tokenizer import load_tokenizer
+    from engine.train.bank import TokenBank, held_rows
+
+    tok = load_tokenizer(EMBEDDED_DIR)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts = [(stdlib / f).read_text() for f in ("textwrap.py", "sched.py", "queue.py")]
+    bank = TokenBank.build(texts, [1.0, 1.0, 1.0], tok)
+    bank.held = held_rows(tok, [(stdlib / "copy.py").read_text()], 16, n=4)
+    bank.save(tmp_path / "bank.npz.xz")
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), GPU_SESSION_DRY="1", TRAIN_S="6", PY=sys.executable,
+               RUN_DIR=str(tmp_path / "run"), BANK=str(tmp_path / "bank.npz.xz"))
+    r = subprocess.run(["bash", str(ROOT / "bench/gpu/session.sh")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    train_txt = (out / "train.txt").read_text()
+    assert r.stdout.count("== train rc 0") == 1 and '{"probe"' not in train_txt  # no workers, no probe
+    assert "token bank" in train_txt and "3 files" in train_txt
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert log and "held_ar" in log[-1] and all(rec["data_s"] < rec["elapsed_s"] for rec in log)
+    assert sorted(out.glob("model.safetensors.part-*")) and (out / "config.json").exists()
