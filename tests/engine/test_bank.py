@@ -6,13 +6,14 @@ from __future__ import annotations
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from engine.checkpoint import EMBEDDED_DIR
 from engine.model import NOISY
 from engine.tokenizer import load_tokenizer, special_tokens_of
-from engine.train.bank import BankSampler, TokenBank
+from engine.train.bank import CUT_FIELDS, BankSampler, TokenBank
 from engine.train.data import MAX_MIDDLE, Encoded, make_batch
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -38,19 +39,41 @@ def bank(tok, texts: list[str]) -> TokenBank:  # type: ignore[no-untyped-def]
 
 
 def test_cut_points_are_whole_lines_and_block_bodies(tok, texts: list[str], bank: TokenBank) -> None:  # type: ignore[no-untyped-def]
+    c = bank.lines
     for f, text in enumerate(texts):
-        code_lines = [ln.strip() for ln in text.split("\n")]
-        mine = bank.line_file == f
-        assert mine.sum() == len(code_lines)  # one candidate per line, in order
-        for s, e, want in zip(bank.line_start[mine], bank.line_end[mine], code_lines, strict=True):
-            got = tok.decode(bank.ids[s:e].tolist())
-            assert got.strip() == want and (e > s) == bool(want)  # a blank line: no candidate
-            assert "\n" not in got  # never runs into the next line
-        blocks = bank.block_start[bank.block_file == f], bank.block_end[bank.block_file == f]
-        assert len(blocks[0]) > 0
-        for s, e in zip(*blocks, strict=True):
-            body = tok.decode(bank.ids[s:e].tolist()).strip()
-            assert body and body in text and body.split("\n")[0].strip() in code_lines
+        code_lines = [ln.lstrip(" \t") for ln in text.split("\n")]
+        mine = np.flatnonzero(c.file == f)
+        assert len(mine) == len(code_lines)  # one candidate per line, in order
+        for i, want in zip(mine, code_lines, strict=True):
+            middle = [*c.head[i][c.head[i] >= 0], *bank.ids[c.after[i]: c.end[i]]]
+            assert tok.decode(middle) == want and (c.end[i] > c.start[i]) == bool(want)  # blank: no candidate
+        blocks = np.flatnonzero(bank.blocks.file == f)
+        assert len(blocks) > 0
+        for i in blocks:
+            b = bank.blocks
+            body = tok.decode([*b.head[i][b.head[i] >= 0], *bank.ids[b.after[i]: b.end[i]]])
+            assert body.strip() and body in text and body.split("\n")[0] in code_lines
+
+
+def test_seams_match_the_engines_separate_tokenization(tok, texts: list[str], bank: TokenBank) -> None:  # type: ignore[no-untyped-def]
+    """A prefix cut at a code start ends as the prefix tokenized alone ends (the indentation in
+    one token), and the middle starts as the middle tokenized alone (the bare word)."""
+    c, seamed = bank.lines, 0
+    for f, text in enumerate(texts):
+        starts = [0, *(i + 1 for i, ch in enumerate(text) if ch == "\n")]
+        for i, ls in zip(np.flatnonzero(c.file == f), starts, strict=True):
+            code = ls + len(text[ls:]) - len(text[ls:].lstrip(" \t"))
+            stop = text.find("\n", ls)
+            if code >= (stop if stop >= 0 else len(text)):
+                continue  # a blank line
+            tail, head = [int(x) for x in c.tail[i] if x >= 0], [int(x) for x in c.head[i] if x >= 0]
+            middle = head + bank.ids[c.after[i]: c.end[i]].tolist()
+            assert middle == tok.encode(text[code: stop if stop >= 0 else len(text)]).ids
+            if i % 7 == 0:  # the prefix's end (every 7th line: encoding every prefix is quadratic)
+                prefix = bank.ids[max(c.pre_end[i] - 3, bank.file_start[f]): c.pre_end[i]].tolist() + tail
+                assert tok.encode(text[:code]).ids[-len(prefix):] == prefix
+            seamed += bool(head)
+    assert seamed > 500  # most lines are indented
 
 
 def test_batch_rows_are_file_slices_in_the_engines_layout(tok, texts: list[str], bank: TokenBank) -> None:  # type: ignore[no-untyped-def]
@@ -108,7 +131,13 @@ def test_file_round_trip(tmp_path: Path, bank: TokenBank) -> None:
     bank.held = [Encoded([1, 2, 3, 4], 2, 2), Encoded([5, 6], 1, 1)]
     bank.save(tmp_path / "bank.npz.xz")
     back = TokenBank.load(tmp_path / "bank.npz.xz")
-    for name in ("ids", "file_start", "file_weight", "line_start", "line_end", "line_file",
-                 "block_start", "block_end", "block_file"):
+    for name in ("ids", "file_start", "file_weight"):
         assert (getattr(back, name) == getattr(bank, name)).all(), name
+    for kind in ("lines", "blocks"):
+        for name in CUT_FIELDS:
+            assert (getattr(getattr(back, kind), name) == getattr(getattr(bank, kind), name)).all(), (kind, name)
     assert back.held == bank.held
+    np.savez(tmp_path / "old.npz", ids=bank.ids)
+    (tmp_path / "old.xz").write_bytes(__import__("lzma").compress((tmp_path / "old.npz").read_bytes()))
+    with pytest.raises(ValueError, match="not a token bank"):
+        TokenBank.load(tmp_path / "old.xz")
