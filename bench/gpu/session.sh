@@ -6,8 +6,8 @@
 #      INIT= AR=400 LR=2e-3 WARMUP=200 from scratch with an autoregressive warm-up;
 #      warmup-stable-decay sized by wall clock; ECHO=auto:4 turns on data echoing, which hurt
 #      in the CPU trials: BENCHMARKS.md) on the carried copy of this machine's corpus (same files, same
-#      held-out split), or with .whl/bank.npz.xz (prepare.sh's default since session 18) on that
-#      token bank, every batch cut on the GPU (engine/train/bank.py), no example workers; the bfloat16 weights come back split under the per-file limit: rejoin
+#      held-out split), or with .whl/bank.npz.xz (prepare.sh's default since session 18; the
+#      whole training split with packages since session 19) on that token bank, every batch cut on the GPU (engine/train/bank.py), no example workers; the bfloat16 weights come back split under the per-file limit: rejoin
 #      with `cat model.safetensors.part-* > model.safetensors` next to the returned config.json;
 #   2. the fused confidence kernel against its reference (bench/kernels.py);
 #   3. the daemon's batched scheduler on the GPU (bench/concurrency.py --quick --device cuda).
@@ -76,4 +76,8 @@ if [ "$DRY" = 1 ]; then
   exit 0
 fi
 [ "${SKIP_KERNELS:-0}" = 1 ] || step kernels 45 "$PY" bench/kernels.py
-[ "${SKIP_CONC:-0}" = 1 ] || step concurrency "${CONC_S:-90}" "$PY" bench/concurrency.py --quick --device cuda --dtype auto ${CLIENTS:+--clients "$CLIENTS"}
+# the default model's weights stay here when prepare.sh set them aside to fit a larger bank
+CONC_MODEL=${CONC_MODEL:-}
+[ -f engine/checkpoints/tiny-code/model.safetensors ] || CONC_MODEL=${CONC_MODEL:-engine/checkpoints/mini-code}
+[ "${SKIP_CONC:-0}" = 1 ] || step concurrency "${CONC_S:-90}" "$PY" bench/concurrency.py --quick --device cuda --dtype auto \
+  ${CLIENTS:+--clients "$CLIENTS"} ${CONC_MODEL:+--model "$CONC_MODEL"}
