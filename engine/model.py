@@ -144,6 +144,14 @@ class KVCache(nn.Module):
         return self.k[rows, :kv_len], self.v[rows, :kv_len]
 
 
+# How a masked attention call with fewer key/value heads than query heads runs. "native":
+# SDPA's enable_gqa, no copies (the CPU's flash kernel takes it with a mask). "expand": the
+# keys and values repeated to every query head first. On CUDA, SDPA's fused kernels refuse
+# enable_gqa together with a mask, so "native" falls back to the math kernel, which writes the
+# whole [B, heads, T, S] score matrix in float32; "expand" keeps the memory-efficient kernel.
+# The trainer times both on its device (engine/train/speed.py).
+GQA_MODES = ("native", "expand")
+
 Run = tuple[int, int, int]  # batch rows [start, stop) that read cache rows first_row, first_row + 1, ...
 CacheAt = tuple[Tensor, Tensor, int, list[Run]]  # rows [B], slots [B, T], kv_len, row_runs(rows)
 
@@ -170,6 +178,7 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(c.dim, (c.n_head + 2 * c.n_kv_head) * hd, bias=False)
         self.wo = nn.Linear(c.n_head * hd, c.dim, bias=False)
         self.kv_cache: KVCache | None = None
+        self.gqa: str = "native"  # see GQA_MODES
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
                 cache_at: CacheAt | None) -> Tensor:
@@ -200,6 +209,10 @@ class Attention(nn.Module):
             g = c.n_head // c.n_kv_head
             return F.scaled_dot_product_attention(q.reshape(B, c.n_kv_head, g * T, hd), k, v,
                                                   attn_mask=mask).view(B, c.n_head, T, hd)
+        if self.gqa == "expand" and c.n_head != c.n_kv_head:
+            g = c.n_head // c.n_kv_head  # query head h reads key/value head h // g, as enable_gqa maps them
+            return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
+                                                  attn_mask=mask)
         # grouped-query attention without materialising repeated keys/values
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=c.n_head != c.n_kv_head)
 
@@ -259,6 +272,13 @@ class Transformer(nn.Module):
 
     def blocks(self) -> list[Block]:
         return [cast(Block, layer) for layer in self.layers]
+
+    def set_gqa(self, mode: str) -> None:
+        """How masked attention meets grouped-query heads (GQA_MODES); outputs are the same."""
+        if mode not in GQA_MODES:
+            raise ValueError(f"unknown GQA mode {mode!r}; known: {GQA_MODES}")
+        for layer in self.blocks():
+            layer.attention.gqa = mode
 
     def setup_cache(self, batch: int, max_len: int | None = None) -> None:
         c = self.config

@@ -31,6 +31,7 @@ from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, atta
 from engine.train.distill import load_rows
 from engine.train.echo import Echo, batch_index, echo_batch
 from engine.train.parallel import BuildSpec, ParallelStream, pick_transport
+from engine.train.speed import candidates, pick
 
 
 def load_texts() -> tuple[list[str], list[float], list[str]]:
@@ -120,7 +121,7 @@ def next_batch(par: ParallelStream | None, stream: ExampleStream, teacher: Teach
     return attach_mask(to_device(b, dev))
 
 
-def losses(model: Transformer, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def losses(model: torch.nn.Module, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Next-token loss on the clean stream, block-diffusion loss on the noisy copies, and the
     certainty term: the mean entropy of the teacher rows' masked predictions that already
     name the teacher's token (dParallel's certainty forcing; zero without teacher rows)."""
@@ -208,6 +209,11 @@ def main() -> None:
     ap.add_argument("--echo", default="1", help="data echoing (engine/train/echo.py): N uses of each "
                     "diffusion batch under fresh noise, or auto[:N] (again only while the next batch "
                     "is not ready, N at most, default 4)")
+    ap.add_argument("--gqa", choices=("auto", "native", "expand"), default="auto",
+                    help="grouped-query attention under the training mask (engine/train/speed.py); "
+                    "auto: time both on CUDA, native on the CPU")
+    ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                    help="torch.compile the training forward; auto: time it against eager on CUDA, off on the CPU")
     args = ap.parse_args()
     try:
         echo = Echo.parse(args.echo)
@@ -252,7 +258,9 @@ def main() -> None:
         model.load_state_dict(state)
         print(f"initialised from {args.init_from} ({base.config.n_layer} -> {cfg.n_layer} layers)")
     model.to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    # fused on CUDA: one kernel for every parameter's update instead of a few per group
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=dev.type == "cuda")
     data_seed = args.seed if args.data_seed is None else args.data_seed
     bank: BankSampler | None = None
     if args.bank is not None:  # the files come as tokens, the held-out rows with them
@@ -286,6 +294,19 @@ def main() -> None:
         if teacher is not None and "teacher_pos" in st:
             teacher.pos = st["teacher_pos"]
         print(f"resumed at step {step}")
+    t_budget = time.time()  # --time-budget-s counts from here: the step's timing (and compiling) is part of the run
+    runner: torch.nn.Module = model  # what the training step calls (engine/train/speed.py)
+    modes, comps = candidates(args.gqa, args.compile, dev)
+    if len(modes) > 1 or comps != [False]:
+        probe_rows = [held_rows[i % len(held_rows)] for i in range(args.batch)]
+        probe = attach_mask(to_device(make_batch(probe_rows, sp, cfg.vocab_size, cfg.block_size,
+                                                 torch.Generator().manual_seed(held_noise_seed), True,
+                                                 with_mask=False), dev))
+        choice = pick(model, probe, lambda m, b: torch.stack(losses(m, b)).sum(), dev, args.bf16, modes, comps)
+        runner = choice.runner
+        print(choice.describe())
+    else:
+        model.set_gqa(modes[0])
     build = BuildSpec(cfg.vocab_size, args.ar_steps) if teacher is None else None  # teacher rows mix in here
     if build is not None and args.data_workers > 0:
         wire = args.transport == "arrays"
@@ -308,7 +329,7 @@ def main() -> None:
     bar = tqdm(total=total, initial=step, desc="train")
     while step < total:
         if args.time_budget_s is not None and not decay \
-                and time.time() - t0 >= (1 - args.decay_frac) * args.time_budget_s:
+                and time.time() - t_budget >= (1 - args.decay_frac) * args.time_budget_s:
             rate = (step - first) / max(1e-9, time.time() - t0)
             decay = max(1, round(rate * args.decay_frac * args.time_budget_s))
             total = min(args.steps, step + decay)
@@ -327,7 +348,7 @@ def main() -> None:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, args.lr, args.warmup, args.schedule, decay)  # wsd, decay 0: the peak
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
-            ar, diff, cert = losses(model, b)
+            ar, diff, cert = losses(runner, b)
         loss = ar + diff + args.certainty * cert
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -80,6 +80,23 @@ def test_train_saves_and_resumes(tmp_path: Path) -> None:
     assert model.config.n_layer >= 1 and (out / "snap-000004" / "tokenizer.json").exists()
 
 
+def test_train_with_a_chosen_step_variant_trains_as_eager_native_does(tmp_path: Path) -> None:
+    """--gqa expand --compile on (what `auto` may pick on a GPU): the trainer times the variant
+    on a batch of its held-out rows, says what it runs, and trains to the same losses as the
+    default (eager, native GQA) from the same seed."""
+    base, var = tmp_path / "base", tmp_path / "var"
+    r = _train(base, "--steps", "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "step: gqa" not in r.stdout  # nothing to choose on the CPU by default: no timing
+    r = _train(var, "--steps", "2", "--gqa", "expand", "--compile", "on")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "step: gqa expand, compiled True (expand+compile" in r.stdout
+    a, b = ([json.loads(line) for line in (d / "log.jsonl").read_text().splitlines()] for d in (base, var))
+    for x, y in zip(a, b, strict=True):
+        assert x["tokens"] == y["tokens"]
+        assert x["ar"] == pytest.approx(y["ar"], rel=1e-3) and x["diff"] == pytest.approx(y["diff"], rel=1e-3)
+
+
 def test_train_with_echo_logs_fresh_tokens_and_echoed_steps(tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = _train(out, "--steps", "4", "--echo", "2", "--data-workers", "1", "--transport", "arrays")
