@@ -12,7 +12,8 @@
 #      Before its first step the trainer times the step's variants on the GPU and keeps the
 #      fastest (engine/train/speed.py: grouped-query attention native or repeated, eager or
 #      torch.compile; GQA=native|expand and COMPILE=on|off force one; the choice and the
-#      times are the "step:" line of train.txt), inside TRAIN_S;
+#      times are the "step:" line of train.txt), inside TRAIN_S; the first PROFILE_STEPS (5)
+#      steps are profiled, their time by operator printed into train.txt;
 #   2. the fused confidence kernel against its reference (bench/kernels.py);
 #   3. the daemon's batched scheduler on the GPU (bench/concurrency.py --quick --device cuda).
 # SKIP_KERNELS=1 / SKIP_CONC=1 leave out 2 / 3 (both measured in session 15) to train longer.
@@ -67,7 +68,7 @@ step train $((TRAIN_S + 90)) "$PY" -m engine.train.train --out "$RUN" --tokenize
   --preset "${PRESET:-mini-code}" --ar-steps "$AR" --steps 1000000 --schedule wsd \
   --time-budget-s "$TRAIN_S" --decay-frac "${DECAY_FRAC:-0.25}" --lr "${LR:-2e-3}" --warmup "${WARMUP:-200}" --batch "$BATCH" \
   --device "$DEVICE" --data-workers "$WORKERS" --eval-every 200 --save-every 1000 --data-seed "${DATA_SEED:-21}" \
-  --echo "${ECHO:-1}" --gqa "${GQA:-auto}" --compile "${COMPILE:-auto}" ${INIT:+--init-from "$INIT"} ${BANK:+--bank "$BANK"} "${PRESET_ARGS[@]}"
+  --echo "${ECHO:-1}" --gqa "${GQA:-auto}" --compile "${COMPILE:-auto}" --profile-steps "${PROFILE_STEPS:-5}" ${INIT:+--init-from "$INIT"} ${BANK:+--bank "$BANK"} "${PRESET_ARGS[@]}"
 if [ -f "$RUN/latest/model.safetensors" ]; then
   "$PY" -c "import sys, torch; from pathlib import Path; from engine.checkpoint import load_checkpoint, save_checkpoint
 save_checkpoint(load_checkpoint(sys.argv[1]), Path(sys.argv[2]), dtype=torch.bfloat16)" "$RUN/latest" "$RUN/export"

@@ -115,3 +115,42 @@ def pick(model: Transformer, batch: Batch, loss_fn: LossFn, dev: torch.device, b
     _, mode, compiled_on, runner = best
     model.set_gqa(mode)
     return Choice(mode, compiled_on, runner, ms, errors)
+
+
+class StepProfile:
+    """Profile the first `steps` training steps (`--profile-steps`) and print where their time
+    went, by operator: a device run that comes back with this table says what to make faster
+    next. A profiler that cannot start (no CUPTI in a sandbox) is reported and skipped."""
+
+    def __init__(self, steps: int, dev: torch.device, rows: int = 15) -> None:
+        self.left, self.dev, self.rows = steps, dev, rows
+        self.prof: torch.profiler.profile | None = None
+        if steps <= 0:
+            return
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if dev.type == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        try:
+            self.prof = torch.profiler.profile(activities=acts)
+            self.prof.start()
+        except Exception as e:  # noqa: BLE001 - a diagnostic only: training goes on without it
+            print(f"profile: could not start ({type(e).__name__}: {e})")
+            self.prof = None
+
+    def after_step(self) -> str | None:
+        """Count a finished step; after the last profiled one, the table (else None)."""
+        if self.prof is None:
+            return None
+        self.left -= 1
+        return self.close() if self.left <= 0 else None
+
+    def close(self) -> str | None:
+        """Stop profiling (a run shorter than its profiled steps ends here); the table, or None
+        when nothing was being profiled."""
+        if self.prof is None:
+            return None
+        _sync(self.dev)
+        prof, self.prof = self.prof, None
+        prof.stop()
+        key = "self_cuda_time_total" if self.dev.type == "cuda" else "self_cpu_time_total"
+        return prof.key_averages().table(sort_by=key, row_limit=self.rows)

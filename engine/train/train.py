@@ -31,7 +31,7 @@ from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, atta
 from engine.train.distill import load_rows
 from engine.train.echo import Echo, batch_index, echo_batch
 from engine.train.parallel import BuildSpec, ParallelStream, pick_transport
-from engine.train.speed import candidates, pick
+from engine.train.speed import StepProfile, candidates, pick
 
 
 def load_texts() -> tuple[list[str], list[float], list[str]]:
@@ -214,6 +214,8 @@ def main() -> None:
                     "auto: time both on CUDA, native on the CPU")
     ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                     help="torch.compile the training forward; auto: time it against eager on CUDA, off on the CPU")
+    ap.add_argument("--profile-steps", type=int, default=0, help="profile the first N steps and print "
+                    "the time by operator (device time on CUDA)")
     args = ap.parse_args()
     try:
         echo = Echo.parse(args.echo)
@@ -327,6 +329,7 @@ def main() -> None:
     t0, data_s = time.time(), 0.0
     total, decay, first = args.steps, args.decay_steps, step
     bar = tqdm(total=total, initial=step, desc="train")
+    profile = StepProfile(args.profile_steps, dev)
     while step < total:
         if args.time_budget_s is not None and not decay \
                 and time.time() - t_budget >= (1 - args.decay_frac) * args.time_budget_s:
@@ -355,6 +358,8 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
+        if (table := profile.after_step()) is not None:
+            print(f"\nprofile of steps {first + 1}-{step} (per operator, all steps together):\n{table}")
         tokens += int(b.ar_weight.gt(0).sum())
         bar.update(1)
         bar.set_postfix(ar=f"{ar.item():.3f}", diff=f"{diff.item():.3f}", tok=f"{tokens / 1e6:.2f}M")
@@ -381,6 +386,8 @@ def main() -> None:
             save_checkpoint(model, args.out / "latest", args.tokenizer / "tokenizer.json")
             save_checkpoint(model, args.out / f"snap-{step:06d}", args.tokenizer / "tokenizer.json")
     bar.close()
+    if (table := profile.close()) is not None:
+        print(f"\nprofile of steps {first + 1}-{step} (per operator, all steps together):\n{table}")
     if par is not None:
         par.close()
 

@@ -97,6 +97,18 @@ def test_train_with_a_chosen_step_variant_trains_as_eager_native_does(tmp_path: 
         assert x["ar"] == pytest.approx(y["ar"], rel=1e-3) and x["diff"] == pytest.approx(y["diff"], rel=1e-3)
 
 
+def test_profile_steps_prints_the_time_by_operator_and_training_goes_on(tmp_path: Path) -> None:
+    r = _train(tmp_path / "p", "--steps", "3", "--profile-steps", "2")
+    short = _train(tmp_path / "s", "--steps", "1", "--profile-steps", "4")  # ends before the profile would
+    assert short.returncode == 0 and "profile of steps 1-1" in short.stdout, short.stderr[-2000:]
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout
+    assert "profile of steps 1-2" in out and "aten::mm" in out and "Self CPU" in out
+    assert out.count("profile of steps") == 1  # once, after the profiled steps
+    log = [json.loads(line) for line in (tmp_path / "p" / "log.jsonl").read_text().splitlines()]
+    assert [rec["step"] for rec in log] == [1, 2, 3]
+
+
 def test_train_with_echo_logs_fresh_tokens_and_echoed_steps(tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = _train(out, "--steps", "4", "--echo", "2", "--data-workers", "1", "--transport", "arrays")
