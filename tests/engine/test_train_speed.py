@@ -14,14 +14,14 @@ import torch
 from engine.checkpoint import EMBEDDED_DIR
 from engine.model import GQA_MODES, Transformer, preset
 from engine.tokenizer import load_tokenizer, special_tokens_of
-from engine.train.data import MAX_POSITIONS, ExampleStream, attach_mask, make_batch
+from engine.train.data import MAX_POSITIONS, Batch, ExampleStream, attach_mask, make_batch
 from engine.train.speed import candidates, pick, step_ms
 from engine.train.train import losses
 
 CPU = torch.device("cpu")
 
 
-def _model_and_batch(batch: int = 3) -> tuple[Transformer, object]:
+def _model_and_batch(batch: int = 3) -> tuple[Transformer, Batch]:
     tok = load_tokenizer(EMBEDDED_DIR)
     sp = special_tokens_of(tok)
     cfg = preset("test-tiny", vocab_size=tok.get_vocab_size(), block_size=16, max_seq_len=MAX_POSITIONS, special=sp)
@@ -36,7 +36,8 @@ def _model_and_batch(batch: int = 3) -> tuple[Transformer, object]:
     return model, b
 
 
-def _loss_and_grads(model: Transformer, b, runner: torch.nn.Module | None = None) -> tuple[float, list[torch.Tensor]]:  # noqa: ANN001
+def _loss_and_grads(model: Transformer, b: Batch,
+                    runner: torch.nn.Module | None = None) -> tuple[float, list[torch.Tensor]]:
     for p in model.parameters():
         p.grad = None
     loss = torch.stack(losses(runner if runner is not None else model, b)).sum()
