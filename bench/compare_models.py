@@ -36,7 +36,7 @@ def main() -> None:
 
     args.model = args.base
     base_eng, kinds, tasks = engine_and_tasks(args)
-    new_eng = TextEngine(args.new, threads=args.threads)
+    new_eng = TextEngine(args.new, threads=args.threads, device=args.device)
     t0 = time.perf_counter()
     rows = []
     for preset in args.presets.split(","):

@@ -125,6 +125,7 @@ def task_args(ap: argparse.ArgumentParser, per_kind: int) -> None:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (bfloat16 there, as the loader defaults)")
 
 
 def engine_and_tasks(args: argparse.Namespace):  # noqa: ANN201 - (TextEngine, kinds, tasks)
@@ -132,7 +133,7 @@ def engine_and_tasks(args: argparse.Namespace):  # noqa: ANN201 - (TextEngine, k
 
     kinds = [k for k in KINDS if k in args.kinds.split(",")]
     tasks = [t for t in make_tasks(args.per_kind, args.seed) if t.kind in kinds]
-    return TextEngine(args.model, threads=args.threads), kinds, tasks
+    return TextEngine(args.model, threads=args.threads, device=args.device), kinds, tasks
 
 
 def main() -> None:

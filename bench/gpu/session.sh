@@ -14,6 +14,9 @@
 #      torch.compile; GQA=native|expand and COMPILE=on|off force one; the choice and the
 #      times are the "step:" line of train.txt), inside TRAIN_S; the first PROFILE_STEPS (5)
 #      steps are profiled, their time by operator printed into train.txt;
+#   1b. the verdict (bench/compare_models.py on the GPU): the new weights against INIT on the
+#      120 held-out single-line tasks, quality and speedy, into judge.txt (SKIP_JUDGE=1: off;
+#      JUDGE_S: its limit, 90 s);
 #   2. the fused confidence kernel against its reference (bench/kernels.py);
 #   3. the daemon's batched scheduler on the GPU (bench/concurrency.py --quick --device cuda).
 # SKIP_KERNELS=1 / SKIP_CONC=1 leave out 2 / 3 (both measured in session 15) to train longer.
@@ -79,6 +82,12 @@ fi
 if [ "$DRY" = 1 ]; then
   echo "dry run: GPU benchmarks skipped"
   exit 0
+fi
+# the verdict while the machine is still lent: the new weights against the ones they started
+# from on the held-out single-line tasks, decoded on the GPU (after the weights are in $OUT)
+if [ "${SKIP_JUDGE:-0}" != 1 ] && [ -f "$RUN/latest/model.safetensors" ] && [ -n "${INIT:-}" ]; then
+  step judge "${JUDGE_S:-90}" "$PY" bench/compare_models.py "$RUN/latest" --base "$INIT" --per-kind 120 \
+    --kinds single_line --presets quality,speedy --device cuda
 fi
 [ "${SKIP_KERNELS:-0}" = 1 ] || step kernels 45 "$PY" bench/kernels.py
 # the default model's weights stay here when prepare.sh set them aside to fit a larger bank
