@@ -4,6 +4,7 @@ Run from the repository root::
 
     python bench/kernels.py                 # bf16, vocab 126,464 and 157,184, rows 32/256/2048
     python bench/kernels.py --margin --dtype fp16
+    python bench/kernels.py --kernel moe    # routed experts: Triton, grouped GEMM, per-expert loop
 
 For each (vocabulary, rows) it times both backends on the same logits (with current
 ids, as in a T2T step), checks that they agree, and reports effective bandwidth
@@ -35,6 +36,7 @@ sys.path.insert(0, str(_HERE.parent))
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
+import kernels.moe_reference  # noqa: E402
 
 VOCABS = (126_464, 157_184)  # LLaDA-8B, LLaDA2.x
 ROWS = (32, 256, 2048)
@@ -122,6 +124,70 @@ def bench_one(
     return result
 
 
+MOE_SHAPE = {"hidden": 2048, "inter": 512, "experts": 256, "top_k": 8}  # LLaDA2.0-mini's MoE layer
+MOE_TOKENS = (32, 256)  # a 32-token block at batch 1 and 8
+
+
+def moe_loop(x, w13, w2, ids, weights) -> torch.Tensor:
+    """The baseline: one matmul chain per chosen expert, the routing read back to the host."""
+    inter = w13.shape[1] // 2
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    flat = ids.reshape(-1)
+    order = flat.argsort(stable=True)
+    counts = torch.bincount(flat, minlength=w13.shape[0]).tolist()
+    start = 0
+    for e, n in enumerate(counts):
+        if n:
+            pairs = order[start:start + n]
+            t = pairs // ids.shape[1]
+            gu = x[t] @ w13[e].T
+            y = (torch.nn.functional.silu(gu[:, :inter]) * gu[:, inter:]) @ w2[e].T
+            out.index_add_(0, t, y.float() * weights.reshape(-1)[pairs, None])
+            start += n
+    return out
+
+
+def bench_moe(tokens: int, dtype: torch.dtype, device: str, reps: int, flush,
+              shape: dict[str, int] = MOE_SHAPE) -> dict[str, object]:
+    """Time the routed experts of one MoE layer on uniformly random routing; GB/s counts the
+    weights of the experts touched (each read once) and the activations."""
+    d, inter, e, k = (shape[n] for n in ("hidden", "inter", "experts", "top_k"))
+    gen = torch.Generator(device=device).manual_seed(tokens)
+    x = torch.randn(tokens, d, generator=gen, device=device).to(dtype)
+    w13 = (torch.randn(e, 2 * inter, d, generator=gen, device=device) / d**0.5).to(dtype)
+    w2 = (torch.randn(e, d, inter, generator=gen, device=device) / inter**0.5).to(dtype)
+    ids = torch.rand(tokens, e, generator=gen, device=device).topk(k, dim=-1).indices
+    weights = torch.rand(tokens, k, generator=gen, device=device)
+    touched = int(ids.unique().numel())
+    nbytes = touched * (w13[0].numel() + w2[0].numel()) * w13.element_size() + 2 * x.numel() * x.element_size()
+    args = (x, w13, w2, ids, weights)
+    want = moe_loop(*args)
+    result: dict[str, object] = {"tokens": tokens, "experts_touched": touched}
+    impls = {"loop": moe_loop, "triton": lambda *a: kernels.moe_experts(*a, backend="triton"),
+             "grouped": lambda *a: kernels.moe_experts(*a, backend="grouped")}
+    for name, fn in impls.items():
+        if name == "grouped" and not kernels.moe_reference.grouped_mm_supported(x):
+            continue
+        got = fn(*args)
+        result[f"{name}_max_err"] = float((got - want).abs().max())
+        ms = time_ms(lambda fn=fn: fn(*args), device, reps, flush)
+        result[f"{name}_ms"] = round(ms, 4)
+        result[f"{name}_gbps"] = round(nbytes / ms / 1e6, 1)
+    for name in ("triton", "grouped"):
+        if f"{name}_ms" in result:
+            result[f"{name}_vs_loop"] = round(result["loop_ms"] / result[f"{name}_ms"], 2)  # type: ignore[operator]
+    return result
+
+
+def print_moe_table(results: list[dict[str, object]]) -> None:
+    print(f"{'tokens':>6} {'experts':>7} {'impl':>8} {'ms':>9} {'GB/s':>8} {'vs loop':>7} {'max err':>9}")
+    for r in results:
+        for name in ("loop", "triton", "grouped"):
+            if f"{name}_ms" in r:
+                print(f"{r['tokens']:>6} {r['experts_touched']:>7} {name:>8} {r[f'{name}_ms']:>9.3f} "
+                      f"{r[f'{name}_gbps']:>8.1f} {r.get(f'{name}_vs_loop', 1.0):>7} {r[f'{name}_max_err']:>9.2e}")
+
+
 def print_table(results: list[dict[str, object]]) -> None:
     head = f"{'vocab':>8} {'rows':>6} {'ref ms':>9} {'triton ms':>10} {'ref GB/s':>9} "
     head += f"{'tri GB/s':>9} {'ratio':>6} {'match':>6}"
@@ -142,9 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", action="store_true", help="also compute the top-2 margin")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--kernel", choices=("confidence", "moe"), default="confidence")
+    parser.add_argument("--tokens", type=int, nargs="+", default=list(MOE_TOKENS), help="moe: tokens a step")
+    parser.add_argument("--moe-shape", type=int, nargs=4, metavar=("HIDDEN", "INTER", "EXPERTS", "TOP_K"),
+                        default=list(MOE_SHAPE.values()), help="moe: the layer's shape (default LLaDA2.0-mini)")
     args = parser.parse_args(argv)
 
-    record: dict[str, object] = {"bench": "kernels", "kernel": "confidence", "dtype": args.dtype}
+    record: dict[str, object] = {"bench": "kernels", "kernel": args.kernel, "dtype": args.dtype}
     reason = skip_reason(args.device)
     if reason is not None:
         print(f"bench/kernels.py: skipped: {reason}")
@@ -158,6 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     else:
         record["device"] = "cpu (Triton interpreter)"
+    if args.kernel == "moe":
+        shape = dict(zip(MOE_SHAPE, args.moe_shape, strict=True))
+        moe_results = [bench_moe(t, DTYPES[args.dtype], args.device, args.reps, flush, shape) for t in args.tokens]
+        print(f"MoE experts {shape}, {args.dtype}, device: {record['device']}")
+        print_moe_table(moe_results)
+        record.update(skipped=False, shape=shape, results=moe_results)
+        print(json.dumps(record))
+        return 0
     results = [
         bench_one(rows, vocab, DTYPES[args.dtype], args.device, args.margin, args.reps, flush)
         for vocab in args.vocab

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 import kernels
-from engine.decode import Feed, Sequence, Staged, TokenEvent
+from engine.decode import Feed, Sequence, Staged, TokenEvent, note_forward
 from engine.model import CLEAN, INVALID, Transformer, layout_mask
 from engine.torch_thread import FORWARDS
 from kernels import Confidence
@@ -77,20 +77,45 @@ def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_at
         qk[r, :n] = torch.tensor(f.kind[a:b])
         qb[r, :n] = torch.tensor(f.blk[a:b])
         at[r, : len(picks[r])] = torch.tensor([f.logits_at[j] - a for j in picks[r]], dtype=torch.long)
-    bidir = model.config.attention == "bidirectional"
-    mask = layout_mask(qk, pos, qb, keys[:, 0], keys[:, 1], keys[:, 2], bidirectional=bidir)
-    for r, (_, a, b) in enumerate(pieces):  # padding queries read slot 0 (no NaN rows)
-        mask[r, 0, b - a:, 0] = True
     rows = torch.tensor([seqs[i].row for i, _, _ in pieces], dtype=torch.long)
+    lens = torch.tensor([b - a for _, a, b in pieces], dtype=torch.long)
+    ids, pos, slots, qk, qb, at, rows, lens, keys = to_device([ids, pos, slots, qk, qb, at, rows, lens, keys], dev)
+    mask = device_mask(qk, pos, qb, keys, lens, model.config.attention == "bidirectional")
     with torch.inference_mode():
-        logits = model(ids.to(dev), pos.to(dev), mask.to(dev), rows=rows.to(dev), slots=slots.to(dev),
-                       kv_len=S, logits_at=at.to(dev))
+        logits = model(ids, pos, mask, rows=rows, slots=slots, kv_len=S, logits_at=at)
+    note_forward(seqs)  # the requests' forward counts (engine.decode.Tally)
     if B == len(feeds):
         return [logits[r, : len(picks[r])] for r in range(B)]
     out = [logits.new_empty((len(f.logits_at), logits.shape[-1])) for f in feeds]
     for r, (i, _, _) in enumerate(pieces):  # back into each feed's logits_at order
         out[i][torch.tensor(picks[r], dtype=torch.long, device=logits.device)] = logits[r, : len(picks[r])]
     return out
+
+
+def to_device(parts: list[Tensor], dev: torch.device) -> list[Tensor]:
+    """The step's int64 inputs on `dev` in one host-to-device copy (pinned, asynchronous on
+    CUDA): one transfer a step instead of one a tensor, and the mask is built there."""
+    if dev.type == "cpu":
+        return parts
+    flat = torch.cat([p.reshape(-1) for p in parts])
+    if dev.type == "cuda":
+        flat = flat.pin_memory()
+    flat = flat.to(dev, non_blocking=True)
+    out, at = [], 0
+    for p in parts:
+        out.append(flat[at: at + p.numel()].view(p.shape))
+        at += p.numel()
+    return out
+
+
+def device_mask(qk: Tensor, pos: Tensor, qb: Tensor, keys: Tensor, lens: Tensor, bidirectional: bool) -> Tensor:
+    """The step's [B, 1, T, S] attention mask, built on the inputs' device (no [B, T, S] copy
+    from the host): `keys` [B, 3, S] (kind, pos, block start) of the slots read; the padding
+    queries past each row's `lens` read slot 0, so no row of the softmax is empty."""
+    mask = layout_mask(qk, pos, qb, keys[:, 0], keys[:, 1], keys[:, 2], bidirectional=bidirectional)
+    pad = torch.arange(qk.shape[1], device=qk.device)[None, :] >= lens[:, None]
+    mask[:, 0, :, 0] |= pad
+    return mask
 
 
 def confidences(staged: list[Staged], one_call: bool | None = None) -> list[Confidence | Exception]:

@@ -33,6 +33,13 @@ from types import ModuleType
 import torch
 
 from kernels.eager import eager_confidence_tensors
+from kernels.moe_reference import (
+    MOE_BACKENDS,
+    eager_moe,
+    moe_backend_name,
+    moe_experts,
+    reference_moe,
+)
 from kernels.reference import reference_confidence_tensors
 
 
@@ -49,12 +56,17 @@ _TRITON: ModuleType | None = _import_triton_module()
 
 __all__ = [
     "BACKENDS",
+    "MOE_BACKENDS",
     "ENV_VAR",
     "Confidence",
     "backend_name",
     "confidence",
     "eager_confidence",
+    "eager_moe",
+    "moe_backend_name",
+    "moe_experts",
     "reference_confidence",
+    "reference_moe",
     "triton_available",
     "triton_confidence",
 ]

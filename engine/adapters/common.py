@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from engine.model import KVCache, ModelConfig
 
-CacheAt = tuple[Tensor, Tensor, int] | None  # (rows [B], slots [B, T], kv_len)
+# (rows [B], slots [B, T], kv_len, rows[0] when the rows are consecutive, else None)
+CacheAt = tuple[Tensor, Tensor, int, int | None] | None
 
 
 class RMSNorm(nn.Module):
@@ -74,13 +75,27 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cache: KVCache 
     when `cache_at` is given). mask: bool [B, 1, T, S], True = may attend; None = all."""
     B, T, H, D = q.shape
     if cache is not None and cache_at is not None:
-        k, v = cache.update(cache_at[0], cache_at[1], k, v, cache_at[2])
+        rows, slots, kv_len, first = cache_at
+        cache.write(rows, slots, k, v)
+        if first is not None:  # consecutive cache rows: views, no copy (read back once a forward)
+            k, v = cache.k[first: first + B, :kv_len], cache.v[first: first + B, :kv_len]
+        else:
+            k, v = cache.k[rows, :kv_len], cache.v[rows, :kv_len]
     rep = H // k.shape[2]
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype)
     if rep > 1:
         kt, vt = kt.repeat_interleave(rep, dim=1), vt.repeat_interleave(rep, dim=1)
     y = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask)
     return y.transpose(1, 2).reshape(B, T, H * D)
+
+
+def consecutive_from(rows: Tensor) -> int | None:
+    """rows[0] when `rows` are rows[0], rows[0] + 1, ...; else None. One read-back a forward
+    (`KVCache.update` reads the rows back twice in every layer)."""
+    n = rows.numel()
+    run = (rows == rows[0] + torch.arange(n, device=rows.device)).all()
+    r0, ok = torch.stack([rows[0], run.to(rows.dtype)]).tolist()
+    return int(r0) if ok else None
 
 
 class AdapterModel(nn.Module):
@@ -151,7 +166,8 @@ class AdapterModel(nn.Module):
         cos, sin = self.rope.tables(pos)
         cache_at: CacheAt = None
         if rows is not None:
-            cache_at = (rows, slots if slots is not None else pos, kv_len or int(pos.max()) + 1)
+            cache_at = (rows, slots if slots is not None else pos, kv_len or int(pos.max()) + 1,
+                        consecutive_from(rows))
         for layer in self.decoder_layers():
             x = layer(x, cos, sin, mask, cache_at)
         if logits_at is not None:

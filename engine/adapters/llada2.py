@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import kernels
 from engine.adapters.common import AdapterModel, CacheAt, RMSNorm, Rope, apply_rope, attend
 from engine.model import KVCache, ModelConfig, SpecialTokens
 
@@ -124,7 +125,21 @@ class Gate(nn.Module):
         return idx, w * c.routed_scaling_factor
 
 
+MOE_IMPLS = ("auto", "triton", "grouped", "reference", "loop")
+
+
 class SparseMoe(nn.Module):
+    """Routed experts plus the shared expert. The checkpoint's per-expert modules stay (their
+    names load as they are); for compute their weights live stacked, `w13` [E, 2I, D] (gate
+    rows over up rows) and `w2` [E, D, I], with every expert's parameters views into them
+    (built once by `stack_experts`, again whenever the parameters were replaced or moved).
+
+    `impl` picks the expert compute: "auto" (`kernels.moe_experts`: Triton on CUDA, grouped
+    GEMMs elsewhere), one of its backends by name, or "loop": the original per-expert loop,
+    which reads the routing back to the host every layer (kept as the bench's baseline)."""
+
+    impl: str = "auto"
+
     def __init__(self, c: LLaDA2Config) -> None:
         super().__init__()
         assert c.num_experts is not None
@@ -132,11 +147,54 @@ class SparseMoe(nn.Module):
         self.gate = Gate(c)
         self.shared_experts = (MLP(c.hidden_size, c.moe_intermediate_size * c.num_shared_experts)
                                if c.num_shared_experts else None)
+        self._stack: tuple[Tensor, Tensor] | None = None
+
+    def _stack_current(self) -> bool:
+        if self._stack is None:
+            return False
+        w13, w2 = self._stack
+        mods = self.expert_mlps()
+        inter = w13.shape[1] // 2
+        return all(mods[e].gate_proj.weight.data_ptr() == w13[e].data_ptr()
+                   and mods[e].up_proj.weight.data_ptr() == w13[e, inter:].data_ptr()
+                   and mods[e].down_proj.weight.data_ptr() == w2[e].data_ptr()
+                   for e in (0, len(mods) - 1))  # a cheap check: the ends still view the stack
+
+    def expert_mlps(self) -> list[MLP]:
+        return [m for m in self.experts if isinstance(m, MLP)]
+
+    @torch.no_grad()
+    def stack_experts(self) -> tuple[Tensor, Tensor]:
+        """(w13, w2), stacking the experts' weights first unless they are stacked already."""
+        if self._stack_current():
+            assert self._stack is not None
+            return self._stack
+        with torch.inference_mode(False):  # plain tensors, usable outside inference mode
+            mods = self.expert_mlps()
+            w13 = torch.stack([torch.cat([m.gate_proj.weight, m.up_proj.weight]) for m in mods])
+            w2 = torch.stack([m.down_proj.weight for m in mods])
+            inter = w13.shape[1] // 2
+            for e, m in enumerate(mods):  # the checkpoint's names now view the stack
+                m.gate_proj.weight = nn.Parameter(w13[e, :inter], requires_grad=False)
+                m.up_proj.weight = nn.Parameter(w13[e, inter:], requires_grad=False)
+                m.down_proj.weight = nn.Parameter(w2[e], requires_grad=False)
+        self._stack = (w13, w2)
+        return self._stack
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         h = x.reshape(-1, shape[-1])
         idx, w = self.gate(h)
+        if self.impl == "loop":
+            out = self.loop_experts(h, idx, w)
+        else:
+            w13, w2 = self.stack_experts()
+            out = kernels.moe_experts(h, w13, w2, idx, w, backend=None if self.impl == "auto" else self.impl)
+        y = out.to(x.dtype).view(shape)
+        return y + self.shared_experts(x) if self.shared_experts is not None else y
+
+    def loop_experts(self, h: Tensor, idx: Tensor, w: Tensor) -> Tensor:
+        """The reference loop: one matmul per chosen expert, the routing read on the host."""
         out = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
         flat = idx.flatten()
         order = flat.argsort(stable=True)
@@ -150,8 +208,16 @@ class SparseMoe(nn.Module):
                 y = self.experts[e](h[t])
                 out.index_add_(0, t, y.float() * weight[start:start + n, None])
                 start += n
-        y = out.to(x.dtype).view(shape)
-        return y + self.shared_experts(x) if self.shared_experts is not None else y
+        return out
+
+
+def set_moe_impl(model: nn.Module, impl: str) -> None:
+    """Pick the expert compute of every MoE layer of `model` (see `SparseMoe.impl`)."""
+    if impl not in MOE_IMPLS:
+        raise ValueError(f"moe impl {impl!r}: expected one of {', '.join(MOE_IMPLS)}")
+    for m in model.modules():
+        if isinstance(m, SparseMoe):
+            m.impl = impl
 
 
 class Attention(nn.Module):
@@ -238,6 +304,14 @@ class LLaDA2Model(AdapterModel):
     def tie_weights(self) -> None:
         if self.args.tie_word_embeddings:
             self.lm_head.weight = self.model.word_embeddings.weight
+        self.stack_experts()  # the loader calls this once every tensor is assigned
+
+    def stack_experts(self) -> None:
+        """Stack every MoE layer's expert weights (`SparseMoe.stack_experts`); layers with
+        weights still on the meta device (a checkpoint lacking some) are left alone."""
+        for m in self.modules():
+            if isinstance(m, SparseMoe) and not any(p.is_meta for p in m.experts.parameters()):
+                m.stack_experts()
 
 
 def build(hf: dict[str, Any], special: SpecialTokens) -> LLaDA2Model:
