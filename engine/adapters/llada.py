@@ -51,6 +51,11 @@ class LLaDAConfig:
     attention_layer_norm: bool = False
     scale_logits: bool = False
     alibi: bool = False
+    multi_query_attention: bool | None = None
+    input_emb_norm: bool = False  # embeddings scaled by sqrt(d_model)
+    bias_for_layer_norm: bool | None = None  # None: include_bias
+    layer_norm_with_affine: bool = True
+    block_group_size: int = 1
     block_size: int = 32  # decoding block of the approximate cache (Fast-dLLM's default)
 
     @classmethod
@@ -60,16 +65,29 @@ class LLaDAConfig:
         unsupported = {
             "block_type": (cfg.block_type, "llama"), "layer_norm_type": (cfg.layer_norm_type, "rms"),
             "activation_type": (cfg.activation_type, "silu"), "attention_layer_norm": (cfg.attention_layer_norm, False),
-            "alibi": (cfg.alibi, False), "rope": (cfg.rope, True),
+            "alibi": (cfg.alibi, False), "rope": (cfg.rope, True), "layer_norm_with_affine": (cfg.layer_norm_with_affine, True),
+            "block_group_size": (cfg.block_group_size, 1), "layer norm bias": (cfg.norm_bias, False),
         }
         for key, (got, want) in unsupported.items():
             if got != want:
                 raise ValueError(f"llada: {key}={got!r} is not supported (only {want!r})")
+        cfg.kv_heads  # noqa: B018 - raises on contradictory head counts
         return cfg
 
     @property
+    def norm_bias(self) -> bool:
+        return bool(self.include_bias if self.bias_for_layer_norm is None else self.bias_for_layer_norm)
+
+    @property
     def kv_heads(self) -> int:
-        return self.n_kv_heads or self.n_heads
+        """The published `effective_n_kv_heads`: multi_query_attention means one head."""
+        if self.multi_query_attention is None:
+            return self.n_kv_heads or self.n_heads
+        want = 1 if self.multi_query_attention else self.n_heads
+        if self.n_kv_heads not in (None, want):
+            raise ValueError(f"llada: n_kv_heads={self.n_kv_heads} contradicts multi_query_attention="
+                             f"{self.multi_query_attention}")
+        return want
 
     @property
     def hd(self) -> int:
@@ -140,7 +158,8 @@ class LLaDAModel(AdapterModel):
             attention="bidirectional", shift_logits=False, tie_embeddings=c.weight_tying, special=special)
 
     def embed(self, idx: Tensor) -> Tensor:
-        return self.model.transformer["wte"](idx)
+        x = self.model.transformer["wte"](idx)
+        return x * self.args.d_model ** 0.5 if self.args.input_emb_norm else x
 
     def decoder_layers(self) -> nn.ModuleList:
         return self.model.transformer["blocks"]  # type: ignore[return-value]

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 VOCAB, MASK, EOS, PAD = 96, 90, 91, 92
 SPECIALS = {MASK: "<|mask|>", EOS: "<|endoftext|>", PAD: "<|pad|>"}
@@ -143,3 +143,173 @@ def write_dream(out: Path, seed: int = 2) -> Path:
 def prompt_ids(n: int, seed: int = 0) -> list[int]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(5, 80, (n,), generator=g).tolist()
+
+
+# -- a chat checkpoint: LLaDA2's template structure over a small code vocabulary -----------------
+# The tokenizer puts its special tokens at the end of the vocabulary (ids 90..95), as LLaDA2
+# (mask 156895 of 157184), LLaDA-8B and Dream do. A few whole words give token healing
+# something to extend ("ret" -> "return").
+ROLE_END, ROLE_OPEN, ROLE_CLOSE = 93, 94, 95
+CODE_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n\t()[]{}:=+-*/.,_'\"#<>`"
+CODE_WORDS = ("def", "ret", "return")
+CODE_SPECIALS = {MASK: "<|mask|>", EOS: "<|endoftext|>", PAD: "<|pad|>", ROLE_END: "<|role_end|>",
+                 ROLE_OPEN: "<role>", ROLE_CLOSE: "</role>"}
+# The structure of the chat_template of inclusionAI/LLaDA2.0-mini / LLaDA2.1 (tokenizer_config.json),
+# without its tool and reasoning branches: a SYSTEM turn ending "detailed thinking off<|role_end|>",
+# then <role>HUMAN</role>...<|role_end|>, and <role>ASSISTANT</role> as the generation prompt.
+LLADA2_CHAT_TEMPLATE = (
+    "{% set thinking_option = 'off' %}"
+    "{{- '<role>SYSTEM</role>' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n' }}{%- endif %}"
+    "{{- 'detailed thinking ' + thinking_option + '<|role_end|>' }}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' %}{{- '<role>HUMAN</role>' + message.content + '<|role_end|>' }}"
+    "{%- elif message.role == 'system' and not loop.first %}"
+    "{{- '<role>SYSTEM</role>' + message.content + '<|role_end|>' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<role>ASSISTANT</role>' + message.content + '<|role_end|>' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<role>ASSISTANT</role>' }}{%- endif %}"
+)
+
+
+def write_code_tokenizer(out: Path) -> Path:
+    """Characters and a few words (ids 0..89), the specials of CODE_SPECIALS at the end (90..95)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {c: i for i, c in enumerate(CODE_CHARS)}
+    vocab["<unk>"] = len(vocab)
+    for w in CODE_WORDS:
+        vocab[w] = len(vocab)
+    assert len(vocab) == min(CODE_SPECIALS)
+    vocab |= {t: i for i, t in CODE_SPECIALS.items()}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    words = "|".join(sorted(CODE_WORDS, key=len, reverse=True))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(f"{words}|[\\s\\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([CODE_SPECIALS[i] for i in sorted(CODE_SPECIALS)])
+    tok.save(str(out / "tokenizer.json"))
+    return out
+
+
+def write_llada2_chat(out: Path, seed: int = 0, context: int = 2048) -> Path:
+    """The tiny LLaDA2 checkpoint (same weights as `write_llada2`) with LLaDA2's chat template,
+    the code tokenizer and a context of `context` positions."""
+    write_llada2(out, seed)
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(cfg | {"max_position_embeddings": context}, indent=1))
+    write_code_tokenizer(out)
+    tc = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|pad|>",
+          "mask_token": "<|mask|>", "chat_template": LLADA2_CHAT_TEMPLATE}
+    (out / "tokenizer_config.json").write_text(json.dumps(tc))
+    return out
+
+
+# -- parity variants: the options the first checkpoints leave at their defaults --------------------
+# Read by tests/adapters/test_parity.py. Each spells out its shapes from the published configs and
+# weight names, as above (tied heads omit the head tensor, as tied checkpoints do).
+def write_llada2_variant(out: Path, seed: int = 3) -> Path:
+    """Tied embeddings, q/k/v and output biases, an explicit head_dim != hidden/heads, partial
+    rotary over 6 of 12 channels, 3 groups of which 1 is kept, 3 experts per token, 2 shared
+    experts, 2 dense layers, a scaling factor other than LLaDA2's."""
+    D, H, KV, HD, L, FF, E, MI = 32, 4, 1, 12, 4, 48, 12, 8
+    dense = 2  # first_k_dense_replace
+    cfg = {
+        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "vocab_size": VOCAB,
+        "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": H,
+        "num_key_value_heads": KV, "head_dim": HD, "hidden_act": "silu", "use_qkv_bias": True,
+        "use_qk_norm": True, "use_bias": True, "norm_head": False, "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": True, "max_position_embeddings": 512, "rope_theta": 10000.0,
+        "rope_scaling": None, "partial_rotary_factor": 0.5, "num_experts": E, "num_shared_experts": 2,
+        "num_experts_per_tok": 3, "n_group": 3, "topk_group": 1, "routed_scaling_factor": 1.7,
+        "moe_intermediate_size": MI, "first_k_dense_replace": dense, "score_function": "sigmoid",
+        "norm_topk_prob": True, "moe_router_enable_expert_bias": True, "pad_token_id": PAD,
+    }
+    shapes: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (VOCAB, D), "model.norm.weight": (D,)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+                   p + "attention.query_key_value.weight": ((H + 2 * KV) * HD, D),
+                   p + "attention.query_key_value.bias": ((H + 2 * KV) * HD,),
+                   p + "attention.query_layernorm.weight": (HD,), p + "attention.key_layernorm.weight": (HD,),
+                   p + "attention.dense.weight": (D, H * HD), p + "attention.dense.bias": (D,)}
+        if i < dense:
+            shapes |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D),
+                       p + "mlp.down_proj.weight": (D, FF)}
+            continue
+        shapes |= {p + "mlp.gate.weight": (E, D), p + "mlp.gate.expert_bias": (E,)}
+        for e, mi in [*((f"experts.{j}", MI) for j in range(E)), ("shared_experts", 2 * MI)]:
+            shapes |= {p + f"mlp.{e}.gate_proj.weight": (mi, D), p + f"mlp.{e}.up_proj.weight": (mi, D),
+                       p + f"mlp.{e}.down_proj.weight": (D, mi)}
+    _save(out, cfg, shapes, seed)
+    _tokenizer(out, mask_role=True)
+    return out
+
+
+def write_llada_variant(out: Path, seed: int = 4) -> Path:
+    """Grouped-query attention (6 heads over 2), q/k/v biases, an embedding wider than the
+    vocabulary, scaled input embeddings, a tied head and scaled logits."""
+    D, H, KV, L, FF, EMB = 48, 6, 2, 2, 40, 128
+    cfg = {
+        "architectures": ["LLaDAModelLM"], "model_type": "llada", "activation_type": "silu",
+        "alibi": False, "attention_layer_norm": False, "block_type": "llama", "d_model": D,
+        "embedding_size": EMB, "vocab_size": VOCAB, "eos_token_id": EOS, "pad_token_id": EOS,
+        "mask_token_id": MASK, "include_bias": False, "include_qkv_bias": True, "layer_norm_type": "rms",
+        "max_sequence_length": 512, "mlp_hidden_size": FF, "n_heads": H, "n_kv_heads": KV, "n_layers": L,
+        "rms_norm_eps": 1e-5, "rope": True, "rope_full_precision": True, "rope_theta": 10000.0,
+        "scale_logits": True, "weight_tying": True, "input_emb_norm": True, "block_group_size": 1,
+    }
+    hd = D // H
+    shapes: dict[str, tuple[int, ...]] = {"model.transformer.wte.weight": (EMB, D),
+                                          "model.transformer.ln_f.weight": (D,)}
+    for i in range(L):
+        p = f"model.transformer.blocks.{i}."
+        shapes |= {p + "attn_norm.weight": (D,), p + "ff_norm.weight": (D,), p + "q_proj.weight": (D, D),
+                   p + "q_proj.bias": (D,), p + "k_proj.weight": (KV * hd, D), p + "k_proj.bias": (KV * hd,),
+                   p + "v_proj.weight": (KV * hd, D), p + "v_proj.bias": (KV * hd,), p + "attn_out.weight": (D, D),
+                   p + "ff_proj.weight": (FF, D), p + "up_proj.weight": (FF, D), p + "ff_out.weight": (D, FF)}
+    _save(out, cfg, shapes, seed)
+    _tokenizer(out, mask_role=False)
+    return out
+
+
+def write_dream_variant(out: Path, seed: int = 5) -> Path:
+    """Dream with a tied head and one key/value head for four query heads."""
+    D, H, KV, L, FF = 32, 4, 1, 2, 48
+    cfg = {
+        "architectures": ["DreamModel"], "model_type": "Dream", "hidden_act": "silu", "hidden_size": D,
+        "intermediate_size": FF, "num_attention_heads": H, "num_key_value_heads": KV, "num_hidden_layers": L,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None,
+        "tie_word_embeddings": True, "vocab_size": VOCAB, "mask_token_id": MASK, "pad_token_id": PAD,
+        "bos_token_id": EOS, "eos_token_id": EOS, "use_sliding_window": False, "attention_dropout": 0.0,
+    }
+    hd = D // H
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB, D), "model.norm.weight": (D,)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+                   p + "self_attn.q_proj.weight": (H * hd, D), p + "self_attn.q_proj.bias": (H * hd,),
+                   p + "self_attn.k_proj.weight": (KV * hd, D), p + "self_attn.k_proj.bias": (KV * hd,),
+                   p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.v_proj.bias": (KV * hd,),
+                   p + "self_attn.o_proj.weight": (D, H * hd), p + "mlp.gate_proj.weight": (FF, D),
+                   p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
+    _save(out, cfg, shapes, seed)
+    _tokenizer(out, mask_role=False)
+    return out
+
+
+def never_predict_mask(out: Path) -> Path:
+    """Zero the output row of the mask id (the embedding row when the head is tied), so the
+    checkpoint, like a trained model, never ranks [MASK] first: its logit is 0 while the best
+    of the other 95 is positive. Decoding comparisons need it, since the published loops
+    leave a position whose argmax is [MASK] masked, where a committed token would stay."""
+    files = sorted(out.glob("*.safetensors"))
+    names = {n for f in files for n in load_file(str(f))}
+    head = "lm_head.weight" if "lm_head.weight" in names else next(
+        n for n in sorted(names) if n.endswith(("word_embeddings.weight", "embed_tokens.weight", "wte.weight")))
+    for f in files:
+        state = load_file(str(f))
+        if head in state:
+            state[head][MASK] = 0
+            save_file(state, str(f), metadata={"format": "pt"})
+    return out
