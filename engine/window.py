@@ -12,17 +12,26 @@ llama.vscode's chunked context and SGLang's radix cache assume. Pure functions, 
 
 from __future__ import annotations
 
-CHAR_QUANTUM = 512  # characters the character cut moves at a time
+CHAR_QUANTUM = 512  # the least the character cut moves at a time
+CHAR_QUANTA_PER_WINDOW = 8  # ... and at a larger window, an eighth of it
 
 
-def char_window(text: str, max_chars: int, quantum: int = CHAR_QUANTUM) -> str:
+def char_quantum(max_chars: int) -> int:
+    """How far the character cut of a `max_chars` window moves at a time: 512 characters for
+    the embedded model's ~2.7k-character window, an eighth of larger ones, so that a 4k-token
+    prompt (~24k characters) is prefilled in full once per ~3k characters typed, not per 512."""
+    return max(CHAR_QUANTUM, max_chars // CHAR_QUANTA_PER_WINDOW)
+
+
+def char_window(text: str, max_chars: int, quantum: int | None = None) -> str:
     """The tail of `text` of at most `max_chars` characters, starting at a line start where
     one lies within the first quantum, at an offset that only changes when `len(text)`
-    crosses a multiple of `quantum`."""
+    crosses a multiple of `quantum` (default `char_quantum(max_chars)`)."""
     if max_chars <= 0:
         return ""
     if len(text) <= max_chars:
         return text
+    quantum = char_quantum(max_chars) if quantum is None else quantum
     quantum = max(1, min(quantum, max_chars // 2 or 1))
     start = -(-(len(text) - max_chars) // quantum) * quantum
     nl = text.find("\n", start, start + quantum)

@@ -114,6 +114,20 @@ def _drop_closer_the_suffix_has(text: str, suffix: str) -> str:
     return text
 
 
+def _cut_echoed_suffix(text: str, suffix: str) -> str:
+    """Cut the text before a later line that repeats the first non-blank line below the cursor's
+    line: the model wrote the middle and went on with the code that already follows (chat
+    checkpoints, prompted with the suffix, do this)."""
+    below = next((s.strip() for s in suffix.split("\n")[1:] if s.strip()), "")
+    if len(below) < 4:
+        return text
+    lines = text.split("\n")
+    for i in range(1, len(lines)):
+        if lines[i].strip() == below:
+            return "\n".join(lines[:i]).rstrip(" \t")
+    return text
+
+
 def _cut_repetition(text: str) -> str:
     m = _CHAR_REPEAT.search(text)
     if m is not None and m.group(1).strip():
@@ -183,6 +197,7 @@ def clean(raw: str, spec: Spec) -> tuple[str, str]:
     if spec.left and not spec.left.strip():  # the cursor sits after the indentation
         text = text.lstrip(" \t")
     text = _drop_echoed_closer(text, spec)
+    text = _cut_echoed_suffix(text, spec.suffix)
     text = cut_at_stop(text, spec)
     text = balance_brackets(text, spec)
     text = _cut_repetition(text)

@@ -1,0 +1,50 @@
+"""Token healing: a cursor inside a word ends the prompt mid-token; the engine backs off the
+partial token and lets the first generated token be only one that extends it."""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import OrderedDict
+
+import torch
+
+HEALABLE = re.compile(r" ?[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_]+")  # a word fragment at the cursor
+
+
+class Healing:
+    """Token healing: back off a prompt's partial last token and constrain the first new one.
+
+    The tokens that extend a partial text are found by binary search over the vocabulary's
+    texts in sorted order (a 150k vocabulary scanned per keystroke would cost tens of ms);
+    the answers are kept in a bounded LRU."""
+
+    MAX_CACHED = 1024
+
+    def __init__(self, vocab_texts: list[str], special: set[int]) -> None:
+        """`special`: ids never offered (added and special tokens, wherever they sit)."""
+        self.texts, self.size = vocab_texts, len(vocab_texts)
+        order = sorted((t, i) for i, t in enumerate(vocab_texts) if i not in special and t)
+        self._keys = [t for t, _ in order]
+        self._ids = [i for _, i in order]
+        self._cache: OrderedDict[str, torch.Tensor | None] = OrderedDict()
+
+    def allowed(self, partial: str) -> torch.Tensor | None:
+        """bool [V]: the non-special tokens whose text starts with `partial`; None when no
+        token is longer than it (nothing to heal)."""
+        if partial in self._cache:
+            self._cache.move_to_end(partial)
+            return self._cache[partial]
+        lo = hi = bisect.bisect_left(self._keys, partial)
+        longer = False
+        while hi < len(self._keys) and self._keys[hi].startswith(partial):
+            longer = longer or len(self._keys[hi]) > len(partial)
+            hi += 1
+        res = None
+        if longer:
+            res = torch.zeros(self.size, dtype=torch.bool)
+            res[self._ids[lo:hi]] = True
+        self._cache[partial] = res
+        while len(self._cache) > self.MAX_CACHED:
+            self._cache.popitem(last=False)
+        return res
