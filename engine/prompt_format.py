@@ -133,7 +133,10 @@ _EMPTY_BPE = json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {},
 
 def turn_end(template: str, special_texts: dict[str, str], added: list[str]) -> str | None:
     """The added token that closes an assistant turn in `template` (e.g. `<|role_end|>`), found
-    by rendering a one-turn conversation with a sentinel answer; None if none follows it."""
+    by rendering a one-turn conversation with a sentinel answer; None if none follows it. Only
+    what directly follows the answer counts: LLaDA-8B-Instruct's template appends the assistant
+    header even without a generation prompt (`<|eot_id|>` still comes first), and Dream's
+    (ChatML) injects a default system turn before the user's (docs/models.md)."""
     sentinel = "\u2063ANSWER\u2063"
     fmt = PromptFormat("chat", template, special_texts=special_texts)
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": sentinel}]

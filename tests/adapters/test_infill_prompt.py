@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.api import CompletionRequest, Plan
-from engine.prompt_format import FENCE, clean_answer, language_of
+from engine.prompt_format import FENCE, Parts, PromptFormat, clean_answer, language_of, turn_end
 from engine.service import EMBEDDED_MAX_PROMPT, REAL_MAX_PROMPT, TextEngine, default_prompt_budget
 from tests.adapters.tiny_ckpts import (
     EOS,
@@ -131,3 +131,41 @@ def test_the_prompt_budget_follows_the_model_and_the_option(chat_dir: Path, tmp_
     plain = write_code_tokenizer(write_llada2(tmp_path / "base"))  # no chat template: the prefix alone
     base = TextEngine(plain, threads=1)
     assert base.format.kind == "plain" and base.max_prompt_tokens == default_prompt_budget("llada2", 512)
+
+
+# The chat_template of GSAI-ML/LLaDA-8B-Instruct, verbatim from its tokenizer_config.json (as copied
+# in yinj66/support_basis: LLaDA-8B-Instruct-B&S-light/tokenizer_config.json). It trims each
+# message and appends the assistant header whatever `add_generation_prompt` says.
+LLADA8B_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+)
+LLADA8B_SPECIALS = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
+# Dream-v0-Instruct-7B renders a one-turn chat as Qwen2's ChatML with the default system message
+# "You are a helpful assistant." (the prompts printed in DreamLM/Dream demo_completion.py and
+# demo_multiturn_chat.py); this template reproduces that rendering.
+DREAM_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def test_the_end_of_turn_of_the_published_templates() -> None:
+    """LLaDA-8B-Instruct answers end `<|eot_id|>` then `<|endoftext|>` padding, Dream's
+    `<|im_end|>`: found by rendering, also when the template ignores add_generation_prompt."""
+    added = ["<|startoftext|>", "<|endoftext|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+             "<|im_start|>", "<|im_end|>"]
+    assert turn_end(LLADA8B_TEMPLATE, LLADA8B_SPECIALS, added) == "<|eot_id|>"
+    assert turn_end(DREAM_TEMPLATE, {"eos_token": "<|endoftext|>"}, added) == "<|im_end|>"
+    parts = Parts("def f(x):\n", "    ret", "\nprint(f(2))\n", "python")
+    llada = PromptFormat("chat", LLADA8B_TEMPLATE, special_texts=LLADA8B_SPECIALS).render(parts)
+    assert llada.startswith("<|startoftext|><|start_header_id|>user<|end_header_id|>\n\nComplete the code")
+    assert llada.endswith("```<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n```python\n    ret")
+    assert llada.count("<|start_header_id|>assistant") == 1
+    dream = PromptFormat("chat", DREAM_TEMPLATE).render(parts)
+    assert dream.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n")
+    assert dream.endswith("```<|im_end|>\n<|im_start|>assistant\n```python\n    ret")
