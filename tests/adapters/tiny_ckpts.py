@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -78,7 +79,7 @@ def write_llada2(out: Path, seed: int = 0, shards: int = 2) -> Path:
                    p + "attention.query_key_value.weight": ((H + 2 * KV) * HD, D),
                    p + "attention.query_layernorm.weight": (HD,), p + "attention.key_layernorm.weight": (HD,),
                    p + "attention.dense.weight": (D, H * HD)}
-        if i < cfg["first_k_dense_replace"]:
+        if i < int(cast(int, cfg["first_k_dense_replace"])):
             shapes |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D),
                        p + "mlp.down_proj.weight": (D, FF)}
             continue
