@@ -112,7 +112,7 @@ def default_model() -> str:
 def start_daemon(model: str, max_batch: int, threads: int | None, run_dir: Path,
                  cold: bool, dtype: str, device: str = "cpu") -> tuple[subprocess.Popen[bytes], dict]:
     env = dict(os.environ, LLADA_RUNTIME_DIR=str(run_dir), HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", model, "--port", "0",
+    cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", model, "--port", "0", "--no-token",
            "--max-batch", str(max_batch), "--dtype", dtype,
            "--device", device] + (["--prompt-cache", "0"] if cold else [])
     if threads:

@@ -37,7 +37,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     text = Path(args.file).read_text(encoding="utf-8")
     at = _position(text, args.line, args.col)
     t0 = time.perf_counter()
-    eng = TextEngine(args.model, mode=args.mode, trust_remote_code=args.trust_remote_code)
+    eng = TextEngine(args.model, mode=args.mode, trust_remote_code=args.trust_remote_code,
+                     max_prompt_tokens=args.max_prompt_tokens, prompt_template=args.prompt_template)
     print(f"model {eng.info()['model']} loaded in {(time.perf_counter() - t0) * 1000:.0f} ms", file=sys.stderr)
     plan = Plan(max_tokens=args.max_tokens, stop=args.stop, preset=args.mode)
     req = CompletionRequest("cli-1", str(args.file), text[:at], text[at:], plan)
@@ -62,13 +63,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["HF_HUB_OFFLINE"] = "1"  # never fetch anything at run time
     try:
         model_dir = runtime.resolve_model(args.model)
-        token = runtime.read_token(Path(args.token_file), create=True) if args.token_file else None
+        token = _serve_token(args)
     except (runtime.ModelNotFound, runtime.DaemonError) as e:
         print(f"llada-engine: {e}", file=sys.stderr)
         return 2
     if not runtime.is_loopback(args.host) and not token:
-        print(f"llada-engine: refusing to listen on {args.host} without a token: pass --token-file F "
-              "(a missing file is created with a random token)", file=sys.stderr)
+        print(f"llada-engine: refusing to listen on {args.host} without a token: drop --no-token "
+              "(only 127.0.0.1 may be served without one)", file=sys.stderr)
         return 2
     register = not args.no_register
     if register:
@@ -78,6 +79,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   "`llada-engine stop` it or pass --no-register", file=sys.stderr)
             return 1
     return _serve(args, model_dir, token, register)
+
+
+def _serve_token(args: argparse.Namespace) -> str | None:
+    """The clients' token: from --token-file, else the runtime dir's `token` file (both created
+    0600 with a random token when missing); None only with --no-token."""
+    from engine import runtime
+
+    if args.no_token:
+        if args.token_file:
+            raise runtime.DaemonError("--no-token and --token-file contradict each other")
+        return None
+    path = Path(args.token_file) if args.token_file else runtime.default_token_file()
+    return runtime.read_token(path, create=True)
 
 
 def default_cpu_threads(cores: int, dtype: torch.dtype) -> int:
@@ -119,7 +133,8 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
 
             args.threads = default_cpu_threads(torch.get_num_threads(), dtype)
         engine = TextEngine(model_dir, mode=args.mode, device=args.device, threads=args.threads,
-                            trust_remote_code=args.trust_remote_code, dtype=dtype, **limits)
+                            trust_remote_code=args.trust_remote_code, dtype=dtype,
+                            prompt_template=args.prompt_template, **limits)
     except (OSError, ValueError) as e:
         bar.close()
         print(f"llada-engine: cannot load the model at {model_dir}: {e}", file=sys.stderr)
@@ -190,6 +205,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prompt_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-prompt-tokens", type=int, help="prompt tokens kept (default: the model's: 448 for the "
+                   "embedded models, 4096 for real checkpoints, capped by their context)")
+    p.add_argument("--prompt-template", metavar="FILE", help="a Jinja prompt template replacing the model's "
+                   "prompt format (see docs/models.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llada-engine", description="The llada-lsp diffusion engine.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -203,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--stop", default="none", choices=["none", "line", "dedent", "brace", "blank_line"])
     c.add_argument("--trust-remote-code", action="store_true",
                    help="allow a checkpoint's own modeling code for architectures without a native adapter")
+    _prompt_flags(c)
     c.set_defaults(fn=cmd_complete)
 
     s = sub.add_parser("serve", help="load a model and serve it over websockets (the resident daemon)")
@@ -210,14 +233,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "cache (default: the embedded model)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (not loopback: --token-file needed)")
     s.add_argument("--port", type=int, default=0, help="port (default 0: any free port, see the runtime file)")
-    s.add_argument("--token-file", help="file holding the clients' token (created with a random one if missing)")
+    s.add_argument("--token-file", help="file holding the clients' token (created 0600 with a random one if "
+                   "missing; default: the runtime dir's `token`, which clients read from there)")
+    s.add_argument("--no-token", action="store_true", help="serve loopback without a token: any local "
+                   "process (not a web page: browser origins are always refused) may use the daemon")
     s.add_argument("--mode", default="speedy", help="default preset: speedy | quality | a policy preset")
     s.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     s.add_argument("--threads", type=int, help="torch CPU threads (default on the CPU: all cores for float32, all but one for bfloat16)")
     s.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: bfloat16 on "
                    "a GPU or a CPU with AMX, where batched forwards gain most; float32 elsewhere)")
     s.add_argument("--max-batch", type=int, default=8, help="concurrent requests (cache rows); more get busy")
-    s.add_argument("--max-prompt-tokens", type=int, help="prompt tokens kept (default: the engine's)")
+    _prompt_flags(s)
     s.add_argument("--max-prompt-chars", type=int, help="prefix + suffix characters above which a request "
                    "is refused (default: max(16384, 32 x prompt tokens)); below it prompts are trimmed")
     s.add_argument("--max-new-tokens", type=int, default=512, help="largest plan.max_tokens accepted")

@@ -18,6 +18,10 @@ MAX_ID_CHARS = 256
 DEFAULT_MAX_MESSAGE = 1 << 20  # application limit: larger frames get a "too_large" error event
 HARD_FRAME_FACTOR = 4  # frames above factor x the limit close the connection (code 1009)
 
+# close codes the daemon uses (besides 1000 and websockets' own 1009 "message too big")
+CLOSE_POLICY = 1008  # wrong token, no authentication in time, too much sent before it
+CLOSE_SLOW_READER = 1013  # more replies unread than the backlog allows: reconnect and read them
+
 # error codes (the "code" field of error events)
 BAD_JSON = "bad_json"
 BAD_MESSAGE = "bad_message"
@@ -168,8 +172,8 @@ def parse(raw: str | bytes, max_tokens: int = 1024) -> Message:
                                 request_id)
         return Remask(request_id, [(int(s[0]), int(s[1])) for s in spans])
     doc = _str(d, "doc", required=True, limit=4096, rid=request_id)
-    prefix = _str(d, "prefix", rid=request_id)
-    suffix = _str(d, "suffix", rid=request_id)
+    prefix = clean_text(_str(d, "prefix", rid=request_id))  # the tokenizer takes valid text only
+    suffix = clean_text(_str(d, "suffix", rid=request_id))
     plan = parse_plan(d.get("plan"), request_id, max_tokens)
     deadline = d.get("deadline_ms")
     if deadline is not None:
@@ -218,4 +222,20 @@ def complete_message(req: CompletionRequest, deadline_ms: int | None = None,
 
 
 def dumps(d: dict[str, Any]) -> str:
-    return json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+    """One frame's text; always encodable as UTF-8: a string holding a lone surrogate (from a
+    client's `\\udXXX` escape, say) goes out as a JSON escape instead of breaking the frame."""
+    text = json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(d, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def clean_text(s: str) -> str:
+    """`s` with each lone surrogate replaced by U+FFFD (same length: character offsets hold)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in s)
+    return s

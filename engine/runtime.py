@@ -2,10 +2,12 @@
 
 No torch here: the language server imports this to find or start the daemon. The runtime
 dir is `$LLADA_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/llada-lsp`, else `~/.cache/llada-lsp/run`
-(mode 0700). It holds `engine.json` (url, pid, token, model; mode 0600, written atomically by
-the daemon once it serves, removed when it stops), `token` (the auto-started daemon's
-secret), `engine.lock` (held while a daemon is being started: two editors starting at once
-get one daemon) and `engine.log` (the auto-started daemon's output).
+(mode 0700: an existing one owned by someone else is refused, one open to others is made
+0700). It holds `engine.json` (url, pid, token, model; mode 0600, written atomically by
+the daemon once it serves, removed when it stops), `token` (mode 0600: the daemon's secret;
+`llada-engine serve` requires a token unless told `--no-token`, this one by default),
+`engine.lock` (held while a daemon is being started: two editors starting at once get one
+daemon) and `engine.log` (the auto-started daemon's output, mode 0600).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import os
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -50,8 +53,36 @@ def runtime_dir(create: bool = True) -> Path:
     else:
         d = Path.home() / ".cache" / "llada-lsp" / "run"
     if create:
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        secure_dir(d)
     return d
+
+
+def secure_dir(d: Path) -> Path:
+    """Create `d` (mode 0700) or check an existing one: owned by this user (else DaemonError:
+    another user could plant a runtime file that sends our token to their daemon) and closed
+    to group and others (made 0700 if not)."""
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = d.stat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise DaemonError(f"the runtime dir {d} is not a directory")
+    if st.st_uid != os.getuid():
+        raise DaemonError(f"the runtime dir {d} belongs to uid {st.st_uid}, not to this user "
+                          f"({os.getuid()}): refusing to use it (set LLADA_RUNTIME_DIR to a directory of yours)")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(d, 0o700)
+    return d
+
+
+def default_token_file(directory: Path | None = None) -> Path:
+    """The token `llada-engine serve` uses unless given `--token-file` (or `--no-token`)."""
+    return (directory or runtime_dir()) / TOKEN_NAME
+
+
+def open_private_log(path: Path) -> int:
+    """A log file descriptor for appending, mode 0600 (an existing log is made 0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
 
 
 def runtime_file(directory: Path | None = None) -> Path:
@@ -94,6 +125,8 @@ def read_token(path: Path, create: bool = False) -> str:
         if not create:
             raise DaemonError(f"token file {path} does not exist")
         write_private(path, secrets.token_urlsafe(32) + "\n")
+    elif stat.S_IMODE(path.stat().st_mode) & 0o077:
+        os.chmod(path, 0o600)
     token = path.read_text().strip()
     if not token:
         raise DaemonError(f"token file {path} is empty")
@@ -179,7 +212,7 @@ def ensure_daemon(model: str | None = None, mode: str | None = None, device: str
                   directory: Path | None = None) -> dict[str, Any]:
     """The user's running daemon, or a new one started detached (one, even when several
     editors call this at once: the lock file serialises the start)."""
-    d = directory or runtime_dir()
+    d = secure_dir(directory) if directory is not None else runtime_dir()
     info = live_daemon(d)
     if info is not None:
         return info
@@ -195,7 +228,7 @@ def ensure_daemon(model: str | None = None, mode: str | None = None, device: str
         cmd += list(extra_args)
         env = dict(os.environ, LLADA_RUNTIME_DIR=str(d), HF_HUB_OFFLINE="1")
         log = d / LOG_NAME
-        with log.open("ab") as fh:
+        with os.fdopen(open_private_log(log), "ab") as fh:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True, close_fds=True)
         deadline = time.monotonic() + timeout

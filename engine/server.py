@@ -1,16 +1,17 @@
 """The resident engine daemon: websockets in front of the scheduler (docs/protocol.md).
 
-The event loop only parses, validates and routes messages; the scheduler's thread owns the
-model. Every connection has an outgoing queue drained by one writer task, so replies and
-events keep their order; the model thread hands events over with call_soon_threadsafe.
-A closed connection drops its running requests before the next forward.
+The event loop only parses, validates and routes messages (`engine.connection`); the
+scheduler's thread owns the model. Every connection has a bounded outgoing queue drained by
+one writer task, so replies and events keep their order; the model thread hands events over
+with call_soon_threadsafe. A closed connection drops its running requests before the next
+forward. The handshake refuses browsers (any `Origin` header: 403), a wrong
+`Authorization` token (401) and connections above `max_connections` (503).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import itertools
 import logging
 import os
@@ -18,6 +19,7 @@ import signal
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -25,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Request, Response, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
 from engine import protocol as P
 from engine import runtime
 from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan
+from engine.connection import Connection, token_matches
 from engine.policies import POLICIES, PRESETS
 from engine.scheduler import Scheduler
 from engine.service import TextEngine
@@ -53,6 +55,12 @@ class DaemonConfig:
     deadline_s: float = 30.0
     register: bool = True  # write the per-user runtime file
     runtime_dir: Path | None = None
+    max_connections: int = 64  # more get HTTP 503 at the handshake
+    hello_timeout_s: float = 10.0  # to authenticate (token daemons), else close 1008
+    preauth_messages: int = 4  # messages answered before authentication; one more: close 1008
+    preauth_bytes: int = 16_384  # largest frame before authentication (larger: close 1009)
+    max_backlog_bytes: int = 8 << 20  # replies queued unread; more: close 1013 (slow reader)
+    close_timeout_s: float = 2.0  # a close handshake longer than this drops the TCP connection
 
 
 class Daemon:
@@ -70,6 +78,8 @@ class Daemon:
         self.connections = 0
         self.started = time.time()
         self._header_authed: weakref.WeakSet[ServerConnection] = weakref.WeakSet()
+        self.live: weakref.WeakSet[Connection] = weakref.WeakSet()  # connections not yet freed
+        self.refused: Counter[str] = Counter()  # connections refused or cut off, by cause
         self._ids = itertools.count(1)
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -102,8 +112,9 @@ class Daemon:
             self.scheduler.start()
         hard = self.cfg.max_message_bytes * P.HARD_FRAME_FACTOR
         try:
-            async with serve(self._handle, self.cfg.host, self.cfg.port, max_size=hard,
-                             process_request=self._check_header, ping_interval=20, ping_timeout=60) as server:
+            async with serve(self._handle, self.cfg.host, self.cfg.port, max_size=hard, max_queue=4,
+                             close_timeout=self.cfg.close_timeout_s, process_request=self._check_request,
+                             ping_interval=20, ping_timeout=60) as server:
                 port = next(iter(server.sockets)).getsockname()[1]
                 host = "127.0.0.1" if self.cfg.host in ("0.0.0.0", "::", "") else self.cfg.host
                 self.url = f"ws://{host}:{port}" if ":" not in host else f"ws://[{host}]:{port}"
@@ -156,29 +167,44 @@ class Daemon:
         if failed:
             raise failed[0]
 
-    def _check_header(self, conn: ServerConnection, request: Request) -> Response | None:
-        """A token may come as `Authorization: Bearer <token>` at the handshake (or in hello)."""
+    def _check_request(self, conn: ServerConnection, request: Request) -> Response | None:
+        """The handshake: no browser origin, a free connection slot, and a token given as
+        `Authorization: Bearer <token>` must be right (it may come in hello instead)."""
+        if request.headers.get("Origin") is not None:  # browsers always send one; editors none
+            self.refused["origin"] += 1
+            return conn.respond(HTTPStatus.FORBIDDEN, "browser origins are refused: connect without an "
+                                "Origin header\n")
+        if self.connections >= self.cfg.max_connections:
+            self.refused["connections"] += 1
+            return conn.respond(HTTPStatus.SERVICE_UNAVAILABLE,
+                                f"too many connections (limit {self.cfg.max_connections})\n")
         auth = request.headers.get("Authorization")
         if auth is None or not self.cfg.token:
             return None
-        given = auth.removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), self.cfg.token.encode()):
+        if not token_matches(auth.removeprefix("Bearer ").strip(), self.cfg.token):
+            self.refused["token"] += 1
             return conn.respond(HTTPStatus.UNAUTHORIZED, "invalid token\n")
         self._header_authed.add(conn)
         return None
 
     async def _handle(self, ws: ServerConnection) -> None:
         self.connections += 1
+        conn = Connection(self, ws, next(self._ids), ws in self._header_authed)
+        self.live.add(conn)
         try:
-            await Connection(self, ws, next(self._ids), ws in self._header_authed).run()
+            await conn.run()
         finally:
             self.connections -= 1
 
     # -- replies -----------------------------------------------------------------------------------
-    def hello(self, ref: str | None) -> dict[str, Any]:
+    def model_info(self, trusted: bool) -> dict[str, Any]:
+        """The model's description; its local path only for a peer that proved the token."""
+        return dict(self.info) if trusted else {k: v for k, v in self.info.items() if k != "path"}
+
+    def hello(self, ref: str | None, trusted: bool = False) -> dict[str, Any]:
         c = self.cfg
-        return {"type": "hello", "ref": ref, "protocol": P.PROTOCOL_VERSION, "server": SERVER_NAME, "pid": os.getpid(),
-                "model": self.info,
+        return {"type": "hello", "ref": ref, "protocol": P.PROTOCOL_VERSION, "server": SERVER_NAME,
+                **({"pid": os.getpid()} if trusted else {}), "model": self.model_info(trusted),
                 "capabilities": {"cancel": True, "remask": True, "supersede": "doc_per_connection",
                                  "batching": True, "deadline": True, "presets": sorted(set(PRESETS) | set(POLICIES)),
                                  "alternatives": MAX_ALTERNATIVES},
@@ -186,91 +212,14 @@ class Daemon:
                            "max_prompt_chars": self.max_prompt_chars, "max_tokens": c.max_new_tokens,
                            "max_message_bytes": c.max_message_bytes, "deadline_ms": int(c.deadline_s * 1000)}}
 
-    def health(self, ref: str | None) -> dict[str, Any]:
+    def health(self, ref: str | None, trusted: bool = False) -> dict[str, Any]:
         s = self.scheduler
-        return {"type": "health", "ref": ref, "ok": True, "model": self.info["model"], "pid": os.getpid(),
-                "running": sum(j.parent is None for j in s.running.values()), "max_batch": s.max_batch, "connections": self.connections,
-                "uptime_s": time.time() - self.started}
+        return {"type": "health", "ref": ref, "ok": True, "model": self.info["model"],
+                **({"pid": os.getpid()} if trusted else {}),
+                "running": sum(j.parent is None for j in s.running.values()), "max_batch": s.max_batch,
+                "connections": self.connections, "uptime_s": time.time() - self.started}
 
-    def stats(self, ref: str | None) -> dict[str, Any]:
-        return {"type": "stats", "ref": ref,
-                "stats": {**self.scheduler.snapshot(), "connections": self.connections, "model": self.info}}
-
-
-class Connection:
-    def __init__(self, daemon: Daemon, ws: ServerConnection, cid: int, authed: bool) -> None:
-        self.d, self.ws, self.id = daemon, ws, cid
-        self.authed = authed or not daemon.cfg.token
-        self.loop = asyncio.get_running_loop()
-        self.out: asyncio.Queue[dict[str, Any] | tuple[int, str]] = asyncio.Queue()
-
-    def emit(self, ev: EngineEvent, code: str | None) -> None:
-        """Called on the model thread."""
-        with contextlib.suppress(RuntimeError):  # the loop is gone: the daemon is stopping
-            self.loop.call_soon_threadsafe(self.out.put_nowait, P.event_message(ev, code))
-
-    def reply(self, msg: dict[str, Any]) -> None:
-        self.out.put_nowait(msg)
-
-    async def _writer(self) -> None:
-        while True:
-            msg = await self.out.get()
-            if isinstance(msg, tuple):
-                await self.ws.close(msg[0], msg[1])
-                return
-            await self.ws.send(P.dumps(msg))
-
-    async def run(self) -> None:
-        writer = asyncio.create_task(self._writer())
-        try:
-            async for raw in self.ws:
-                self.handle(raw)
-        except ConnectionClosed:
-            pass
-        finally:
-            self.d.scheduler.drop_owner(self.id)
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await writer
-
-    def handle(self, raw: str | bytes) -> None:
-        d = self.d
-        if len(raw) > d.cfg.max_message_bytes:
-            self.reply(P.error_message(P.TOO_LARGE, f"message of {len(raw)} bytes exceeds the limit of "
-                                       f"{d.cfg.max_message_bytes}"))
-            return
-        try:
-            msg = P.parse(raw, d.cfg.max_new_tokens)
-        except P.ProtocolError as e:
-            self.reply(P.error_message(e.code, str(e), e.request_id))
-            return
-        if isinstance(msg, P.Hello):
-            if d.cfg.token and not self.authed:
-                if msg.token is None or not hmac.compare_digest(msg.token.encode(), d.cfg.token.encode()):
-                    self.reply(P.error_message(P.UNAUTHORIZED, "invalid or missing token", msg.ref))
-                    self.out.put_nowait((1008, "invalid token"))
-                    return
-                self.authed = True
-            self.reply(d.hello(msg.ref))
-            return
-        if not self.authed:
-            rid = getattr(msg, "request_id", None) or getattr(getattr(msg, "request", None), "request_id", None)
-            self.reply(P.error_message(P.UNAUTHORIZED, "this daemon needs a token: send hello with it first", rid))
-            return
-        if isinstance(msg, P.Query):
-            self.reply(d.health(msg.ref) if msg.type == "health" else d.stats(msg.ref))
-        elif isinstance(msg, P.Cancel):
-            d.scheduler.cancel(msg.request_id, self.id)
-        elif isinstance(msg, P.Remask):
-            d.scheduler.remask(msg.request_id, msg.spans, self.id, self.emit)
-        elif isinstance(msg, P.Complete):
-            req = msg.request
-            if msg.model is not None and msg.model not in d.names:
-                self.reply(P.error_message(P.UNKNOWN_MODEL, f"model {msg.model!r} is not loaded by this daemon; "
-                                           f"it serves {d.info['model']!r} ({d.info['path']})", req.request_id))
-            elif len(req.prefix) + len(req.suffix) > d.max_prompt_chars:
-                self.reply(P.error_message(P.PROMPT_TOO_LONG, f"prefix + suffix of {len(req.prefix) + len(req.suffix)} "
-                                           f"characters exceeds the limit of {d.max_prompt_chars} "
-                                           f"({d.cfg.max_prompt_tokens} prompt tokens)", req.request_id))
-            else:
-                d.scheduler.submit(req, self.id, self.emit, msg.deadline_ms)
+    def stats(self, ref: str | None, trusted: bool = False) -> dict[str, Any]:
+        return {"type": "stats", "ref": ref, "stats": {**self.scheduler.snapshot(), "connections": self.connections,
+                                                       "refused": dict(self.refused),
+                                                       "model": self.model_info(trusted)}}

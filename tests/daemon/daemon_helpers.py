@@ -4,13 +4,17 @@ with a temporary runtime dir. Readiness is the runtime file plus a health call, 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = """
@@ -131,3 +135,29 @@ def stop_daemon(d: Daemon) -> None:
         except subprocess.TimeoutExpired:
             d.proc.kill()
             d.proc.wait(5)
+
+
+@dataclass
+class Served:
+    """A real `engine.server.Daemon` object serving on loopback from a thread of this process
+    (its limits set by the test; its state inspectable)."""
+
+    daemon: Any
+    url: str
+    token: str | None
+    thread: threading.Thread
+
+
+def serve_in_thread(engine: Any, **cfg: Any) -> Served:
+    from engine.server import Daemon, DaemonConfig
+
+    d = Daemon(engine, DaemonConfig(register=False, **cfg))
+    ready: queue.Queue[str] = queue.Queue()
+    thread = threading.Thread(target=lambda: asyncio.run(d.serve(ready.put)), name="test-daemon", daemon=True)
+    thread.start()
+    return Served(d, ready.get(timeout=60), cfg.get("token"), thread)
+
+
+def stop_served(s: Served) -> None:
+    s.daemon.stop()
+    s.thread.join(30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,10 @@ PREFIX = "def fibonacci(n):\n    if n < 2:\n        return n\n    "
 
 def long_plan(n: int = 200) -> Plan:
     return Plan(max_tokens=n, preset="one_per_step")
+
+
+def bearer(d: Daemon) -> dict[str, str]:
+    return {"Authorization": f"Bearer {d.token}"}
 
 
 async def collect(stream) -> list[EngineEvent]:  # noqa: ANN001
@@ -43,7 +48,7 @@ async def wait_idle(conn: WsConnection, timeout: float = 20.0) -> dict:
 
 
 async def test_two_clients_concurrently_match_solo(daemon: Daemon) -> None:
-    a, b = await WsConnection.open(daemon.url), await WsConnection.open(daemon.url)
+    a, b = await WsConnection.open(daemon.url, daemon.token), await WsConnection.open(daemon.url, daemon.token)
     reqs = [(a, PREFIX, "\n\nprint(fibonacci(10))\n", Plan(max_tokens=24)),
             (b, "import os\n\nclass Runtime:\n    def path(self):\n        return ", "", Plan(max_tokens=20, stop="line"))]
     solo = []
@@ -61,7 +66,7 @@ async def test_two_clients_concurrently_match_solo(daemon: Daemon) -> None:
 
 
 async def test_cancel_and_supersede_stop_within_a_step(daemon: Daemon) -> None:
-    c = await WsConnection.open(daemon.url)
+    c = await WsConnection.open(daemon.url, daemon.token)
     seen: list[EngineEvent] = []
     async for ev in c.complete(CompletionRequest("r1", "docA", PREFIX, "", long_plan())):
         if not seen:
@@ -82,24 +87,30 @@ async def test_cancel_and_supersede_stop_within_a_step(daemon: Daemon) -> None:
     await c.close()
 
 
-async def test_disconnect_frees_the_slot_and_busy(daemon: Daemon) -> None:
-    a, b = await WsConnection.open(daemon.url), await WsConnection.open(daemon.url)
+async def test_disconnect_frees_the_slot_busy_and_fair_rows(daemon: Daemon) -> None:
+    a, b = await WsConnection.open(daemon.url, daemon.token), await WsConnection.open(daemon.url, daemon.token)
     streams = [a.complete(CompletionRequest(f"a{i}", f"d{i}", PREFIX, "", long_plan())) for i in range(3)]
     for s in streams:  # all three rows are busy decoding
         assert (await s.__anext__()).kind == "draft"
-    busy = await collect(b.complete(CompletionRequest("b0", "x", PREFIX, "", Plan(max_tokens=4))))
-    assert busy[-1].kind == "error" and "busy" in (busy[-1].error or "")
+    busy = await collect(a.complete(CompletionRequest("a3", "x", PREFIX, "", Plan(max_tokens=4))))
+    assert busy[-1].kind == "error" and "busy" in (busy[-1].error or "")  # one client: no hidden queue
+    # another connection takes a row from the one holding them all: a's newest request ends busy
+    fair = asyncio.create_task(collect(b.complete(CompletionRequest("b0", "x", PREFIX, "", Plan(max_tokens=4)))))
+    victim = [ev async for ev in streams[2]]
+    assert victim[-1].kind == "error" and "busy" in (victim[-1].error or "")
+    assert (await fair)[-1].kind == "done"
+    assert (await b.query("stats"))["stats"]["preempted"] >= 1
     a.ws.transport.abort()  # the client dies without a close handshake
     await wait_idle(b)
     got = await asyncio.gather(*(collect(b.complete(CompletionRequest(f"b{i}", f"y{i}", PREFIX, "", Plan(max_tokens=8))))
-                                 for i in range(1, 4)))
+                                 for i in range(2, 5)))
     assert all(evs[-1].kind == "done" for evs in got)
     await b.close()
 
 
 async def test_bad_input_gets_errors_and_the_connection_stays_usable(daemon: Daemon) -> None:
     ok = {"type": "complete", "id": "ok", "doc": "d", "prefix": PREFIX, "suffix": "", "plan": {"max_tokens": 4}}
-    async with connect(daemon.url, max_size=None) as ws:
+    async with connect(daemon.url, max_size=None, additional_headers=bearer(daemon)) as ws:
         cases: list[tuple[str | bytes, str]] = [
             ("{not json", "bad_json"),
             ("[1, 2]", "bad_message"),
@@ -133,12 +144,12 @@ async def test_bad_input_gets_errors_and_the_connection_stays_usable(daemon: Dae
         with pytest.raises(ConnectionClosed) as exc:
             await asyncio.wait_for(ws.recv(), 10)
         assert exc.value.rcvd is not None and exc.value.rcvd.code == 1009
-    async with connect(daemon.url) as ws:  # the daemon keeps serving
+    async with connect(daemon.url, additional_headers=bearer(daemon)) as ws:  # the daemon keeps serving
         assert (await raw_exchange(ws, json.dumps({"type": "health"})))["ok"] is True
 
 
 async def test_engine_client_interface(daemon: Daemon) -> None:
-    eng = WsEngineClient(daemon.url)
+    eng = WsEngineClient(daemon.url, token=daemon.token)
     progress: list[int] = []
     await eng.start(lambda msg, pct: progress.append(pct))
     assert eng.ready and eng.info["model"] and progress[-1] == 100
@@ -187,6 +198,7 @@ def test_auto_start_from_two_processes_gives_one_daemon_with_a_token(tiny_model_
     info = json.loads((tmp_path / "run" / "engine.json").read_text())
     assert info["pid"] == res[0]["pid"] and info["token"]
     assert (tmp_path / "run" / "engine.log").read_text().count("serving ") == 1
+    assert stat.S_IMODE((tmp_path / "run" / "engine.log").stat().st_mode) == 0o600
     try:
         asyncio.run(_token_checks(info["url"], info["token"]))
         st = engine_cli(env, "status")
@@ -232,7 +244,7 @@ def test_cli_refusals(tmp_path: Path) -> None:
 
 def test_non_loopback_needs_a_token(tiny_model_dir: Path, tmp_path: Path) -> None:
     env = child_env(tmp_path / "run")
-    r = engine_cli(env, "serve", "--model", str(tiny_model_dir), "--host", "0.0.0.0")
+    r = engine_cli(env, "serve", "--model", str(tiny_model_dir), "--host", "0.0.0.0", "--no-token")
     assert r.returncode == 2 and "token" in r.stderr
 
 

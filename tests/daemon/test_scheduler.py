@@ -165,18 +165,22 @@ def test_cancel_and_supersede_within_one_step(engine: TextEngine) -> None:
     assert len(s.free_rows) == 3
 
 
-def test_busy_drop_owner_and_deadline(engine: TextEngine) -> None:
+def test_busy_fair_rows_drop_owner_and_deadline(engine: TextEngine) -> None:
     s, sink = Scheduler(engine, max_batch=2), Sink()
     s.submit(long_req("a", "d1"), "A", sink.emit_for("A"))
     s.submit(long_req("b", "d2"), "A", sink.emit_for("A"))
-    s.submit(long_req("c", "d3"), "B", sink.emit_for("B"))
+    s.submit(long_req("a3", "d5"), "A", sink.emit_for("A"))
     s.step()
-    ev, code = sink.events["c"][-1]
+    ev, code = sink.events["a3"][-1]  # one owner holds every row: no hidden queue
     assert ev.kind == "error" and code == "busy" and "busy" in (ev.error or "")
-    s.drop_owner("A")  # A disconnected: both rows come back before the next forward
-    s.submit(long_req("c", "d3"), "B", sink.emit_for("B"))
+    s.submit(long_req("c", "d3"), "B", sink.emit_for("B"))  # another owner: A's newest gives its row up
     s.step()
-    assert sink.last("a").reason == "cancelled" and sink.last("b").reason == "cancelled"
+    ev, code = sink.events["b"][-1]
+    assert ev.kind == "error" and code == "busy" and "another connection" in (ev.error or "")
+    assert sink.last("c").kind == "draft" and sorted(s.running) == [("A", "a"), ("B", "c")]
+    s.drop_owner("A")  # A disconnected: its row comes back before the next forward
+    s.step()
+    assert sink.last("a").reason == "cancelled"
     assert list(s.running) == [("B", "c")]
     s.submit(long_req("late", "d4"), "B", sink.emit_for("B"), deadline_ms=1)
     s.step()
@@ -185,7 +189,7 @@ def test_busy_drop_owner_and_deadline(engine: TextEngine) -> None:
         pass
     s.step()
     assert sink.last("late").kind == "done" and sink.last("late").reason == "deadline"
-    assert s.counters["busy"] == 1 and s.counters["deadline"] == 1
+    assert s.counters["busy"] == 1 and s.counters["preempted"] == 1 and s.counters["deadline"] == 1
 
 
 def test_crash_fails_only_that_request_and_remask(engine: TextEngine) -> None:
