@@ -16,6 +16,12 @@ cache; and the server's counters and reasons for empty answers. Ends with one JS
 
     python bench/lsp_latency.py [--quick] [--file F] [--cps 10] [--model DIR] [--mode speedy|quality]
                                 [--alternatives N] [--rescue N] [--profile OUT]
+    python bench/lsp_latency.py --big-file [LINES] [--huge-mb 20] [--server-root NAME=DIR ...]
+
+`--big-file` measures the server's own time per keystroke on a generated file of LINES
+lines (default 50,000), with no engine (see bench/keystroke_cost.py): p50/p95 per row,
+for this checkout and each `--server-root` (e.g. `old=/tmp/old` after `git worktree add
+/tmp/old HEAD`), then one JSON line.
 
 `--profile OUT` runs the server under cProfile (its event-loop thread; the engine thread is
 not profiled): `python -c "import pstats; pstats.Stats('OUT').sort_stats('cumtime')
@@ -219,7 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dump", help=argparse.SUPPRESS)  # instrumented servers
     p.add_argument("--profile", metavar="PATH",
                    help="run the server under cProfile (its event-loop thread) into PATH")
+    p.add_argument("--big-file", type=int, nargs="?", const=50_000, metavar="LINES",
+                   help="server time per keystroke on a generated file of LINES lines")
+    p.add_argument("--huge-mb", type=int, default=20,
+                   help="with --big-file: also type into a document of this many MB (0: no)")
+    p.add_argument("--server-root", action="append", default=[], metavar="NAME=DIR",
+                   help="with --big-file: also measure the server of another checkout")
     args = p.parse_args(argv)
+    if args.big_file:
+        return big_file(args)
     res = asyncio.run(run(args))
     print(f"{'metric':<22}{'value':>12}")
     for k in ("first_ms_p50", "first_ms_p95", "final_ms_p50", "overhead_ms_p50",
@@ -232,6 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("first_ms_p50", "first_ms_p95", "final_ms_p50", "overhead_ms_p50",
             "e2e_overhead_ms_p50", "cache_hit_rate", "prompt_reuse", "requests")
     print(json.dumps({k: res[k] for k in keys}))
+    return 0
+
+
+def big_file(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(ROOT))
+    from bench.keystroke_cost import run as keystrokes
+
+    roots = {"new": ROOT, **{n: Path(d) for n, d in (r.split("=", 1) for r in args.server_root)}}
+    res = keystrokes(args.big_file, args.huge_mb, roots)
+    print(json.dumps(res))
     return 0
 
 

@@ -55,6 +55,7 @@ class Request:
     stats: dict[str, Any] = field(default_factory=dict)
     note: str = ""  # what post-processing last did to the text (why it is empty, when it is)
     lead: str = ""  # the selected item's text (Selected): refinements carry it in front
+    revision: int = 0  # the document's revision (content changes) when captured
 
 
 @dataclass

@@ -191,7 +191,7 @@ class CompletionService:
         # the tree is edited by later didChanges: the syntax check works on a snapshot
         base_tree = tree.copy() if tree is not None and self.options.syntax_check else None
         return Request(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
-                       base_tree, key, t0, speculative)
+                       base_tree, key, t0, speculative, revision=doc.revision)
 
     def _selected_span(self, doc: Document, sel: Selected) -> tuple[int, int]:
         """The string offsets of a selected item's range; a range outside the document or
@@ -217,7 +217,8 @@ class CompletionService:
     async def _first_answer(self, job: EngineJob, req: Request, doc: Document,
                             until_done: bool = False) -> tuple[Answer, EngineJob] | None:
         def wanted() -> bool:
-            return doc.version == req.version and self.latest.get(req.uri) == int(req.cid)
+            return doc.version == req.version and doc.revision == req.revision and \
+                self.latest.get(req.uri) == int(req.cid)
 
         out = await self.settle(job, req, wanted, until_done=until_done)
         if not isinstance(out, str) and out.event.kind == "done" and not out.text:

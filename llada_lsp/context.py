@@ -10,16 +10,19 @@ stays put and the engine's prompt cache keeps matching.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from llada_lsp.positions import LineIndex
+from llada_lsp.positions import LineIndex, byte_offset
 from llada_lsp.syntax import IMPORT_TYPES, ancestors, node_at
 
 _IMPORT_LINE = re.compile(
     r"^(import\s|from\s+\S+\s+import\s|#\s*include\b|use\s|package\s|using\s|"
     r"extern\s+crate\s|local\s+\w+\s*=\s*require\b|require\b)")
 
+
+MAX_TOP_NODES = 400  # top-level nodes searched for imports
 
 @dataclass(frozen=True)
 class Context:
@@ -34,14 +37,36 @@ def indentation(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def _boundaries_from_tree(tree: Any, text: str, offset: int, index: LineIndex) -> list[int]:
+def _boundaries_from_tree(tree: Any, text: str, offset: int, index: LineIndex,
+                          limit: int) -> list[int]:
+    """Line starts in [limit, offset] where a unit of the tree starts or after one ends: the
+    children of the cursor's node and of its ancestors that reach into the window, found
+    by descending from the cursor (a tree cursor from the first child at the window's
+    start), never by walking every child of a scope."""
+    lo_row = max(0, index.line_of(max(0, min(limit, offset))) - 1)
+    lo_byte = max(0, byte_offset(text, index.start(lo_row)) - 1)
+    hi_byte = byte_offset(text, offset)
     rows: set[int] = set()
     node = node_at(tree, text, offset)
     for anc in [node, *ancestors(node)]:
-        for child in anc.named_children:
-            rows.add(child.start_point[0])
-            rows.add(child.end_point[0] + 1)
-    return sorted(index.starts[r] for r in rows if r < index.line_count)
+        for child in _children_from(anc, lo_byte):
+            if child.start_byte > hi_byte:
+                break
+            if child.is_named:
+                rows.add(child.start_point[0])
+                rows.add(child.end_point[0] + 1)
+    return sorted(index.start(r) for r in rows if r < index.line_count)
+
+
+def _children_from(node: Any, byte: int = 0) -> Iterator[Any]:
+    """The children of `node` from the first that ends after `byte` on (a tree cursor:
+    O(1) a step, where `next_sibling` may rescan the parent)."""
+    cursor = node.walk()
+    if (cursor.goto_first_child() if byte <= node.start_byte
+            else cursor.goto_first_child_for_byte(byte) is not None):
+        yield cursor.node
+        while cursor.goto_next_sibling():
+            yield cursor.node
 
 
 def _boundaries_from_indent(offset: int, index: LineIndex, limit: int) -> list[int]:
@@ -51,7 +76,7 @@ def _boundaries_from_indent(offset: int, index: LineIndex, limit: int) -> list[i
     for r in range(index.position(max(limit, 0), "utf-32")[0], line + 1):
         lt = index.line_text(r)
         if lt.strip() and len(indentation(lt)) <= cur_indent:
-            out.append(index.starts[r])
+            out.append(index.start(r))
     return out
 
 
@@ -79,22 +104,24 @@ def _headers(tree: Any, text: str, offset: int, index: LineIndex, window_start: 
     return sorted(rows)
 
 
-def _imports(tree: Any, text: str, index: LineIndex, window_start: int) -> list[str]:
-    out: list[str] = []
+def _imports(tree: Any, text: str, index: LineIndex, window_start: int) -> Iterator[str]:
+    """The imports before the window, in order: top-level import nodes among the first
+    `MAX_TOP_NODES` top-level nodes (imports head a file), or import-looking lines."""
     if tree is not None:
-        data = text.encode("utf-8", "surrogatepass")
-        for child in tree.root_node.named_children:
-            if child.type in IMPORT_TYPES and child.end_byte <= len(data):
-                piece = data[child.start_byte: child.end_byte].decode("utf-8", "replace")
-                if index.starts[min(child.end_point[0], index.line_count - 1)] < window_start:
-                    out.append(piece)
-        return out
-    wrow = index.position(window_start, "utf-32")[0]
-    for r in range(wrow):
+        data = None if text.isascii() else text.encode("utf-8", "surrogatepass")
+        size = len(text) if data is None else len(data)
+        for i, child in enumerate(_children_from(tree.root_node)):
+            if i >= MAX_TOP_NODES or child.end_byte > size or \
+                    index.start(min(child.end_point[0], index.line_count - 1)) >= window_start:
+                return
+            if child.type in IMPORT_TYPES:
+                yield text[child.start_byte: child.end_byte] if data is None else \
+                    data[child.start_byte: child.end_byte].decode("utf-8", "replace")
+        return
+    for r in range(index.line_of(window_start)):
         lt = index.line_text(r)
         if _IMPORT_LINE.match(lt):
-            out.append(lt)
-    return out
+            yield lt
 
 
 def trim_context(text: str, offset: int, *, index: LineIndex | None = None, tree: Any = None,
@@ -105,14 +132,14 @@ def trim_context(text: str, offset: int, *, index: LineIndex | None = None, tree
     if len(text) - offset > suffix_chars:
         limit = offset + suffix_chars
         line = index.position(limit, "utf-32")[0]
-        suffix_end = max(index.starts[line], offset)
+        suffix_end = max(index.start(line), offset)
         cur_line = index.position(offset, "utf-32")[0]
         if line > cur_line + 1:  # prefer a line at the cursor's level or outer
             cur_indent = len(indentation(index.line_text(cur_line)))
             for r in range(line, cur_line, -1):
                 lt = index.line_text(r)
                 if lt.strip() and len(indentation(lt)) <= cur_indent:
-                    suffix_end = index.starts[r]
+                    suffix_end = index.start(r)
                     break
     suffix = text[offset:suffix_end]
     if offset <= prefix_chars:
@@ -120,13 +147,13 @@ def trim_context(text: str, offset: int, *, index: LineIndex | None = None, tree
 
     budget = prefix_chars - kept_chars
     limit = -(-(offset - budget) // slack) * slack  # ceil to a multiple of slack
-    bounds = _boundaries_from_tree(tree, text, offset, index) if tree is not None \
+    bounds = _boundaries_from_tree(tree, text, offset, index, limit) if tree is not None \
         else _boundaries_from_indent(offset, index, limit)
     start = next((b for b in bounds if limit <= b <= offset), None)
     if start is None:  # the cursor's unit alone is over budget: cut at a line start
         line = index.position(min(limit, offset), "utf-32")[0]
-        start = index.starts[line] if index.starts[line] >= limit else \
-            index.starts[min(line + 1, index.line_count - 1)]
+        start = index.start(line) if index.start(line) >= limit else \
+            index.start(min(line + 1, index.line_count - 1))
         start = min(start, offset)
     kept_parts: list[str] = []
     used = 0

@@ -1,7 +1,12 @@
 """Open documents: text, version, language, incremental changes, and the syntax tree.
 
 The store applies LSP content changes itself (so it knows each edit's old range and can
-edit the tree-sitter tree before the text changes).
+edit the tree-sitter tree before the text changes). Each change updates the line index in
+place and records the edit in the tree (reparsed lazily, incrementally, when a request needs
+it), so a keystroke costs no pass over the whole document beyond the string copy.
+
+`revision` counts the changes that altered the text: with the version it fingerprints the
+content a request was computed on (a client may send a change without a new version).
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ class Document:
     text: str
     max_bytes: int
     tree: SyntaxTree | None = None
+    revision: int = 0  # bumped by every change that alters the text
     _index: LineIndex | None = field(default=None, repr=False)
+    _binary: tuple[int, bool] | None = field(default=None, repr=False)  # (revision, looks_binary)
 
     def __post_init__(self) -> None:
         self.language_id = normalize_language(self.language_id, self.uri)
@@ -49,7 +56,9 @@ class Document:
 
     @property
     def binary(self) -> bool:
-        return looks_binary(self.text)
+        if self._binary is None or self._binary[0] != self.revision:
+            self._binary = (self.revision, looks_binary(self.text))
+        return self._binary[1]
 
     def unservable_reason(self) -> str | None:
         if self.too_large:
@@ -77,7 +86,10 @@ class Document:
         rng = getattr(change, "range", None)
         new_text: str = change.text
         if rng is None:
+            if new_text != self.text:
+                self.revision += 1
             self.text = new_text
+            self._index = None
             self._reset_tree()
             return
         start = self.offset_at(rng.start.line, rng.start.character, encoding)
@@ -85,9 +97,14 @@ class Document:
         if end < start:
             start, end = end, start
         old = self.text
+        if old[start:end] == new_text:
+            return  # nothing changes (not even the revision)
+        index = self.index
         if self.tree is not None:
-            self.tree.edit(old, start, end, new_text)
+            self.tree.edit(old, start, end, new_text, index)
         self.text = old[:start] + new_text + old[end:]
+        index.edit(start, end, new_text, self.text)
+        self.revision += 1
         if self.tree is None and self.unservable_reason() is None:
             self._reset_tree()
         elif self.tree is not None and self.too_large:
@@ -98,7 +115,8 @@ class Document:
         the editor would hold if the item selected in its completion widget were accepted.
         Same uri, language and version; its tree is this one's, edited incrementally."""
         text = self.text[:start] + fragment + self.text[end:]
-        copy = Document(self.uri, self.language_id, self.version, text, self.max_bytes)
+        copy = Document(self.uri, self.language_id, self.version, text, self.max_bytes,
+                        revision=self.revision)
         if self.tree is not None and copy.tree is not None:
             base = self.syntax_tree()
             st = SyntaxTree(self.language_id, self.tree.parser, base.copy(), False, self.tree.data)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from dataclasses import dataclass
 
 Encoding = str  # "utf-8" | "utf-16" | "utf-32"
 
@@ -46,25 +45,71 @@ def chars_for_units(line: str, n: int, encoding: Encoding) -> int:
     return len(line)
 
 
-@dataclass
 class LineIndex:
-    """Line start offsets of one text (build once per text version)."""
+    """Line start offsets of one text, updated in place by `edit` (only the lines an edit
+    touched are rewritten; the shift of the lines after it is applied lazily, so typing on
+    one line costs O(1) whatever the file's length)."""
 
-    text: str
-    starts: list[int]
+    def __init__(self, text: str, starts: list[int]) -> None:
+        self.text = text
+        self._starts = starts
+        self._shift_from = len(starts)  # lines from here on are stored `_shift` too low
+        self._shift = 0
 
     @classmethod
     def of(cls, text: str) -> LineIndex:
         return cls(text, [0] + [m.end() for m in _NEWLINE.finditer(text)])
 
     @property
+    def starts(self) -> list[int]:
+        """Every line's start offset (materialises a pending shift: O(lines))."""
+        self._settle()
+        return self._starts
+
+    def start(self, line: int) -> int:
+        """Start offset of `line` (0 <= line < line_count)."""
+        return self._starts[line] + (self._shift if line >= self._shift_from else 0)
+
+    @property
     def line_count(self) -> int:
-        return len(self.starts)
+        return len(self._starts)
+
+    def _settle(self) -> None:
+        if self._shift:
+            k, d = self._shift_from, self._shift
+            self._starts[k:] = [s + d for s in self._starts[k:]]
+        self._shift_from, self._shift = len(self._starts), 0
+
+    def line_of(self, offset: int) -> int:
+        """The line holding string offset `offset` (clamped to the text)."""
+        k = self._shift_from
+        if k < len(self._starts) and offset >= self._starts[k] + self._shift:
+            return bisect_right(self._starts, offset - self._shift, lo=k) - 1
+        return bisect_right(self._starts, offset, hi=k) - 1
+
+    def edit(self, start: int, end: int, fragment: str, new_text: str) -> None:
+        """text[start:end] became `fragment`; `new_text` is the whole new text."""
+        first = self.line_of(start)
+        last = self.line_of(end)
+        delta = len(fragment) - (end - start)
+        added = [start + m.end() for m in _NEWLINE.finditer(fragment)]
+        k = last + 1  # the first line whose start moves by `delta`
+        if added or last > first or (self._shift and k != self._shift_from):
+            self._settle()
+            self._starts[first + 1: k] = added
+            k = first + 1 + len(added)
+            self._shift_from = k
+        elif not self._shift:
+            self._shift_from = k
+        self._shift += delta
+        if self._shift_from >= len(self._starts):
+            self._shift_from, self._shift = len(self._starts), 0
+        self.text = new_text
 
     def line_bounds(self, line: int) -> tuple[int, int]:
         """[start, end) of the line's content, without its line break."""
-        start = self.starts[line]
-        end = self.starts[line + 1] - 1 if line + 1 < len(self.starts) else len(self.text)
+        start = self.start(line)
+        end = self.start(line + 1) - 1 if line + 1 < len(self._starts) else len(self.text)
         if end > start and self.text[end - 1] == "\r" and end < len(self.text) \
                 and self.text[end] == "\n":
             end -= 1
@@ -78,7 +123,7 @@ class LineIndex:
         """String offset of an LSP position (clamped to the text)."""
         if line < 0:
             return 0
-        if line >= len(self.starts):
+        if line >= len(self._starts):
             return len(self.text)
         s, e = self.line_bounds(line)
         return s + chars_for_units(self.text[s:e], character, encoding)
@@ -86,13 +131,13 @@ class LineIndex:
     def position(self, offset: int, encoding: Encoding) -> tuple[int, int]:
         """LSP (line, character) of a string offset."""
         offset = max(0, min(offset, len(self.text)))
-        line = bisect_right(self.starts, offset) - 1
+        line = self.line_of(offset)
         s, _ = self.line_bounds(line)
         return line, units(self.text[s:offset], encoding)
 
     def is_valid(self, line: int, character: int, encoding: Encoding) -> bool:
         """Whether the position lies inside the text (not clamped)."""
-        if line < 0 or character < 0 or line >= len(self.starts):
+        if line < 0 or character < 0 or line >= len(self._starts):
             return False
         s, e = self.line_bounds(line)
         return character <= units(self.text[s:e], encoding)
@@ -107,6 +152,8 @@ def text_position(text: str, offset: int, encoding: Encoding) -> tuple[int, int]
 
 
 def byte_offset(text: str, offset: int) -> int:
+    if text.isascii():  # O(1): CPython knows
+        return max(0, min(offset, len(text)))
     return len(text[:offset].encode("utf-8", "surrogatepass"))
 
 

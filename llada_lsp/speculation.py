@@ -120,10 +120,10 @@ class Speculator:
         fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self.futures[key] = fut
         svc.counters["speculated"] += 1
-        version = doc.version
+        version, revision = doc.version, doc.revision
 
         def wanted() -> bool:
-            return doc.version == version
+            return doc.version == version and doc.revision == revision
 
         async def run() -> None:
             text: str | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import tree_sitter as ts
 
-from llada_lsp.positions import byte_offset, byte_point
+from llada_lsp.positions import LineIndex, byte_offset, byte_point
 
 log = logging.getLogger(__name__)
 
@@ -123,23 +123,22 @@ class SyntaxTree:
         st.data = text.encode("utf-8", "surrogatepass")
         return st
 
-    def edit(self, old_text: str, start: int, end: int, new_fragment: str) -> None:
-        """Record that old_text[start:end] became new_fragment (string offsets)."""
+    def edit(self, old_text: str, start: int, end: int, new_fragment: str,
+             index: LineIndex | None = None) -> None:
+        """Record that old_text[start:end] became new_fragment (string offsets); `index`,
+        the line index of `old_text`, spares a pass over the text before the edit."""
         if self.tree is None:
             self.dirty = True
             return
-        sb = byte_offset(old_text, start)
-        eb = sb + len(old_text[start:end].encode("utf-8", "surrogatepass"))
-        nb = sb + len(new_fragment.encode("utf-8", "surrogatepass"))
-        sp = byte_point(old_text, start)
-        ep = byte_point(old_text, end)
+        sb, sp = _byte_and_point(old_text, start, index)
+        eb, ep = _byte_and_point(old_text, end, index)
+        frag = new_fragment.encode("utf-8", "surrogatepass")
         rows = new_fragment.count("\n")
         if rows:
-            last = new_fragment[new_fragment.rfind("\n") + 1:]
-            np_ = (sp[0] + rows, len(last.encode("utf-8", "surrogatepass")))
+            np_ = (sp[0] + rows, len(frag) - frag.rfind(b"\n") - 1)
         else:
-            np_ = (sp[0], sp[1] + len(new_fragment.encode("utf-8", "surrogatepass")))
-        self.tree.edit(start_byte=sb, old_end_byte=eb, new_end_byte=nb,
+            np_ = (sp[0], sp[1] + len(frag))
+        self.tree.edit(start_byte=sb, old_end_byte=eb, new_end_byte=sb + len(frag),
                        start_point=sp, old_end_point=ep, new_end_point=np_)
         self.dirty = True
 
@@ -151,6 +150,20 @@ class SyntaxTree:
                 else self.parser.parse(self.data)
             self.dirty = False
         return self.tree
+
+
+def _byte_and_point(text: str, offset: int, index: LineIndex | None
+                    ) -> tuple[int, tuple[int, int]]:
+    """(UTF-8 byte offset, tree-sitter point) of a string offset: from the line index when
+    given (an ASCII text needs no encoding at all), else by scanning the text."""
+    if index is None:
+        return byte_offset(text, offset), byte_point(text, offset)
+    row = index.line_of(offset)
+    ls = index.start(row)
+    col = len(text[ls:offset].encode("utf-8", "surrogatepass"))
+    if text.isascii():
+        return offset, (row, col)
+    return byte_offset(text, ls) + col, (row, col)
 
 
 def node_at(tree: ts.Tree, text: str, offset: int, left: bool = False) -> ts.Node:

@@ -5,6 +5,7 @@ This module's client offers UTF-8 positions, so it also checks the negotiation.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from lsp_helpers import (
     inline,
     needs_model,
     open_doc,
+    poll,
     session_fixture,
 )
 from lsprotocol import types as t
@@ -106,3 +108,26 @@ async def test_disabled_language_and_stale_change(client: Any) -> None:
         settings={"llada": {"mode": "nonsense"}}))  # rejected with a message, old options kept
     info = await debug_info(client)
     assert info["options"]["mode"] == "speedy" and info["documents"] >= 1
+
+
+async def test_a_same_version_change_while_drafting_gives_empty(client: Any) -> None:
+    """The client changed the text without a new version while the draft was computed:
+    the staleness check compares the content's revision, not only the version."""
+    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
+        settings={"llada": {"languages": ["*"]}}))
+    text = "# same-version test: not in the cache\nimport os\n\n\ndef walk(root):\n    \n"
+    uri = open_doc(client, DATA / "samever.py", "python", text=text)
+    before = (await debug_info(client))["engine"]["engine_calls"]
+    task = asyncio.ensure_future(inline(client, uri, t.Position(5, 4)))
+
+    async def started() -> bool:
+        return (await debug_info(client))["engine"]["engine_calls"] > before
+
+    await poll(started, 30)
+    client.text_document_did_change(t.DidChangeTextDocumentParams(
+        t.VersionedTextDocumentIdentifier(version=1, uri=uri),  # the version it was opened with
+        [t.TextDocumentContentChangeWholeDocument(text=text.replace("walk", "visit"))]))
+    assert _items(await task) == []
+    info = await debug_info(client)
+    assert any("changed while drafting" in r["reason"] for r in info["emptyReasons"]), \
+        info["emptyReasons"]

@@ -88,7 +88,9 @@ def only_error(answers: list[dict[str, Any]], code: int, msg_id: Any) -> str:
 
 
 async def test_bodies_that_are_not_json_are_parse_errors(raw: Raw) -> None:
-    assert "Parse error" in only_error(await raw.send_then_probe(frame(b'{"jsonrpc": "2.0", "id": 3, ')), -32700, None)
+    # a body cut short whose id comes first (as clients write it): the error names the id
+    assert "Parse error" in only_error(await raw.send_then_probe(frame(b'{"jsonrpc": "2.0", "id": 3, ')), -32700, 3)
+    only_error(await raw.send_then_probe(frame(b'{"jsonrpc": "2.0", "method": "x", "id": 3, ')), -32700, None)
     only_error(await raw.send_then_probe(frame(b"\xff\xfe\x00garbage")), -32700, None)
     only_error(await raw.send_then_probe(frame(b"")), -32700, None)
 
@@ -97,6 +99,9 @@ async def test_messages_that_are_not_requests_are_invalid_requests(raw: Raw) -> 
     only_error(await raw.send_then_probe(msg([{"jsonrpc": "2.0", "id": 4, "method": "shutdown"}])), -32600, None)
     only_error(await raw.send_then_probe(msg({"jsonrpc": "2.0", "id": 5, "method": None})), -32600, 5)
     only_error(await raw.send_then_probe(msg({"jsonrpc": "2.0", "id": 6, "method": 17})), -32600, 6)
+    for bad_id in (None, 1.5, True, [1], {"a": 1}):  # an error without an id came back for null
+        only_error(await raw.send_then_probe(msg({"jsonrpc": "2.0", "id": bad_id, "method": "no/such"})),
+                   -32600, None)
 
 
 async def test_a_request_with_bad_params_gets_invalid_params_naming_the_fields(raw: Raw) -> None:
@@ -132,6 +137,74 @@ async def test_bad_headers_and_an_oversize_length_resync_at_the_next_header(raw:
     answers = await raw.send_then_probe(
         b"content-length: %d\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n" % len(body) + body)
     assert [a["id"] for a in answers] == [10] and "result" in answers[0]
+
+
+def probe_body(msg_id: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "llada/debugInfo", "params": {}}).encode()
+
+
+async def twenty_answered(raw: Raw, first: int) -> None:
+    """20 valid requests written at once all get their answers."""
+    await_ids = list(range(first, first + 20))
+    raw.stdin.write(b"".join(frame(probe_body(i)) for i in await_ids))
+    await raw.stdin.drain()
+    got = []
+    while len(got) < 20:
+        m = await asyncio.wait_for(raw.read(), 30)
+        if "method" not in m:
+            got.append(m["id"])
+    assert got == await_ids
+
+
+async def test_a_body_nested_too_deeply_is_a_parse_error(raw: Raw) -> None:
+    deep = b"[" * 1000 + b"]" * 1000  # 2 KB: json.loads raised RecursionError and the server died
+    assert "nested too deeply" in only_error(await raw.send_then_probe(frame(deep)), -32700, None)
+    obj = b'{"jsonrpc": "2.0", "id": 11, "method": "llada/debugInfo", "params": {"a": ' + \
+        b"[" * 5000 + b"]" * 5000 + b"}}"
+    only_error(await raw.send_then_probe(frame(obj)), -32700, 11)
+
+
+async def test_a_content_length_too_large_loses_nothing(raw: Raw) -> None:
+    """A body 5 bytes short of its Content-Length swallows the next header's start: it is
+    read again, and both messages are answered."""
+    data = frame(probe_body(20), len(probe_body(20)) + 5) + frame(probe_body(21))
+    answers = await raw.send_then_probe(data)
+    assert [a["id"] for a in answers] == [20, 21] and all("result" in a for a in answers)
+    await twenty_answered(raw, 30)
+
+
+async def test_a_content_length_too_small_loses_only_that_message(raw: Raw) -> None:
+    """A body 10 bytes longer than its Content-Length: the message is a parse error (with
+    its id), its tail junk (one error, id null), and the stream resyncs at the next header."""
+    data = frame(probe_body(50), len(probe_body(50)) - 10) + frame(probe_body(51))
+    answers = await raw.send_then_probe(data)
+    assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == \
+        [(50, -32700), (None, -32700), (51, None)], answers
+    assert "outside any message" in answers[1]["error"]["message"]
+    await twenty_answered(raw, 60)
+
+
+async def test_a_damaged_header_loses_only_its_message(raw: Raw) -> None:
+    data = b"Content-Lenght: 80\r\n\r\n" + probe_body(80) + frame(probe_body(81))
+    answers = await raw.send_then_probe(data)
+    assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == \
+        [(80, -32700), (81, None)], answers
+    await twenty_answered(raw, 90)
+
+
+async def test_junk_after_a_header_voids_its_length(raw: Raw) -> None:
+    """A header, then a junk line instead of the blank line: the length is void, so the
+    blank lines after it do not start a body that would swallow the next request (found
+    by the fuzz suite: the server then waited forever)."""
+    answers = await raw.send_then_probe(b"Content-Length: 148\r\n{\"no\": \"blank line\"}\r\n" + b"\r\n" * 80)
+    assert [(a["id"], a["error"]["code"]) for a in answers] == [(None, -32700)], answers
+
+
+async def test_a_cancel_with_an_id_of_the_wrong_type(raw: Raw) -> None:
+    cancel = {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": {"x": 1}}}
+    assert await raw.send_then_probe(msg(cancel)) == []  # a notification: dropped
+    answers = await raw.send_then_probe(msg({**cancel, "id": 12}))
+    assert "params.id" in only_error(answers, -32602, 12)  # was an Internal Error
 
 
 async def test_the_stream_ending_inside_a_message_ends_the_server_cleanly(raw: Raw) -> None:
