@@ -8,7 +8,7 @@ the same held-out tasks.
 forks from the 2nd..n-th most likely first tokens, decoded in the same batched forwards);
 the first is the baseline of each preset. The text scored is the one the language server
 would show: the first candidate that adds no parse error (llada_lsp.postprocess.first_fitting).
-Per arm: TPF (the primary's tokens over the group's forwards), exact match, edit similarity,
+Per arm: TPF (the primary's tokens over every forward the request caused, `stats.forwards`), exact match, edit similarity,
 parse validity of the non-empty results, the empty share, p50/p95 latency of the whole group
 and its ratio to the baseline's; against the baseline the paired columns (outputs that differ,
 EM and ES wins/losses, sign-test p). Ends with one JSON line.

@@ -8,7 +8,9 @@ task moves it by 4 points), edit similarity, parse validity and empty share, wit
 ratio against `one_per_step` from the same run. Prints a table and ends with one JSON line.
 The prompt cache is cleared before every completion (this measures decoding). Presets run as
 shipped: `quality` decodes its alternatives (engine.alternatives) and is scored on the
-candidate the language server would show; its forwards and latency are the whole group's.
+candidate the language server would show. Forwards are the done event's `stats.forwards`: every
+model forward the request caused (alternatives that outlast the primary and repair passes
+included), and TPF is the primary's tokens over them; latency is the whole group's.
 
 `--repair` adds a `quality+repair` row: the quality preset followed by the language server's
 syntax repair (the tokens of an added parse error re-masked, up to two engine passes, then
@@ -65,7 +67,8 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def repair(eng, task: Task, text: str, stats: dict, passes: int = REPAIR_PASSES) -> str:  # noqa: ANN001
     """The language server's syntax repair of `text` (llada_lsp.completions.settle): remask
     the spans of an added parse error while that may help, then trim. The remasks' time is
-    added to `stats` (its `forwards` count is the sequence's running total)."""
+    added to `stats`; its `forwards` is the request's running total (the first pass, its
+    alternatives and every remask)."""
     from llada_lsp.postprocess import remask_can_help, syntax_trim
     from llada_lsp.syntax import adds_error, error_spans
 
@@ -94,8 +97,7 @@ def run_one(eng, task: Task, preset: str, overrides: dict[str, object]) -> tuple
     evs: list[EngineEvent] = list(eng.complete(req, policy=policy))
     done = evs[-1]
     stats = dict(done.stats or {})
-    # the preset's alternatives (quality): the candidate the server would show; the group's forwards
-    stats["forwards"] = stats.get("group_forwards", stats.get("forwards", 0))
+    # stats.forwards: every forward the request caused, its alternatives' included
     text = chosen(task, done)
     if overrides.get(REPAIR):  # a remask re-decodes the primary only
         text = repair(eng, task, text, stats, REPAIR_PASSES if text == done.text else 0)

@@ -79,7 +79,7 @@ def main() -> None:
             done = list(eng.complete(req))[-1]
             text = chosen(Task("he", "he", prefix, gold, suffix, req.plan), done)  # quality: its alternatives
             st = done.stats or {}
-            fw += st.get("group_forwards", st.get("forwards", 0))
+            fw += st.get("forwards", 0)  # every forward the request caused
             toks += st.get("tokens", 0)
             em += exact_match(text, gold)
             es += edit_similarity(text, gold)

@@ -105,7 +105,7 @@ def run(eng, task: Task, policy, alternatives: int = 1) -> Outcome:  # noqa: ANN
     done = list(eng.complete(CompletionRequest("t2t", "t2t", task.prefix, task.suffix, plan), policy=policy))[-1]
     st = done.stats or {}
     text = chosen(task, done)
-    return Outcome(text, int(st.get("tokens", 0)), int(st.get("group_forwards", st.get("forwards", 0))),
+    return Outcome(text, int(st.get("tokens", 0)), int(st.get("forwards", 0)),
                    exact_match(text, task.middle), edit_similarity(text, task.middle),
                    parses(task.prefix + text + task.suffix) if text.strip() else None, float(st.get("total_ms", 0.0)))
 

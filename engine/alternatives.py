@@ -6,7 +6,9 @@ sequence decodes as usual; once its first draft is complete the engine forks up 
 sequences whose middle index 0 is forced to the 2nd..n-th most likely token of its first step (token healing's
 allowed set included). The forks restore the prompt's KV from the prompt cache into their own
 cache rows and advance in the same batched forwards as the primary, so n candidates cost one
-prefill and ~n rows a step, not n requests. The done event lists their final texts in rank
+prefill and ~n rows a step, not n requests. The forwards they run after the primary has
+finished are the request's too: its `stats.forwards` (the shared `decode.Tally`) counts every
+forward that carried any of its rows, until the last candidate ends. The done event lists their final texts in rank
 order (`EngineEvent.alternatives`); the caller chooses: the language server prefers the first
 candidate that adds no parse error (`llada_lsp.postprocess.first_fitting`).
 
@@ -96,6 +98,7 @@ def run_group(model: torch.nn.Module, primary: Sequence, n: int,
                     log.exception("an alternative failed to start")
                     break
                 if f is not None:
+                    f.tally = primary.tally  # the request's forwards count the forks' steps
                     made.append(f)
                     group.append((f, new_slot_attrs(max_len, f.clean_len)))
     if forks is not None:
@@ -104,8 +107,9 @@ def run_group(model: torch.nn.Module, primary: Sequence, n: int,
 
 
 def group_stats(primary: Sequence, forks: list[Sequence]) -> dict[str, int]:
-    """What the candidates cost: forwards until the last one finished (forks start after the
-    primary's first step) and the rows they added."""
-    steps = max([primary.forwards] + [1 + f.forwards for f in forks])
-    return {"group_forwards": steps, "alternative_rows": len(forks),
+    """What the candidates added, beside the request's forwards (`primary.tally`, which counts
+    every forward that carried the primary or a fork once): the fork rows, the forwards they
+    took part in all told (row-forwards, a fork's share of the batch), and the tokens of all
+    the candidates."""
+    return {"alternative_rows": len(forks), "alternative_row_forwards": sum(f.forwards for f in forks),
             "group_tokens": sum(len(s.final_middle()) for s in [primary, *forks])}

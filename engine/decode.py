@@ -11,8 +11,6 @@ token events; `engine.batch` runs the forwards (`execute` for any number of sequ
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -22,57 +20,15 @@ import kernels
 from engine.loops import loop_bans
 from engine.model import CLEAN, NOISY, SpecialTokens
 from engine.policies import BlockView, Policy
+from engine.steps import Feed, Reason, Staged, StopFn, Tally, TokenEvent, note_forward
 from kernels import Confidence
+
+__all__ = ["END_AHEAD_MIN", "Feed", "Reason", "Sequence", "Staged", "StopFn", "Tally", "TokenEvent",
+           "note_forward"]
 
 # the confidence an end-of-middle needs to commit ahead of a mask (Sequence._end_in_order);
 # above 1: only behind committed tokens; 0: like any token
 END_AHEAD_MIN = 1.01
-StopFn = Callable[[list[int]], int | None]  # committed middle prefix -> cut index (or None)
-Reason = Literal["end_of_middle", "stop_rule", "budget", "cancelled"]
-
-
-@dataclass
-class TokenEvent:
-    kind: Literal["step", "edit_pass", "done"]
-    step: int  # forwards spent so far
-    fills: list[tuple[int, int]] = field(default_factory=list)  # (middle index, token)
-    edits: list[tuple[int, int, int]] = field(default_factory=list)  # (middle index, old, new)
-    complete: bool = False  # every position of the span is committed
-    reason: Reason | None = None
-    middle: list[int] | None = None  # on done: the final middle, cut at its end
-
-
-@dataclass
-class Staged:
-    """A forward taken by a sequence, waiting for its rows' confidences (`Sequence.commit`)."""
-
-    logits: Tensor  # [n, V] the rows the policy reads, bans applied
-    current: Tensor  # [n] the committed token at each row, -1 at a mask
-    where: slice  # the middle indices of the rows
-    edit_only: bool
-    multi: bool  # a multi-block edit pass
-
-
-@dataclass
-class Feed:
-    ids: list[int]
-    pos: list[int]
-    slots: list[int]
-    kind: list[int]
-    blk: list[int]
-    logits_at: list[int]  # indices into the feed whose logits the update needs
-    kv_len: int
-
-    @classmethod
-    def empty(cls) -> Feed:
-        return cls([], [], [], [], [], [], 0)
-
-    def add(self, token: int, pos: int, slot: int, kind: int, blk: int) -> None:
-        self.ids.append(token)
-        self.pos.append(pos)
-        self.slots.append(slot)
-        self.kind.append(kind)
-        self.blk.append(blk)
 
 
 class Sequence:
@@ -81,7 +37,9 @@ class Sequence:
     `align=True` (LLaDA2.x) puts the diffusion blocks at absolute multiples of `block`: the
     prompt and finished blocks are clean blocks, bidirectional inside (block ids in the
     layout), and the prompt's last partial block is re-fed with the first, shorter middle
-    block. Needs unshifted logits; multi-block edit passes are skipped.
+    block. Needs unshifted logits. Multi-block edit passes work in both layouts
+    (`_prepare_multi`): aligned, they start at the prompt's last partial block, whose keys
+    read the first middle block and are rewritten with it.
     """
 
     def __init__(self, prompt: list[int], special: SpecialTokens, policy: Policy, block: int,
@@ -116,7 +74,8 @@ class Sequence:
         self.end: int | None = None  # middle index where the completion ends
         self.first_eom: int | None = None  # the first committed end-of-middle, masks before it or not
         self.reason: Reason | None = None
-        self.forwards = 0
+        self.forwards = 0  # forwards this sequence's row took part in (its event steps)
+        self.tally = Tally()  # the request's forwards, shared with its alternatives
         self.multi_pass = 0
         self.phase: Literal["draft", "edit", "multi", "done"] = "draft"
         self.first_allowed, self.stop_fn = first_allowed, stop_fn
@@ -180,23 +139,36 @@ class Sequence:
         f.kv_len = s + b
         return f
 
+    def _multi_blocks(self) -> tuple[int, int]:
+        """(first absolute position, number of blocks) a multi-block pass rewrites: the blocks
+        holding the live middle, from the middle's start (aligned: from the start of the
+        prompt's last partial block, `lead` tokens before it)."""
+        return self.P - self.lead, -(-(self.lead + self.live_limit()) // self.b)
+
     def _prepare_multi(self) -> Feed:
-        """Clean rewrite of the whole middle and a noisy copy of each of its blocks."""
-        P, b, n = self.P, self.b, self.live_limit()
-        nb = -(-n // b)
+        """Clean rewrite of the whole middle and a noisy copy of each of its blocks.
+
+        Each noisy copy reads the clean blocks before it and itself, as the block's own step
+        would with the final tokens of the blocks before: a whole-completion edit pass in one
+        forward, and the clean rewrite recomputes the earlier blocks' cache entries. Aligned
+        (LLaDA2), the clean blocks carry their block ids (bidirectional inside, as the
+        prompt's), and the first block's copy includes the prompt's `lead` tail tokens, whose
+        rows give no logits."""
+        b, lead = self.b, self.lead
+        a0, nb = self._multi_blocks()
+        ids = [*self.prompt, *self.middle.tolist()]
         f = Feed.empty()
-        mid = self.middle.tolist()
-        for i in range(nb * b):
-            f.add(mid[i], P + i, P + i, CLEAN, -1)
-        base = P + nb * b
+        for p in range(a0, a0 + nb * b):
+            f.add(ids[p], p, p, CLEAN, (p // b) * b if self.align else -1)
+        base = a0 + nb * b
         for k in range(nb):
             for i in range(b):
-                j = k * b + i
-                f.add(mid[j], P + j, base + j, NOISY, P + k * b)
+                p = a0 + k * b + i
+                f.add(ids[p], p, base + k * b + i, NOISY, a0 + k * b)
             if self.shift:
                 f.logits_at += ([k * b - 1] if k else []) + [nb * b + k * b + i for i in range(b - 1)]
             else:
-                f.logits_at += [nb * b + k * b + i for i in range(b)]
+                f.logits_at += [nb * b + k * b + i for i in range(b) if k * b + i >= lead]
         f.kv_len = base + nb * b
         return f
 
@@ -212,12 +184,11 @@ class Sequence:
         confidences of all their staged rows in one call, then `commit`s each."""
         self.forwards += 1
         if self.phase == "multi":
-            n, b = self.live_limit(), self.b
-            nb = -(-n // b)
+            m = self._multi_blocks()[1] * self.b - self.lead  # the middle positions rewritten
             if self.shift:
                 assert self.first_head is not None
                 logits = torch.cat([self.first_head[None], logits], 0)
-            return self._stage(logits[: nb * b], slice(0, nb * b), edit_only=True, multi=True)
+            return self._stage(logits[:m], slice(0, m), edit_only=True, multi=True)
         n_clean_fed = self._feed_start() - self.clean_len
         self.clean_len = self._feed_start()
         if self.shift:
@@ -246,7 +217,7 @@ class Sequence:
         return ev
 
     def _after_multi_pass(self) -> None:
-        self.clean_len = self.P  # the rewrite is redone each pass
+        self.clean_len = self.P - self.lead  # the rewrite is redone each pass
 
     def _stage(self, logits: Tensor, where: slice, edit_only: bool, multi: bool) -> Staged:
         sl = where
@@ -374,7 +345,7 @@ class Sequence:
             if self.end > self.max_new:
                 self.end, self.reason = self.max_new, "budget"
             multi = getattr(getattr(self.policy, "config", None), "multi_block", False)
-            if multi and self.end > self.b and self.policy.edit_passes > 0 and not self.align:
+            if multi and self.lead + self.end > self.b and self.policy.edit_passes > 0:
                 self.phase, self.multi_pass = "multi", 0
             else:
                 self.phase = "done"

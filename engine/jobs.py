@@ -4,7 +4,7 @@ the daemon's connections put in its inbox (`Command`), applied between forwards.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -49,3 +49,20 @@ class Command:
     job: Job | None = None
     key: Key | None = None
     owner: Hashable = None
+
+
+def fair_share_victim(running: Iterable[Job], owner: Hashable) -> Job | None:
+    """Whose row a request of `owner` takes when every row is busy: the newest request of the
+    owner holding the most rows, when that owner holds at least two more than `owner` (so
+    moving one row makes the shares more even). Counts requests, not their alternatives nor
+    done ones waiting for them. None: `owner` already has its fair share (it gets busy).
+    One client alone may still use every row."""
+    held: dict[Hashable, list[Job]] = {}
+    for j in running:
+        if j.parent is None and j.last_step is None:
+            held.setdefault(j.owner, []).append(j)
+    mine = len(held.get(owner, []))
+    top = max(held, key=lambda o: len(held[o]), default=None)
+    if top is None or top == owner or len(held[top]) < mine + 2:
+        return None
+    return max(held[top], key=lambda j: j.submitted)

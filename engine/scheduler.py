@@ -14,6 +14,12 @@ unless an alternative (`engine.alternatives`: forks that take free rows after a 
 first complete draft, its done event waiting for them) can give its row up. Work for a
 cancelled, superseded or disconnected request stops before the next forward; a failure inside
 one request (prepare, forward, update) fails that request only.
+
+A request's `stats.forwards` counts every forward that carried any of its rows (its prefill,
+steps, alternatives and remask passes) once (`engine.decode.Tally`, noted by `execute`). The
+prompt cache holds exact KV only: a model with an approximate cache (LLaDA-8B, Dream: every
+entry goes stale once the middle changes) neither stores nor restores entries, as in
+`TextEngine`.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from engine.alternatives import alternatives_for, fork_tokens, group_stats
 from engine.api import CompletionRequest, DoneReason, EngineEvent
 from engine.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decode import Feed, Staged
-from engine.jobs import Command, Emit, Job, Key
+from engine.jobs import Command, Emit, Job, Key, fair_share_victim
 from engine.policies import POLICIES, PRESETS
 from engine.service import TextEngine, TextStream
 from kernels import Confidence
@@ -73,7 +79,7 @@ class Scheduler:
         self.inbox: queue.Queue[Command] = queue.Queue()
         self.counters: dict[str, float] = {
             "submitted": 0, "completed": 0, "cancelled": 0, "superseded": 0, "deadline": 0,
-            "errors": 0, "busy": 0, "steps": 0, "forwards": 0, "batched_rows": 0,
+            "errors": 0, "busy": 0, "preempted": 0, "steps": 0, "forwards": 0, "batched_rows": 0,
             "max_batch_seen": 0, "forward_ms": 0.0}
         self.started = time.time()
         self._stop = threading.Event()
@@ -165,6 +171,7 @@ class Scheduler:
                 self._finish(job, "cancelled")
             for key in [k for k in self.finished if k[0] == cmd.owner]:
                 del self.finished[key]
+            self.engine.prompt_cache.drop_owner(cmd.owner)
         elif cmd.op == "submit" and cmd.job is not None:
             self._admit(cmd.job)
 
@@ -189,6 +196,8 @@ class Scheduler:
         if not self.free_rows:
             self._preempt_fork()
         if not self.free_rows:
+            self._preempt_for(job.owner)
+        if not self.free_rows:
             self.counters["busy"] += 1
             return self._reject(job, P.BUSY, f"busy: {self.max_batch} requests are running; retry later")
         row = self.free_rows.pop()
@@ -196,10 +205,12 @@ class Scheduler:
             if old is not None and old.seq is not None:
                 seq = old.seq
                 seq.row = row
-                reused = self.engine.prompt_cache.restore(self.engine.model, row, job.req.doc_key, seq.prompt)
+                reused = self.engine.prompt_cache.restore(self.engine.model, row, job.req.doc_key, seq.prompt,
+                                                          owner=job.owner) if self.engine.exact_cache else 0
                 seq.remask(self.engine.positions_for(seq, job.partial, job.spans), reused)
             else:
-                seq, job.partial, reused = self.engine.prepare(job.req, row)
+                with self.engine.prompt_cache.scoped(job.owner):  # its own prompts only
+                    seq, job.partial, reused = self.engine.prepare(job.req, row)
         except Exception as e:  # noqa: BLE001 - a bad request fails alone
             self.free_rows.append(row)
             self.free_rows.sort(reverse=True)
@@ -238,11 +249,13 @@ class Scheduler:
             req = CompletionRequest(f"{job.req.request_id}\0alt{i}", job.req.doc_key, "", "", job.req.plan)
             fork = Job(req, job.owner, lambda ev, code: None, job.deadline, parent=job, row=row)
             try:
-                fork.seq = self.engine.fork(job.req, tok, row)
+                with self.engine.prompt_cache.scoped(job.owner):
+                    fork.seq = self.engine.fork(job.req, tok, row)
             except Exception:  # noqa: BLE001 - the request goes on without its alternatives
                 log.exception("an alternative of %s failed to start", job.req.request_id)
                 self._release(fork)
                 return
+            fork.seq.tally = job.seq.tally  # the request's forwards count its forks' steps
             fork.attrs = new_slot_attrs(self.engine.max_len, fork.seq.clean_len)
             job.forks.append(fork)
             self.running[fork.key] = fork
@@ -251,6 +264,19 @@ class Scheduler:
         forks = [j for j in self.running.values() if j.parent is not None]
         if forks:
             self._release(forks[-1])
+
+    def _preempt_for(self, owner: Hashable) -> None:
+        """Every row is taken: another connection's newest request may give its row up to
+        `owner` (`engine.jobs.fair_share_victim`); it ends with a `busy` error: retry."""
+        victim = fair_share_victim(self.running.values(), owner)
+        if victim is None:
+            return
+        self.counters["preempted"] += 1
+        self._release(victim)
+        for f in victim.forks:
+            self._release(f)
+        self._reject(victim, P.BUSY, "busy: the row was given to another connection (rows are shared "
+                     "fairly between connections); retry later")
 
     def _execute(self, jobs: list[Job]) -> dict[Key, Tensor]:
         feeds: list[tuple[Job, Feed]] = []
@@ -331,8 +357,9 @@ class Scheduler:
         assert seq is not None and stream is not None
         try:
             tev = seq.commit(st, conf)
-            if first:
-                self.engine.prompt_cache.store(self.engine.model, job.row, job.req.doc_key, seq.prompt)
+            if first and self.engine.exact_cache:  # an approximate cache's KV is useless later
+                self.engine.prompt_cache.store(self.engine.model, job.row, job.req.doc_key, seq.prompt,
+                                               owner=job.owner)
             if not job.spawned and job.op == "complete" and (tev.complete or seq.done()):
                 job.spawned = True  # after the first complete draft: the forks do not slow it
                 self._spawn_forks(job)

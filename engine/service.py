@@ -7,13 +7,12 @@ forwards. Text never crosses the stop rule: the tokens after it are not reported
 
 from __future__ import annotations
 
-import bisect
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,68 +23,48 @@ from engine.api import CompletionRequest, EngineEvent, EventKind, Plan, diff_edi
 from engine.checkpoint import EMBEDDED_DIR
 from engine.decode import Sequence, TokenEvent
 from engine.decode_bidir import make_sequence, run
+from engine.healing import HEALABLE, Healing
 from engine.loader import load_model
 from engine.model import Transformer
 from engine.policies import Policy, make_policy
 from engine.prompt_cache import PromptCache
+from engine.prompt_format import Parts, clean_answer, language_of, split_tail
 from engine.stops import cut_text, stop_index
-from engine.tokenizer import load_tokenizer
+from engine.tokenizer import load_prompt_format, load_tokenizer, special_id_set
 from engine.window import char_window, token_window
 
-DEFAULT_MAX_PROMPT = 448  # the embedded model trained on <= 128 suffix + 320 prefix tokens
+EMBEDDED_MAX_PROMPT = 448  # the embedded model trained on <= 128 suffix + 320 prefix tokens
+REAL_MAX_PROMPT = 4096  # real checkpoints' default prompt budget (capped by context and max_len)
+DEFAULT_MAX_PROMPT = EMBEDDED_MAX_PROMPT
+EMBEDDED_MAX_LEN = 2048
+REAL_MAX_LEN = REAL_MAX_PROMPT + 512  # a 4k prompt and a 512-token middle
+GEN_RESERVE = 512  # canvas positions the default budget leaves to the middle (at most a quarter)
+FORMAT_SLACK = 16  # prompt tokens kept free for what the empty-format count misses (fence language)
 SUFFIX_SHARE = 0.28
 FINISHED_KEPT = 16  # finished requests that remask can still reach
-HEALABLE = re.compile(r" ?[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_]+")  # a word fragment at the cursor
 
 
 def default_model_dir() -> Path:
     return Path(os.environ.get("LLADA_MODEL") or EMBEDDED_DIR)
 
 
-class Healing:
-    """Token healing: back off a prompt's partial last token and constrain the first new one.
-
-    The tokens that extend a partial text are found by binary search over the vocabulary's
-    texts in sorted order (a 150k vocabulary scanned per keystroke would cost tens of ms);
-    the answers are kept in a bounded LRU."""
-
-    MAX_CACHED = 1024
-
-    def __init__(self, vocab_texts: list[str], n_special: int) -> None:
-        self.texts, self.size = vocab_texts, len(vocab_texts)
-        order = sorted((t, i) for i, t in enumerate(vocab_texts) if i >= n_special)
-        self._keys = [t for t, _ in order]
-        self._ids = [i for _, i in order]
-        self._cache: OrderedDict[str, torch.Tensor | None] = OrderedDict()
-
-    def allowed(self, partial: str) -> torch.Tensor | None:
-        """bool [V]: the non-special tokens whose text starts with `partial`; None when no
-        token is longer than it (nothing to heal)."""
-        if partial in self._cache:
-            self._cache.move_to_end(partial)
-            return self._cache[partial]
-        lo = hi = bisect.bisect_left(self._keys, partial)
-        longer = False
-        while hi < len(self._keys) and self._keys[hi].startswith(partial):
-            longer = longer or len(self._keys[hi]) > len(partial)
-            hi += 1
-        res = None
-        if longer:
-            res = torch.zeros(self.size, dtype=torch.bool)
-            res[self._ids[lo:hi]] = True
-        self._cache[partial] = res
-        while len(self._cache) > self.MAX_CACHED:
-            self._cache.popitem(last=False)
-        return res
+def default_prompt_budget(family: str, max_len: int) -> int:
+    """The prompt tokens of a model when none are asked for: what the embedded model was trained
+    on, else 4,096, leaving the middle GEN_RESERVE positions (at most a quarter) of the canvas."""
+    room = max_len - min(GEN_RESERVE, max_len // 4)
+    return min(EMBEDDED_MAX_PROMPT if family == "embedded" else REAL_MAX_PROMPT, room)
 
 
 class TextEngine:
     def __init__(self, model_dir: str | Path | None = None, *, mode: str = "speedy", device: str = "cpu",
-                 max_len: int = 2048, prompt_cache_entries: int = 4,
-                 max_prompt_tokens: int = DEFAULT_MAX_PROMPT, threads: int | None = None,
-                 trust_remote_code: bool = False, dtype: torch.dtype | None = None) -> None:
+                 max_len: int | None = None, prompt_cache_entries: int = 4,
+                 max_prompt_tokens: int | None = None, threads: int | None = None,
+                 trust_remote_code: bool = False, dtype: torch.dtype | None = None,
+                 prompt_template: str | Path | None = None) -> None:
         """`model_dir`: a checkpoint directory or a Hugging Face name found in the local cache
-        (the embedded model by default). Any family `engine.loader` knows loads here."""
+        (the embedded model by default). Any family `engine.loader` knows loads here.
+        `max_len` (canvas) and `max_prompt_tokens` default per model (`default_prompt_budget`);
+        `prompt_template`: a Jinja file that replaces the model's prompt format (docs/models.md)."""
         if threads:
             torch.set_num_threads(threads)
         self.loaded = load_model(model_dir or default_model_dir(), device=device, dtype=dtype,
@@ -94,41 +73,67 @@ class TextEngine:
         # every family's model has the native model's decoding interface (engine.adapters)
         self.model = cast(Transformer, self.loaded.model)
         self.config = self.loaded.config
-        self.max_len = min(max_len, self.config.max_seq_len)
+        embedded = self.loaded.family == "embedded"
+        default_len = EMBEDDED_MAX_LEN if embedded else REAL_MAX_LEN
+        self.max_len = min(max_len or default_len, self.config.max_seq_len)
         self.model.setup_cache(1, self.max_len)
         self.tok = load_tokenizer(self.loaded.tokenizer_path)
         self.sp = self.loaded.special
-        # suffix-first FIM when the model has the markers; a bidirectional model reads the
-        # suffix after the masked middle; otherwise the prompt is the prefix alone
+        # suffix-first FIM when the model has the markers; else the chat template with prefix and
+        # suffix (engine.prompt_format); a base checkpoint without either gets the prefix, and a
+        # bidirectional one the suffix after the masked middle
         self.bidirectional = self.config.attention == "bidirectional"
         self.fim = min(self.sp.fim_prefix, self.sp.fim_suffix, self.sp.fim_middle) >= 0
+        self.format = load_prompt_format(self.loaded.tokenizer_path, self.tok, self.fim, prompt_template)
+        self._use_format_ends()
         self.exact_cache = self.loaded.cache == "exact"
         self.mode = mode
-        self.max_prompt_tokens = max_prompt_tokens
+        self.max_prompt_tokens = min(max_prompt_tokens, self.max_len - 1) if max_prompt_tokens \
+            else default_prompt_budget(self.loaded.family, self.max_len)
         self.prompt_cache = PromptCache(prompt_cache_entries)
-        n_special = 1 + max(v for v in self.sp.__dict__.values() if v < self.tok.get_vocab_size())
         texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
-        self.healing = Healing(texts, n_special)
+        self.healing = Healing(texts, special_id_set(self.tok, self.sp))
+        self._format_tokens = self._count_format_tokens()
         self._lock = threading.Lock()
         # finished requests by id, for remask (a few: their sequences hold the whole state)
         self.finished: OrderedDict[str, tuple[CompletionRequest, Sequence, str]] = OrderedDict()
 
+    def _use_format_ends(self) -> None:
+        """Answers end at the format's end-of-turn token (a chat template's), else end of text:
+        the decoder's end-of-middle becomes the turn end."""
+        ends = [i for t in self.format.end_texts if (i := self.tok.token_to_id(t)) is not None]
+        self.end_ids = {self.sp.end_of_middle, *ends} | ({self.sp.end_of_text} if ends else set())
+        if ends and ends[0] != self.sp.end_of_middle:
+            self.sp = replace(self.sp, end_of_middle=ends[0])
+            self.model.config = replace(self.model.config, special=self.sp)  # type: ignore[assignment]
+
+    def _count_format_tokens(self) -> int:
+        """Prompt tokens a rendered format spends with empty prefix and suffix."""
+        if self.format.kind not in ("chat", "template"):
+            return 3
+        return len(self.tok.encode(self.format.render(Parts("", "", "")), add_special_tokens=False).ids)
+
     def info(self) -> dict[str, Any]:
         return {"model": self.model_dir.name, "path": str(self.model_dir), "family": self.loaded.family,
-                "block_size": self.config.block_size,
+                "prompt_format": self.format.kind, "prompt_template": self.format.source,
+                "max_len": self.max_len, "block_size": self.config.block_size,
                 "vocab_size": self.config.vocab_size, "mode": self.mode, "max_prompt_tokens": self.max_prompt_tokens,
                 "params": sum(p.numel() for p in self.model.parameters()),
                 "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
 
     # -- prompt ----------------------------------------------------------------------------
-    def encode(self, prefix: str, suffix: str, heal: bool = True) -> tuple[list[int], str, torch.Tensor | None]:
+    def encode(self, prefix: str, suffix: str, heal: bool = True, doc_key: str = ""
+               ) -> tuple[list[int], str, torch.Tensor | None]:
         """The prompt ids, the healed partial-token text and the first token's allowed set."""
-        ids, _suffix, partial, allowed = self.layout(prefix, suffix, heal)
+        ids, _suffix, partial, allowed = self.layout(prefix, suffix, heal, doc_key)
         return ids, partial, allowed
 
-    def layout(self, prefix: str, suffix: str, heal: bool = True) -> tuple[list[int], list[int], str, torch.Tensor | None]:
+    def layout(self, prefix: str, suffix: str, heal: bool = True, doc_key: str = ""
+               ) -> tuple[list[int], list[int], str, torch.Tensor | None]:
         """Prompt ids and (for bidirectional models) the suffix ids that follow the masked
         middle, trimmed to the budget; plus token healing's backed-off text and allowed set."""
+        if self.format.kind in ("chat", "template"):
+            return self._rendered_layout(prefix, suffix, heal, doc_key)
         sp = self.sp
         # the prefix's cuts move in quanta (engine.window): typing keeps the prompt's start
         pre = self.tok.encode(char_window(prefix, self.max_prompt_tokens * 6)).ids if prefix else []
@@ -138,26 +143,54 @@ class TextEngine:
         pre = token_window(pre, budget - len(suf))
         partial, allowed = "", None
         if heal and pre:
-            # back off the trailing word fragment (up to 3 tokens) if some token extends it
-            for k in range(min(3, len(pre)), 0, -1):
-                tail = self.tok.decode(pre[-k:])
-                if 0 < len(tail) <= 24 and HEALABLE.fullmatch(tail):
-                    allowed = self.healing.allowed(tail)
-                    if allowed is not None:
-                        partial, pre = tail, pre[:-k]
-                        break
+            k, partial, allowed = self._heal(pre)
+            pre = pre[: len(pre) - k]
         if self.bidirectional:
             return (pre or [sp.end_of_text]), suf, partial, allowed
         if self.fim:
             return [sp.fim_suffix, *suf, sp.fim_prefix, *pre, sp.fim_middle], [], partial, allowed
         return (pre or [sp.end_of_text]), [], partial, allowed
 
+    def _heal(self, ids: list[int]) -> tuple[int, str, torch.Tensor | None]:
+        """Back off the trailing word fragment of `ids` (its last 1-3 tokens) when some token
+        extends it: (tokens backed off, their text, the first token's allowed set)."""
+        for k in range(min(3, len(ids)), 0, -1):
+            tail = self.tok.decode(ids[-k:])
+            if 0 < len(tail) <= 24 and HEALABLE.fullmatch(tail):
+                allowed = self.healing.allowed(tail)
+                if allowed is not None:
+                    return k, tail, allowed
+        return 0, "", None
+
+    def _rendered_layout(self, prefix: str, suffix: str, heal: bool, doc_key: str
+                         ) -> tuple[list[int], list[int], str, torch.Tensor | None]:
+        """A chat or template prompt: prefix and suffix trimmed in tokens (the prefix's start in
+        quanta), the cursor's line healed, then rendered and tokenized as a whole."""
+        budget = max(8, self.max_prompt_tokens - self._format_tokens - FORMAT_SLACK)
+        pre_text = char_window(prefix, budget * 6)
+        pre = self.tok.encode(pre_text, add_special_tokens=False) if pre_text else None
+        suf = self.tok.encode(suffix[: budget * 6], add_special_tokens=False) if suffix else None
+        n_suf = min(len(suf.ids), int(budget * SUFFIX_SHARE)) if suf else 0
+        suffix_text = suffix[: suf.offsets[n_suf - 1][1]] if suf and n_suf else ""
+        if pre is not None:
+            kept = token_window(pre.ids, budget - n_suf)
+            pre_text = pre_text[pre.offsets[len(pre.ids) - len(kept)][0]:] if kept else ""
+        head, tail = split_tail(pre_text)
+        partial, allowed = "", None
+        if heal and tail:
+            _k, partial, allowed = self._heal(self.tok.encode(tail, add_special_tokens=False).ids)
+            if not tail.endswith(partial):
+                partial, allowed = "", None
+            tail = tail[: len(tail) - len(partial)]
+        text = self.format.render(Parts(head, tail, suffix_text, language_of(doc_key)))
+        return self.tok.encode(text, add_special_tokens=False).ids, [], partial, allowed
+
     # -- decoding ---------------------------------------------------------------------------
     def prepare(self, req: CompletionRequest, row: int, policy: Policy | None = None) -> tuple[Sequence, str, int]:
         """Encode `req`, restore its longest cached prompt prefix into cache `row` and build
         its decoding state; returns (sequence, healed partial token text, reused tokens)."""
         plan = req.plan
-        ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix)
+        ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, doc_key=req.doc_key)
         policy = policy or make_policy(plan.preset or self.mode)
         reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids) if self.exact_cache else 0
         max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
@@ -215,10 +248,23 @@ class TextEngine:
         unc = (~seq.committed).nonzero()
         upto = int(unc[0]) if unc.numel() else seq.cap
         upto = min(upto, seq.live_limit())
-        toks = [t for t in seq.middle[:upto].tolist() if t != self.sp.end_of_middle]
-        text = self.tok.decode(toks)
+        return self._answer(seq, seq.middle[:upto].tolist(), plan, partial)
+
+    def _answer(self, seq: Sequence, toks: list[int], plan: Plan, partial: str) -> str:
+        """The middle's text: up to the format's end token, without the format's artefacts (a
+        chat answer's fences and echo) and the healed partial token, cut at the stop rule."""
+        if self.end_ids != {self.sp.end_of_middle}:
+            toks = toks[: next((i for i, t in enumerate(toks) if t in self.end_ids), len(toks))]
+        text = self.tok.decode([t for t in toks if t != self.sp.end_of_middle])
+        if self.format.wraps_answer:
+            text = clean_answer(text, self._tail_of(seq, partial))
         text = text[len(partial):] if text.startswith(partial) else text
         return cut_text(text, plan)[0]
+
+    def _tail_of(self, seq: Sequence, partial: str) -> str:
+        """The cursor's line as the prompt ends it (the text a chat answer may echo)."""
+        text = self.tok.decode(seq.prompt[-64:])
+        return split_tail(text)[1] + partial
 
     def _run(self, req: CompletionRequest, seq: Sequence, partial: str, t0: float, reused: int,
              cancel: threading.Event | None, n: int = 1, policy: Policy | None = None) -> Iterator[EngineEvent]:
@@ -250,10 +296,7 @@ class TextEngine:
                 yield out
 
     def _final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
-        toks = [t for t in seq.final_middle() if t != self.sp.end_of_middle]
-        text = self.tok.decode(toks)
-        text = text[len(partial):] if text.startswith(partial) else text
-        return cut_text(text, plan)[0]
+        return self._answer(seq, list(seq.final_middle()), plan, partial)
 
     def positions_for(self, seq: Sequence, partial: str, spans: list[tuple[int, int]]) -> list[int]:
         """Middle positions whose token text overlaps character `spans` of the completion."""
@@ -314,7 +357,9 @@ class TextStream:
             if forks and ev.reason != "cancelled" else ()
         total = (time.perf_counter() - self.t0) * 1000
         n_tok = len(seq.final_middle())
-        stats = {"forwards": seq.forwards, "tokens": n_tok, "tpf": n_tok / max(1, seq.forwards),
+        # every model forward the request caused (alternatives and remask passes included)
+        fw = seq.tally.forwards
+        stats = {"forwards": fw, "tokens": n_tok, "tpf": n_tok / max(1, fw), "primary_forwards": seq.forwards,
                  "prefill_tokens": len(seq.prompt) - self.reused, "reused_tokens": self.reused,
                  "queue_ms": self.queue_ms,
                  "first_draft_ms": self.first_draft_ms if self.first_draft_ms is not None else total,

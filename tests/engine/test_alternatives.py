@@ -67,8 +67,11 @@ def test_forks_batched_with_their_request_equal_each_decoded_alone(tiny: Transfo
     list(generate(tiny, solo))
     assert fork.final_middle() == solo.final_middle()
     st = group_stats(primary, forks)
-    assert st["alternative_rows"] == 1
-    assert primary.forwards <= st["group_forwards"] <= primary.forwards + max(cfg.block_size, primary.forwards)
+    assert st["alternative_rows"] == 1 and st["alternative_row_forwards"] == fork.forwards > 0
+    # the request's forwards: every forward that carried the primary or its fork, once
+    assert fork.tally is primary.tally
+    assert primary.forwards <= primary.tally.forwards and fork.forwards < primary.tally.forwards
+    assert primary.tally.forwards <= primary.forwards + max(cfg.block_size, primary.forwards)
 
 
 def test_a_fork_that_would_outlast_its_request_is_dropped(tiny: Transformer, cfg: ModelConfig) -> None:
@@ -143,4 +146,6 @@ def test_text_engine_returns_distinct_alternatives_and_keeps_the_primary(embedde
     assert 1 <= len(three.alternatives) <= 2
     assert len(set(three.alternatives)) == len(three.alternatives) and one.text not in three.alternatives
     assert three.stats["alternative_rows"] == len(three.alternatives) or len(three.alternatives) < 2
-    assert three.stats["group_forwards"] >= three.stats["forwards"]
+    # the forks' forwards are the request's: more than the primary's own, fewer than decoded apart
+    assert three.stats["forwards"] >= three.stats["primary_forwards"] == one.stats["forwards"]
+    assert three.stats["tpf"] == three.stats["tokens"] / three.stats["forwards"]
