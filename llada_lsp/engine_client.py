@@ -25,6 +25,8 @@ from engine.api import CompletionRequest, EngineEvent
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int], None]  # (message, percentage)
+StateListener = Callable[[str, str], None]  # (state, message): the engine's state changed
+TIMED_OUT = "timed out"  # the start of an error event's text when a deadline passed
 
 
 class EngineUnavailable(RuntimeError):
@@ -41,6 +43,10 @@ class EngineJob:
     started_at: float | None = None  # the engine began working on it
     finished: bool = False
     ran: bool = False  # it reached the engine (not skipped while queued)
+    first_deadline_s: float | None = None  # its first event must arrive within this
+    deadline_s: float | None = None  # and its last (done or error) within this
+    on_timeout: Callable[[EngineJob], None] | None = None
+    _seen_first: bool = False
     _queue: asyncio.Queue[tuple[EngineEvent, float]] = field(default_factory=asyncio.Queue)
 
     @property
@@ -64,10 +70,41 @@ class EngineJob:
         except RuntimeError:  # the loop is closed: the server is shutting down
             pass
 
+    def _wait_s(self) -> tuple[float | None, str]:
+        """Seconds left before the next event is overdue (None: no deadline), and which."""
+        now = time.perf_counter()
+        waits: list[tuple[float, str]] = []
+        if self.deadline_s is not None:
+            waits.append((self.submitted_at + self.deadline_s - now, f"in {self.deadline_s:g} s"))
+        if self.first_deadline_s is not None and not self._seen_first:
+            waits.append((self.submitted_at + self.first_deadline_s - now,
+                          f"with a first event in {self.first_deadline_s:g} s"))
+        if not waits:
+            return None, ""
+        left, what = min(waits)
+        return max(left, 0.0), what
+
+    async def _next(self) -> tuple[EngineEvent, float]:
+        """The next event, or an error event once a deadline has passed (the job is then
+        cancelled, so that the engine drops it, and `on_timeout` is told)."""
+        left, what = self._wait_s()
+        try:
+            item = await asyncio.wait_for(self._queue.get(), left)
+        except TimeoutError:
+            self.cancel("timeout")
+            self.finished = True
+            if self.on_timeout is not None:
+                self.on_timeout(self)
+            return EngineEvent("error", self.request.request_id, "",
+                               error=f"{TIMED_OUT}: the engine did not answer {what}"), time.perf_counter()
+        self._seen_first = True
+        return item
+
     async def events(self) -> AsyncIterator[tuple[EngineEvent, float]]:
-        """(event, time it left the engine) until done or error."""
+        """(event, time it left the engine) until done or error; a passed deadline ends it
+        with an error event."""
         while True:
-            ev, t = await self._queue.get()
+            ev, t = await self._next()
             yield ev, t
             if ev.kind in ("done", "error"):
                 return
@@ -81,11 +118,36 @@ class EngineClient(ABC):
         self.error: str | None = None
         self.info: dict[str, Any] = {}
         self.counters: dict[str, int] = {"submitted": 0, "engine_calls": 0, "skipped": 0,
-                                         "cancelled": 0, "max_running_per_doc": 0}
+                                         "cancelled": 0, "max_running_per_doc": 0, "timeouts": 0}
+        self.first_deadline_s: float | None = 10.0  # per request (options engineFirstEventMs)
+        self.deadline_s: float | None = 30.0  # (options engineTimeoutMs)
+        self.on_state: StateListener | None = None
 
     @property
     def ready(self) -> bool:
         return self.state == "ready"
+
+    def set_deadlines(self, first_ms: int, total_ms: int) -> None:
+        """Deadlines of the requests submitted from now on (0 = none)."""
+        self.first_deadline_s = first_ms / 1000 if first_ms > 0 else None
+        self.deadline_s = total_ms / 1000 if total_ms > 0 else None
+
+    def with_deadlines(self, job: EngineJob) -> EngineJob:
+        job.first_deadline_s, job.deadline_s = self.first_deadline_s, self.deadline_s
+        job.on_timeout = self.job_timed_out
+        return job
+
+    def job_timed_out(self, job: EngineJob) -> None:
+        """A request passed a deadline (it has been cancelled); subclasses check the engine."""
+        self.counters["timeouts"] += 1
+        log.warning("engine request %s timed out", job.request.request_id)
+
+    def set_state(self, state: str, error: str | None = None) -> None:
+        """Change the state; the listener hears of each change once."""
+        changed = state != self.state
+        self.state, self.error = state, error
+        if changed and self.on_state is not None:
+            self.on_state(state, error or "")
 
     @abstractmethod
     async def start(self, progress: Progress) -> None:
@@ -111,9 +173,13 @@ class InProcessEngine(EngineClient):
     """engine.service.TextEngine in a worker thread of this process."""
 
     def __init__(self, model_dir: str | None = None, mode: str = "speedy",
-                 device: str = "cpu", factory: Callable[..., Any] | None = None) -> None:
+                 device: str = "cpu", factory: Callable[..., Any] | None = None,
+                 max_prompt_tokens: int | None = None, prompt_template: str | None = None) -> None:
         super().__init__()
         self.model_dir, self.mode, self.device = model_dir, mode, device
+        # the model's own prompt budget and format unless the options name others
+        self.prompt_kwargs: dict[str, Any] = {k: v for k, v in (("max_prompt_tokens", max_prompt_tokens),
+                                                                ("prompt_template", prompt_template)) if v}
         self._factory = factory
         self._engine: Any = None
         self._jobs: queue.Queue[tuple[str, EngineJob, Any] | None] = queue.Queue()
@@ -150,7 +216,7 @@ class InProcessEngine(EngineClient):
 
             factory = TextEngine
         report("loading the model", 40)
-        kwargs: dict[str, Any] = {"mode": self.mode, "device": self._device()}
+        kwargs: dict[str, Any] = {"mode": self.mode, "device": self._device(), **self.prompt_kwargs}
         self._engine = factory(self.model_dir, **kwargs)
         info = getattr(self._engine, "info", None)
         self.info = dict(info()) if callable(info) else {}
@@ -190,7 +256,7 @@ class InProcessEngine(EngineClient):
         return self._enqueue("remask", job.request, spans)
 
     def _enqueue(self, op: str, request: CompletionRequest, spans: Any) -> EngineJob:
-        job = EngineJob(request, asyncio.get_running_loop())
+        job = self.with_deadlines(EngineJob(request, asyncio.get_running_loop()))
         older = self._latest.get(request.doc_key)
         if older is not None and not older.finished:
             older.cancel("superseded")
@@ -253,7 +319,8 @@ class InProcessEngine(EngineClient):
 
 
 def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
-                token: str | None = None) -> EngineClient:
+                token: str | None = None, max_prompt_tokens: int | None = None,
+                prompt_template: str | None = None) -> EngineClient:
     """The engine client for the `engine` option.
 
     "inprocess": `TextEngine` in a worker thread of this process (torch loads there, lazily);
@@ -263,7 +330,8 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
     runtime file's token when the URL is the user's own daemon) authenticates.
     """
     if location == "inprocess":
-        return InProcessEngine(model_dir, mode=mode, device=device)
+        return InProcessEngine(model_dir, mode=mode, device=device, max_prompt_tokens=max_prompt_tokens,
+                               prompt_template=prompt_template)
     from llada_lsp.ws_engine import WsEngineClient  # lazy: websockets only when used
 
     if location == "auto":

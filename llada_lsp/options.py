@@ -22,6 +22,13 @@ class OptionsError(ValueError):
     """An option has a value of the wrong type or outside its range."""
 
 
+# Options that move the user's text or token elsewhere, or load and run programs: honoured from
+# `initializationOptions` only (the editor's own, user-level configuration), never from
+# `workspace/configuration` or `workspace/didChangeConfiguration`, which a workspace can set.
+# (`prompt_template` names a template file that is rendered: a workspace's could run code.)
+MACHINE_SCOPED: frozenset[str] = frozenset({"engine", "engine_token", "model", "device", "prompt_template"})
+
+
 @dataclass
 class MaxTokens:
     """Token budget per span kind."""
@@ -50,6 +57,8 @@ class Options:
     engine_token: str | None = None  # for a ws:// daemon; None = $LLADA_ENGINE_TOKEN / runtime file
     model: str | None = None  # model directory; None = $LLADA_MODEL or the embedded model
     device: str = "cpu"  # "cpu" | "cuda" | "auto"
+    max_prompt_tokens: int | None = None  # prompt budget of the in-process engine; None = the model's
+    prompt_template: str | None = None  # a Jinja prompt template file (docs/models.md); None = the model's
     languages: list[str] = field(default_factory=lambda: ["*"])  # languageIds, "*" = all
     debounce_ms: int = 0
     max_file_bytes: int = 1_000_000  # larger documents get no completions (and no tree)
@@ -67,6 +76,9 @@ class Options:
     # an answer that comes out empty from fewer candidates is decoded again with this many,
     # and the first that fits is shown (0 or 1: off)
     rescue_alternatives: int = 4
+    # deadlines of every engine request: its first event, and its end (ms; 0 = none)
+    engine_first_event_ms: int = 10000
+    engine_timeout_ms: int = 30000
 
     def language_enabled(self, language_id: str) -> bool:
         return "*" in self.languages or language_id in self.languages
@@ -94,6 +106,10 @@ def _check(value: Any, expected: Any, key: str) -> Any:
         ok = isinstance(value, str)
     elif expected == "str|None":
         ok = value is None or isinstance(value, str)
+    elif expected == "int|None":
+        ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
+        if ok and value is not None and value < 1:
+            raise OptionsError(f"option {key!r} must be >= 1 or null, got {value}")
     elif expected == "list[str]":
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         if ok:
@@ -106,7 +122,8 @@ def _check(value: Any, expected: Any, key: str) -> Any:
 
 
 _TYPES: dict[str, Any] = {
-    "int": int, "bool": bool, "str": str, "str | None": "str|None", "list[str]": "list[str]",
+    "int": int, "bool": bool, "str": str, "str | None": "str|None", "int | None": "int|None",
+    "list[str]": "list[str]",
     "Mode": str,
 }
 
@@ -130,6 +147,23 @@ def _merge_into(obj: Any, data: dict[str, Any], path: str, warnings: list[str]) 
         setattr(obj, key, _check(value, expected, full))
 
 
+def _unwrap(src: dict[str, Any]) -> dict[str, Any]:
+    return dict(src["llada"]) if isinstance(src.get("llada"), dict) else src
+
+
+def workspace_settings(src: Any) -> tuple[Any, dict[str, Any]]:
+    """Settings that came from the workspace (`workspace/configuration`, pushed
+    `didChangeConfiguration`) without the machine-scoped keys; returns (the rest, the refused
+    keys with their values). Anything that is not an object is passed on for parse_options to
+    refuse."""
+    if not isinstance(src, dict):
+        return src, {}
+    data = _unwrap(src)
+    kept = {k: v for k, v in data.items() if _snake(k) not in MACHINE_SCOPED}
+    refused = {k: v for k, v in data.items() if _snake(k) in MACHINE_SCOPED}
+    return kept, refused
+
+
 def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
                   ) -> tuple[Options, list[str]]:
     """Merge option dicts (later wins) over `base` (or the defaults).
@@ -148,7 +182,7 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
             continue
         if not isinstance(src, dict):
             raise OptionsError(f"options must be an object, got {type(src).__name__}")
-        src = dict(src.get("llada", src)) if isinstance(src.get("llada"), dict) else src
+        src = _unwrap(src)
         _merge_into(opts, src, "", warnings)
     if opts.mode not in MODES:
         raise OptionsError(f"option 'mode' must be one of {MODES}, got {opts.mode!r}")

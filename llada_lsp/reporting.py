@@ -1,10 +1,12 @@
-"""The server's notifications about completions: `llada/refine` and `llada/stats`.
+"""The server's notifications about completions, `llada/refine` and `llada/stats`, and about
+the engine's health, `llada/status` (with `window/showMessage` once per outage and recovery).
 
 Shapes (docs/lsp.md; the VS Code and Neovim clients read them):
   llada/refine {completionId, uri, version, edits, text, step, final, reason?}
   llada/stats  {completionId, uri, kind, source, cacheHit, reason, queueMs, forwards, tokens,
                 tpf, prefillTokens, reusedTokens, firstDraftMs, engineMs, firstMs,
                 overheadMs, totalMs}
+  llada/status {state: "loading"|"ready"|"error", message, engine}
 """
 
 from __future__ import annotations
@@ -21,6 +23,25 @@ if TYPE_CHECKING:
     from llada_lsp.answers import Request
 
 Notify = Callable[[str, dict[str, Any]], None]
+Show = Callable[[str, str], None]  # (level "error" | "warning" | "info", text): window/showMessage
+
+
+class EngineStatus:
+    """Tells the client of each change of the engine's state: `llada/status` every time, and a
+    message once when the engine is lost (or refuses) and once when it is back."""
+
+    def __init__(self, notify: Notify, show: Show, info: Callable[[], dict[str, Any]]) -> None:
+        self.notify, self.show, self.info = notify, show, info
+        self.down = False  # an outage was shown and the engine has not come back since
+
+    def changed(self, state: str, message: str) -> None:
+        self.notify("llada/status", {"state": state, "message": message, "engine": self.info()})
+        if state == "error" and not self.down:
+            self.down = True
+            self.show("warning", f"llada: the engine is unavailable: {message}")
+        elif state == "ready" and self.down:
+            self.down = False
+            self.show("info", "llada: the engine is back")
 
 
 def edits_between(old: str, new: str, encoding: Encoding) -> list[dict[str, Any]]:

@@ -24,8 +24,10 @@ from llada_lsp.answers import Selected
 from llada_lsp.completions import Answer, CompletionService, PositionError
 from llada_lsp.documents import DocumentError, DocumentStore
 from llada_lsp.engine_client import EngineClient, make_engine
-from llada_lsp.options import Options, OptionsError, parse_options
+from llada_lsp.options import Options, OptionsError, parse_options, workspace_settings
 from llada_lsp.positions import units
+from llada_lsp.reporting import EngineStatus
+from llada_lsp.stdio import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +42,56 @@ ARRIVAL: ContextVar[float | None] = ContextVar("llada_arrival", default=None)
 
 
 class LladaProtocol(LanguageServerProtocol):
-    """Negotiates UTF-8 positions whenever the client offers them (else UTF-16)."""
+    """Negotiates UTF-8 positions whenever the client offers them (else UTF-16); enforces
+    the lifecycle (`Lifecycle` in llada_lsp/stdio.py); keeps no copy of the documents (the store does)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lifecycle = Lifecycle()
 
     def handle_message(self, message: Any) -> Any:
         ARRIVAL.set(time.perf_counter())
+        method = getattr(message, "method", None)
+        msg_id = getattr(message, "id", None)
+        is_request = method is not None and msg_id is not None
+        refusal = self.lifecycle.admit(method, is_request)
+        if refusal is not None:
+            if is_request:
+                self._send_response(msg_id, error=refusal.to_response_error())
+            return None
         return super().handle_message(message)
+
+    # pygls keeps its own copy of each document and splits the whole text into lines on
+    # every change (~10 ms a keystroke in a 50k-line file); the server never reads it.
+    @lsp_method(t.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: t.DidOpenTextDocumentParams) -> Any:
+        if (handler := self.fm.features.get(t.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(t.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: t.DidChangeTextDocumentParams) -> Any:
+        if (handler := self.fm.features.get(t.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(t.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: t.DidCloseTextDocumentParams) -> Any:
+        if (handler := self.fm.features.get(t.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield handler, (params,), None
+
+    def _execute_handler(self, msg_id: Any, handler: Any, callback: Any, args: Any = None,
+                         kwargs: Any = None) -> None:
+        """pygls 2.1 files the future of every generator or coroutine handler under its message
+        id but pops it only when it answers a request: the future of each notification
+        (didChange: every keystroke) and of each step of a generator handler stayed forever
+        (~1 KB a keystroke; bench/soak.py). Forget it once done."""
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        fut = self._request_futures.get(msg_id)
+        if fut is not None:
+            fut.add_done_callback(lambda f: self._forget_future(msg_id, f))
+
+    def _forget_future(self, msg_id: Any, fut: Any) -> None:
+        if self._request_futures.get(msg_id) is fut:
+            del self._request_futures[msg_id]
 
     @lsp_method(t.INITIALIZE)
     def lsp_initialize(self, params: t.InitializeParams) -> Any:
@@ -69,6 +116,8 @@ class LladaServer(LanguageServer):
         self.service: CompletionService | None = None
         self.start_task: asyncio.Task[None] | None = None
         self.background: set[asyncio.Future[None]] = set()
+        self.engine_status = EngineStatus(self.notify, self.show, self._engine_info)
+        self.refused: set[tuple[str, str]] = set()  # workspace settings refused (shown once each)
 
     def encoding(self) -> str:
         enc = self.workspace.position_encoding
@@ -76,6 +125,29 @@ class LladaServer(LanguageServer):
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         self.protocol.notify(method, params)
+
+    def show(self, level: str, text: str) -> None:
+        kind = {"error": t.MessageType.Error, "warning": t.MessageType.Warning}.get(level, t.MessageType.Info)
+        self.window_show_message(t.ShowMessageParams(kind, text))
+
+    def _engine_info(self) -> dict[str, Any]:
+        return self.engine.info if self.engine is not None else {}
+
+    def apply_workspace_options(self, settings: Any) -> None:
+        """Settings from the workspace (`workspace/configuration`, `didChangeConfiguration`):
+        machine-scoped keys (engine, engineToken, model, device) are refused; a refused value
+        that differs from the one in use is reported once."""
+        kept, refused = workspace_settings(settings)
+        current = self.options.to_json()
+        for key, value in refused.items():
+            snake = next((k for k in current if k.replace("_", "") == key.replace("_", "").lower()), key)
+            if value == current.get(snake) or (key, repr(value)) in self.refused:
+                continue
+            self.refused.add((key, repr(value)))
+            log.warning("workspace setting %r ignored: machine-scoped", key)
+            self.show("warning", f"llada: the workspace setting '{key}' is ignored: it can send your code "
+                      "or run programs, so only the editor's user settings (initializationOptions) set it")
+        self.apply_options(kept)
 
     def apply_options(self, *sources: dict[str, Any] | None) -> None:
         try:
@@ -90,6 +162,8 @@ class LladaServer(LanguageServer):
         if self.service is not None:
             self.service.options = opts
             self.service.cache.size = opts.cache_size
+        if self.engine is not None:
+            self.engine.set_deadlines(opts.engine_first_event_ms, opts.engine_timeout_ms)
 
     def status(self, state: str, message: str = "") -> None:
         info = self.engine.info if self.engine is not None else {}
@@ -97,8 +171,11 @@ class LladaServer(LanguageServer):
 
     async def start_engine(self) -> None:
         o = self.options
+        prompt = {k: v for k, v in (("max_prompt_tokens", o.max_prompt_tokens),
+                                    ("prompt_template", o.prompt_template)) if v}  # set ones only
         self.engine = (self.engine_factory or make_engine)(
-            o.engine, model_dir=o.model, mode=o.mode, device=o.device, token=o.engine_token)
+            o.engine, model_dir=o.model, mode=o.mode, device=o.device, token=o.engine_token, **prompt)
+        self.engine.set_deadlines(o.engine_first_event_ms, o.engine_timeout_ms)
         self.service = CompletionService(self.store, self.engine, o, self.notify, self.encoding)
         token: str | None = None
         caps = self.client_capabilities
@@ -128,8 +205,10 @@ class LladaServer(LanguageServer):
             self.status("ready")
         else:
             self.status("error", self.engine.error or "engine failed")
+            self.engine_status.down = True  # shown here; its recovery is shown too
             self.window_show_message(t.ShowMessageParams(
                 t.MessageType.Error, f"llada: the engine did not start: {self.engine.error}"))
+        self.engine.on_state = self.engine_status.changed  # later losses and recoveries
 
 
 server = LladaServer()
@@ -166,7 +245,7 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
         """Pushed settings apply before the next message is handled; else pull them."""
         settings = params.settings if isinstance(params.settings, dict) else None
         if settings:
-            ls.apply_options(settings)
+            ls.apply_workspace_options(settings)
         elif ls.client_capabilities.workspace and ls.client_capabilities.workspace.configuration:
             task = asyncio.ensure_future(_pull_configuration(ls))
             ls.background.add(task)
@@ -263,7 +342,8 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
     @ls.feature("llada/debugInfo")
     def debug_info(ls: LladaServer, params: Any) -> dict[str, Any]:
         base: dict[str, Any] = {"options": ls.options.to_json(), "encoding": ls.encoding(),
-                                "documents": len(ls.store.docs)}
+                                "documents": len(ls.store.docs),
+                                "pendingHandlers": len(ls.protocol._request_futures)}
         if ls.service is not None:
             base.update(ls.service.debug_info())
         return base
@@ -304,7 +384,7 @@ async def _pull_configuration(ls: LladaServer) -> None:
         log.warning("workspace/configuration failed: %s", e)
         return
     if result and isinstance(result[0], dict):
-        ls.apply_options(result[0])
+        ls.apply_workspace_options(result[0])
 
 
 async def _complete(ls: LladaServer, uri: str, pos: t.Position, invoked: bool = False,

@@ -26,6 +26,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from engine import protocol as P
 from engine import runtime
 from engine.api import CompletionRequest, EngineEvent
+from llada_lsp import reconnect
 from llada_lsp.engine_client import EngineClient, EngineJob, EngineUnavailable, Progress
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,16 @@ class WsConnection:
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._refs = itertools.count(1)
         self.closed_reason: str | None = None
+        self.unresponsive = False  # closed because the daemon stopped answering pings
+        self.on_lost: Callable[[WsConnection], None] | None = None  # once, when it closes
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
     async def open(cls, url: str, token: str | None = None, timeout: float = 10.0) -> WsConnection:
         try:
-            ws = await connect(url, open_timeout=timeout, max_size=None)
+            ws = await connect(url, open_timeout=timeout, max_size=None, ping_interval=reconnect.KEEPALIVE_S,
+                               ping_timeout=reconnect.KEEPALIVE_TIMEOUT_S,
+                               close_timeout=reconnect.CLOSE_TIMEOUT_S)
             await ws.send(json.dumps({"type": "hello", "protocol": P.PROTOCOL_VERSION, "token": token,
                                       "client": "llada-lsp"}))
             hello = json.loads(await asyncio.wait_for(ws.recv(), timeout))
@@ -77,13 +82,25 @@ class WsConnection:
                     log.warning("engine daemon error: %s: %s", msg.get("code"), msg.get("error"))
         except (ConnectionClosed, ValueError) as e:
             self.closed_reason = f"the engine daemon connection closed: {e}"
+            self.unresponsive = self.unresponsive or "keepalive ping timeout" in str(e)
         finally:
+            if self.unresponsive:
+                self.closed_reason = "the engine daemon stopped answering"
             self.closed_reason = self.closed_reason or "the engine daemon connection closed"
             for rid, q in list(self._routes.items()):
                 q.put_nowait(EngineEvent("error", rid, "", error=self.closed_reason))
             for fut in self._replies.values():
                 if not fut.done():
                     fut.set_exception(EngineUnavailable(self.closed_reason))
+            if self.on_lost is not None:
+                self.on_lost(self)
+
+    def abandon(self) -> None:
+        """Drop the connection to a daemon that does not answer (no closing handshake)."""
+        self.unresponsive = True
+        transport = self.ws.transport
+        if transport is not None:
+            transport.abort()
 
     async def _send(self, msg: dict[str, Any]) -> None:
         if self.closed_reason is not None:
@@ -92,6 +109,8 @@ class WsConnection:
             await self.ws.send(P.dumps(msg))
         except ConnectionClosed as e:
             raise EngineUnavailable(f"the engine daemon connection closed: {e}") from e
+        except UnicodeEncodeError as e:  # the message only fails; the connection stays open
+            raise EngineUnavailable(f"cannot encode the message for the engine daemon: {e}") from e
 
     async def query(self, kind: str = "health", timeout: float = 10.0) -> dict[str, Any]:
         ref = f"q{next(self._refs)}"
@@ -147,6 +166,8 @@ async def connect_or_start(model: str | None = None, mode: str | None = None, de
 @dataclass
 class WsJob(EngineJob):
     on_cancel: Callable[[str], None] | None = None
+    streaming: asyncio.Task[None] | None = None  # its task, while it streams from the daemon
+    counted: bool = False  # counted among its document's running requests
 
     def cancel(self, reason: str = "cancelled") -> None:
         first = not self.cancel_event.is_set()
@@ -165,11 +186,15 @@ class WsEngineClient(EngineClient):
         self.url, self.model, self.mode, self.device = url, model, mode, device
         self.token = token if token is not None else os.environ.get("LLADA_ENGINE_TOKEN")
         self.start_timeout = start_timeout
+        self.connect_timeout = 5.0  # a daemon that accepts but never answers the hello: retry later
         self.conn: WsConnection | None = None
         self._latest: dict[str, WsJob] = {}
         self._jobs: dict[int, WsJob] = {}  # by id(): jobs are unhashable dataclasses
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: asyncio.Lock | None = None
+        self._retry: asyncio.Task[None] | None = None  # the reconnection loop, while one runs
+        self._per_doc: dict[str, int] = {}  # requests streaming from the daemon, by document
+        self._closing = False
 
     async def _connect(self) -> WsConnection:
         if self._connecting is None:
@@ -184,10 +209,11 @@ class WsEngineClient(EngineClient):
                 if token is None:  # the user's own daemon: its token is in the runtime file
                     info = runtime.read_runtime()
                     token = info.get("token") if info is not None and info.get("url") == self.url else None
-                self.conn = await WsConnection.open(self.url, token)
+                self.conn = await WsConnection.open(self.url, token, self.connect_timeout)
+            self.conn.on_lost = self._lost
             self.info = dict(self.conn.hello.get("model") or {})
             self.info["daemon_pid"] = self.conn.hello.get("pid")
-            self.state, self.error = "ready", None
+            self.set_state("ready")
             return self.conn
 
     async def start(self, progress: Progress) -> None:
@@ -197,8 +223,59 @@ class WsEngineClient(EngineClient):
             await self._connect()
         except (EngineUnavailable, runtime.DaemonError, OSError) as e:
             self.state, self.error = "error", str(e)
+            self._start_retry()
             return
         progress("engine daemon ready", 100)
+
+    # -- faults: a lost, frozen or refusing daemon --------------------------------------------
+    def _lost(self, conn: WsConnection) -> None:
+        """The connection closed (on the event loop): report once, reconnect with backoff."""
+        if conn is not self.conn or self._closing:
+            return
+        self.conn = None
+        self.counters["lost"] = self.counters.get("lost", 0) + 1
+        pid = conn.hello.get("pid")
+        if conn.unresponsive and self.url is None and reconnect.stopped(pid):
+            reconnect.retire_daemon(pid)  # auto: a fresh daemon replaces the stopped one
+        self.set_state("error", f"{conn.closed_reason}; reconnecting")
+        self._start_retry()
+
+    def _start_retry(self) -> None:
+        if self._retry is None and not self._closing:
+            self._retry = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        """Try again after each backoff delay until connected (the state then returns to ready)."""
+        try:
+            for delay in reconnect.backoff(cap=10.0 if self.url is not None else 30.0):
+                if delay:
+                    await asyncio.sleep(delay)  # the retry schedule, not a synchronisation
+                try:
+                    await self._connect()
+                    self.counters["reconnected"] = self.counters.get("reconnected", 0) + 1
+                    return
+                except (EngineUnavailable, runtime.DaemonError, OSError) as e:
+                    self.counters["connect_errors"] = self.counters.get("connect_errors", 0) + 1
+                    self.set_state("error", f"{e}; retrying")
+        finally:
+            self._retry = None
+
+    def job_timed_out(self, job: EngineJob) -> None:
+        """A request passed its deadline: a daemon that does not answer a health call at once
+        is given up on (as when it stops answering pings)."""
+        super().job_timed_out(job)
+        conn = self.conn
+        if conn is not None and conn.open_:
+            task = asyncio.get_running_loop().create_task(self._check_health(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _check_health(self, conn: WsConnection) -> None:
+        try:
+            await conn.query("health", timeout=reconnect.HEALTH_TIMEOUT_S)
+        except (EngineUnavailable, TimeoutError) as e:
+            log.warning("the engine daemon did not answer a health call: %s", e or "timeout")
+            conn.abandon()
 
     def submit(self, request: CompletionRequest) -> EngineJob:
         return self._spawn(request, None)
@@ -209,10 +286,14 @@ class WsEngineClient(EngineClient):
     def _spawn(self, request: CompletionRequest, spans: list[tuple[int, int]] | None) -> WsJob:
         loop = asyncio.get_running_loop()
         job = WsJob(request, loop, on_cancel=self._send_cancel)
+        self.with_deadlines(job)
         older = self._latest.get(request.doc_key)
         if older is not None and not older.finished:
             older.cancel_reason = "superseded"  # the daemon supersedes it by document key
             older.cancel_event.set()
+            if isinstance(older, WsJob) and older.streaming is not None:
+                older.streaming.cancel()  # ends here at once: one stream per document
+                self._count_running(older, False)
         self._latest[request.doc_key] = job
         self.counters["submitted"] += 1
         self._jobs[id(job)] = job
@@ -231,12 +312,15 @@ class WsEngineClient(EngineClient):
     async def _run(self, job: WsJob, spans: list[tuple[int, int]] | None) -> None:
         rid = job.request.request_id
         try:
+            if self._retry is not None:  # reconnecting: fail at once, the loop reports
+                job.push(EngineEvent("error", rid, "", error=self.error or "engine unavailable"))
+                return
             try:
                 conn = await self._connect()
             except (EngineUnavailable, runtime.DaemonError, OSError) as e:
-                # stay "ready": the next request tries again (auto: restarting the daemon)
-                self.error = str(e)
                 self.counters["connect_errors"] = self.counters.get("connect_errors", 0) + 1
+                self.set_state("error", f"{e}; retrying")
+                self._start_retry()
                 job.push(EngineEvent("error", rid, "", error=str(e)))
                 return
             if job.cancelled:
@@ -246,16 +330,40 @@ class WsEngineClient(EngineClient):
                 return
             self.counters["engine_calls"] += 1
             job.ran = True
-            stream = conn.remask(rid, spans) if spans is not None else conn.complete(job.request)
-            async for ev in stream:
+            self._count_running(job, True)
+            await self._stream(job, conn, spans)
+        finally:
+            self._count_running(job, False)
+            job.finished = True
+            self._jobs.pop(id(job), None)
+
+    async def _stream(self, job: WsJob, conn: WsConnection, spans: list[tuple[int, int]] | None) -> None:
+        """Pass the daemon's events on; a newer request for the document ends it at once."""
+        rid = job.request.request_id
+        job.streaming = asyncio.current_task()
+        try:
+            async for ev in conn.remask(rid, spans) if spans is not None else conn.complete(job.request):
                 if job.started_at is None:
                     job.started_at = job.submitted_at
                 job.push(ev)
                 if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
                     self.counters["cancelled"] += 1
+        except asyncio.CancelledError:
+            if job.cancel_reason != "superseded":
+                raise
+            self.counters["cancelled"] += 1
+            job.push(EngineEvent("done", rid, "", reason="superseded"))
         finally:
-            job.finished = True
-            self._jobs.pop(id(job), None)
+            job.streaming = None
+
+    def _count_running(self, job: WsJob, running: bool) -> None:
+        if job.counted == running:
+            return
+        job.counted, key = running, job.doc_key
+        n = self._per_doc[key] = self._per_doc.get(key, 0) + (1 if running else -1)
+        if n <= 0:
+            del self._per_doc[key]
+        self.counters["max_running_per_doc"] = max(self.counters["max_running_per_doc"], n)
 
     def running(self) -> int:
         return len(self._jobs)
@@ -278,6 +386,9 @@ class WsEngineClient(EngineClient):
                 waiter.cancel()
 
     async def close(self) -> None:
+        self._closing = True
+        if self._retry is not None:
+            self._retry.cancel()
         for job in list(self._jobs.values()):
             job.cancel("shutdown")
         if self.conn is not None:

@@ -238,6 +238,26 @@ export const DEFAULT_SETTINGS: Settings = {
   invokedAlternatives: 4,
 };
 
+/**
+ * Settings that run a program or send the user's text and token elsewhere. They are
+ * `"scope": "machine"` in package.json, and only the user's own (global) value counts here
+ * too: a workspace's `.vscode/settings.json` could otherwise point the engine at any URL.
+ */
+export const MACHINE_SETTINGS = ["serverPath", "engine", "model"] as const;
+
+/** What `WorkspaceConfiguration.inspect` returns, in part. */
+export interface Inspected<T> {
+  defaultValue?: T;
+  globalValue?: T;
+  workspaceValue?: T;
+  workspaceFolderValue?: T;
+}
+
+/** A machine-scoped setting: the user's value, else the default; workspace values never count. */
+export function machineValue<T>(inspected: Inspected<T> | undefined, fallback: T): T {
+  return inspected?.globalValue ?? inspected?.defaultValue ?? fallback;
+}
+
 /** The server's options (initializationOptions / workspace/configuration "llada"). */
 export function serverOptions(s: Settings): Record<string, unknown> {
   const out: Record<string, unknown> = {
@@ -276,12 +296,14 @@ export interface ServerCommand {
 /**
  * Where `llada-lsp` is: the `llada.serverPath` setting, else next to the Python interpreter
  * the workspace uses (`python.defaultInterpreterPath`), else in a workspace `.venv`, else the
- * `llada-lsp` on PATH.
+ * `llada-lsp` on PATH. A workspace's own programs (its `.venv`) are only run when the
+ * workspace is trusted (`vscode.workspace.isTrusted`).
  */
 export function resolveServerCommand(opts: {
   serverPath: string;
   pythonPath?: string;
   workspaceFolders: readonly string[];
+  trusted: boolean;
   platform: string;
   exists: (path: string) => boolean;
   join: (...parts: string[]) => string;
@@ -297,7 +319,7 @@ export function resolveServerCommand(opts: {
   if (opts.pythonPath && opts.pythonPath !== "python" && opts.pythonPath !== "python3") {
     candidates.push(opts.join(opts.dirname(opts.pythonPath), exe));
   }
-  for (const folder of opts.workspaceFolders) {
+  for (const folder of opts.trusted ? opts.workspaceFolders : []) {
     candidates.push(opts.join(folder, ".venv", bin, exe));
   }
   const found = candidates.find((c) => opts.exists(c));

@@ -15,6 +15,7 @@ import {
   answerFromTracker,
   describeStats,
   formatStats,
+  machineValue,
   resolveServerCommand,
   serverOptions,
   type LspInlineItem,
@@ -33,13 +34,15 @@ let ownRetrigger = false; // the next provider call is the extension's re-trigge
 
 function readSettings(): Settings {
   const c = vscode.workspace.getConfiguration("llada");
+  // machine-scoped (core.MACHINE_SETTINGS): the user's values only, never the workspace's
+  const machine = <T>(key: "serverPath" | "engine" | "model", fallback: T): T => machineValue(c.inspect<T>(key), fallback);
   return {
     mode: c.get<Settings["mode"]>("mode", DEFAULT_SETTINGS.mode),
-    engine: c.get<string>("engine", DEFAULT_SETTINGS.engine),
+    engine: machine("engine", DEFAULT_SETTINGS.engine),
     enabledLanguages: c.get<string[]>("enabledLanguages", DEFAULT_SETTINGS.enabledLanguages),
     maxTokens: c.get<Settings["maxTokens"]>("maxTokens", DEFAULT_SETTINGS.maxTokens),
-    serverPath: c.get<string>("serverPath", DEFAULT_SETTINGS.serverPath),
-    model: c.get<string>("model", DEFAULT_SETTINGS.model),
+    serverPath: machine("serverPath", DEFAULT_SETTINGS.serverPath),
+    model: machine("model", DEFAULT_SETTINGS.model),
     debounceMs: c.get<number>("debounceMs", DEFAULT_SETTINGS.debounceMs),
     alternatives: c.get<number>("alternatives", DEFAULT_SETTINGS.alternatives),
     invokedAlternatives: c.get<number>("invokedAlternatives", DEFAULT_SETTINGS.invokedAlternatives),
@@ -47,11 +50,15 @@ function readSettings(): Settings {
 }
 
 function serverCommand(settings: Settings): ServerOptions {
-  const python = vscode.workspace.getConfiguration("python").get<string>("defaultInterpreterPath");
+  const trusted = vscode.workspace.isTrusted;
+  const py = vscode.workspace.getConfiguration("python");
+  // an untrusted workspace's own interpreter setting is not followed either
+  const python = trusted ? py.get<string>("defaultInterpreterPath") : py.inspect<string>("defaultInterpreterPath")?.globalValue;
   const cmd = resolveServerCommand({
     serverPath: settings.serverPath,
     pythonPath: python,
     workspaceFolders: (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath),
+    trusted,
     platform: process.platform,
     exists: (p) => fs.existsSync(p),
     join: (...parts) => path.join(...parts),
@@ -197,6 +204,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
     }),
     vscode.workspace.onDidCloseTextDocument((d) => tracker.forget(d.uri.toString())),
+    vscode.workspace.onDidGrantWorkspaceTrust(() => restart(context)), // its .venv may now be used
   );
   await start(context);
 }

@@ -1,5 +1,6 @@
 // Unit tests of the pure protocol logic (no server).
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, it } from "node:test";
 import {
@@ -7,7 +8,9 @@ import {
   SuggestionTracker,
   answerFromTracker,
   applyEdits,
+  MACHINE_SETTINGS,
   formatStats,
+  machineValue,
   resolveServerCommand,
   serverOptions,
   type LspInlineItem,
@@ -108,12 +111,39 @@ describe("settings", () => {
   });
 
   it("finds the server: setting, interpreter, workspace .venv, PATH", () => {
-    const base = { pythonPath: "/env/bin/python", workspaceFolders: ["/ws"], platform: "linux", join: (...p: string[]) => path.posix.join(...p), dirname: (p: string) => path.posix.dirname(p) };
+    const base = { pythonPath: "/env/bin/python", workspaceFolders: ["/ws"], platform: "linux", trusted: true, join: (...p: string[]) => path.posix.join(...p), dirname: (p: string) => path.posix.dirname(p) };
     const has = (...paths: string[]) => (p: string) => paths.includes(p);
     assert.equal(resolveServerCommand({ ...base, serverPath: "/x/llada-lsp", exists: has() }).command, "/x/llada-lsp");
     assert.equal(resolveServerCommand({ ...base, serverPath: "", exists: has("/env/bin/llada-lsp") }).command, "/env/bin/llada-lsp");
     assert.equal(resolveServerCommand({ ...base, serverPath: "", exists: has("/ws/.venv/bin/llada-lsp") }).command, "/ws/.venv/bin/llada-lsp");
     assert.equal(resolveServerCommand({ ...base, serverPath: "", exists: has() }).command, "llada-lsp");
+  });
+
+  it("runs no program of an untrusted workspace", () => {
+    const base = { serverPath: "", workspaceFolders: ["/ws"], platform: "linux", trusted: false, join: (...p: string[]) => path.posix.join(...p), dirname: (p: string) => path.posix.dirname(p) };
+    const venv = (p: string): boolean => p === "/ws/.venv/bin/llada-lsp";
+    assert.equal(resolveServerCommand({ ...base, exists: venv }).command, "llada-lsp");
+    assert.equal(resolveServerCommand({ ...base, trusted: true, exists: venv }).command, "/ws/.venv/bin/llada-lsp");
+  });
+
+  it("takes the machine-scoped settings from the user's settings only", () => {
+    assert.equal(machineValue({ defaultValue: "inprocess", workspaceValue: "ws://evil:1", workspaceFolderValue: "ws://evil:2" }, "x"), "inprocess");
+    assert.equal(machineValue({ defaultValue: "inprocess", globalValue: "auto", workspaceValue: "ws://evil:1" }, "x"), "auto");
+    assert.equal(machineValue<string>(undefined, "inprocess"), "inprocess");
+    assert.deepEqual([...MACHINE_SETTINGS].sort(), ["engine", "model", "serverPath"]);
+  });
+
+  it("declares the machine-scoped settings so in package.json, restricted in untrusted workspaces", () => {
+    const pkg = JSON.parse(fs.readFileSync(path.join(__dirname, "../../package.json"), "utf8")) as {
+      contributes: { configuration: { properties: Record<string, { scope?: string }> } };
+      capabilities: { untrustedWorkspaces: { supported: string; restrictedConfigurations: string[] } };
+    };
+    const props = pkg.contributes.configuration.properties;
+    for (const key of MACHINE_SETTINGS) {
+      assert.equal(props[`llada.${key}`]?.scope, "machine", key);
+      assert.ok(pkg.capabilities.untrustedWorkspaces.restrictedConfigurations.includes(`llada.${key}`), key);
+    }
+    assert.equal(pkg.capabilities.untrustedWorkspaces.supported, "limited");
   });
 
   it("formats the stats for the status bar", () => {

@@ -44,12 +44,15 @@ M.handlers = {
       end)
     end
   end,
+  -- The engine's state: loading, ready, or error (it failed to start, or was lost and the
+  -- server is reconnecting). The server says so once with window/showMessage (when it fails
+  -- and when it is back), which Neovim shows; here it only feeds statusline() and :checkhealth.
   ['llada/status'] = function(_, params, ctx)
     if type(params) == 'table' then
       M.status[ctx.client_id] = { state = params.state, message = params.message or '' }
-      if params.state == 'error' then
-        vim.notify('llada: ' .. (params.message or 'engine error'), vim.log.levels.ERROR)
-      end
+      vim.schedule(function()
+        pcall(api.nvim_exec_autocmds, 'User', { pattern = 'LladaStatus', modeline = false })
+      end)
     end
   end,
 }
