@@ -56,7 +56,7 @@ class LladaProtocol(LanguageServerProtocol):
         is_request = method is not None and msg_id is not None
         refusal = self.lifecycle.admit(method, is_request)
         if refusal is not None:
-            if is_request:
+            if msg_id is not None and method is not None:
                 self._send_response(msg_id, error=refusal.to_response_error())
             return None
         return super().handle_message(message)
@@ -171,7 +171,7 @@ class LladaServer(LanguageServer):
 
     async def start_engine(self) -> None:
         o = self.options
-        prompt = {k: v for k, v in (("max_prompt_tokens", o.max_prompt_tokens),
+        prompt: dict[str, Any] = {k: v for k, v in (("max_prompt_tokens", o.max_prompt_tokens),
                                     ("prompt_template", o.prompt_template)) if v}  # set ones only
         self.engine = (self.engine_factory or make_engine)(
             o.engine, model_dir=o.model, mode=o.mode, device=o.device, token=o.engine_token, **prompt)

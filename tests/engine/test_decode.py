@@ -186,3 +186,24 @@ def test_end_of_middle_commits_only_behind_committed_tokens(tiny: Transformer) -
     evs = list(generate(tiny, seq))
     assert sorted(evs[0].fills) == [(0, 20), (1, 21), (2, eom)] and seq.forwards == 1
     assert seq.final_middle() == [20, 21]
+
+
+def test_mask_id_is_never_committed(tiny: Transformer) -> None:
+    """A model that ranks [MASK] first everywhere still fills the canvas with real tokens."""
+    mask = tiny.config.special.mask
+
+    def prefer_mask(_mod: torch.nn.Module, _inp: object, out: torch.Tensor) -> torch.Tensor:
+        out = out.clone()
+        out[..., mask] += 1e4
+        return out
+
+    handle = tiny.output.register_forward_hook(prefer_mask)
+    try:
+        for name in PRESETS:
+            seq, evs = run(tiny, name, max_new=12)
+            assert evs[-1].kind == "done" and seq.final_middle()
+            assert mask not in seq.final_middle()
+            assert all(tok != mask for ev in evs for _, tok in ev.fills)
+            assert all(new != mask for ev in evs for _, _, new in ev.edits)
+    finally:
+        handle.remove()
