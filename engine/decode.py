@@ -226,9 +226,6 @@ class Sequence:
         if self.first_allowed is not None and sl.start == 0:
             logits = logits.clone()
             logits[0, ~self.first_allowed] = float("-inf")
-        # [MASK] is the canvas's blank, never an answer: a model whose top prediction is the
-        # mask id leaves the position masked (as the published decoders do)
-        logits[:, self.sp.mask] = float("-inf")
         if self.keep_first_logits and sl.start == 0 and self.first_logits is None and not edit_only:
             self.first_logits = logits[0].detach().float().cpu().clone()
         if self.loop_repeats:
@@ -259,6 +256,12 @@ class Sequence:
             commit, edit = d.commit & masked & live, d.edit & editable & live
             if self.end_ahead_min > 0:
                 commit = self._end_in_order(commit, masked & live, view.top_id, view.top_prob)
+        # [MASK] is the canvas's blank, never an answer: a row whose top token is the mask id
+        # stays masked, as in the published decoders (the confidences keep its mass)
+        real = view.top_id != self.sp.mask
+        edit = edit & real
+        if not edit_only:
+            commit = self._progress(commit & real, masked & live, view, st)
         ev = TokenEvent("edit_pass" if edit_only else "step", self.forwards)
         for i in edit.nonzero().flatten().tolist():
             old, new = int(cur[i]), int(view.top_id[i])
@@ -275,6 +278,23 @@ class Sequence:
         self.block_step += 1
         self._find_end()
         return ev
+
+    def _progress(self, commit: Tensor, cand: Tensor, view: BlockView, st: Staged) -> Tensor:
+        """A step never stalls: with no commit left, the surest candidate whose top token is
+        real commits; where every candidate's top is [MASK] (an untrained or broken model),
+        the surest one commits its best token other than [MASK]."""
+        if bool(commit.any()) or not bool(cand.any()):
+            return commit
+        real = cand & (view.top_id != self.sp.mask)
+        if not bool(real.any()):
+            banned = st.logits.clone()
+            banned[:, self.sp.mask] = float("-inf")
+            alt = kernels.confidence(banned, st.current)
+            view.top_id[cand], view.top_prob[cand] = alt.top_id.cpu()[cand], alt.top_prob.cpu()[cand]
+            real = cand
+        out = commit.clone()
+        out[int(torch.where(real, view.top_prob, -1.0).argmax())] = True
+        return out
 
     def _end_in_order(self, commit: Tensor, cand: Tensor, top: Tensor, prob: Tensor) -> Tensor:
         """Drop the end-of-middle commits that would leave a mask before them, unless their

@@ -53,12 +53,24 @@ def test_one_per_step_spends_one_forward_per_token(tiny: Transformer) -> None:
     assert seq.forwards == len(steps) == seq.cap  # budget 12 = 3 blocks of 4
 
 
+def mask_column(out: torch.Tensor, mask: int) -> torch.Tensor:
+    col = torch.zeros_like(out)
+    col[..., mask] = 1.0
+    return col
+
+
 def test_threshold_zero_fills_a_block_per_forward(tiny: Transformer) -> None:
     cfg = tiny.config
     prompt = prompt_of(cfg, list(range(10, 20)), [])
     seq = Sequence(prompt, cfg.special, make_policy("threshold", threshold=0.0), cfg.block_size, 12,
                    cfg.shift_logits, max_len=512)
-    list(generate(tiny, seq))
+    # a trained model never ranks [MASK] first; this random one must be told not to
+    handle = tiny.output.register_forward_hook(lambda _m, _i, out: out - 1e4 * mask_column(out, cfg.special.mask))
+    try:
+        list(generate(tiny, seq))
+    finally:
+        handle.remove()
+    assert cfg.special.mask not in seq.final_middle()
     assert seq.forwards == 3 and seq.reason == "budget" and len(seq.final_middle()) == 12
 
 
