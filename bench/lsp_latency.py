@@ -40,18 +40,19 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as t
-from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from llada_lsp.client import (  # noqa: E402 - after the path fix, for `python bench/lsp_latency.py`
+    LladaClient,
+    completion_id,
+    debug_info,
+    insert,
+    open_document,
+    send_inline,
+)
+
 DEFAULT_FILE = ROOT / "tests/lsp/data/shapes.py.txt"
-
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "_asdict"):
-        return {k: _plain(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -80,31 +81,6 @@ def pick_body(text: str) -> tuple[int, str]:
     return best
 
 
-class Bench:
-    def __init__(self) -> None:
-        self.client = LanguageClient("llada-bench", "0.1")
-        self.ready = asyncio.Event()
-        self.final_at: dict[str, float] = {}
-        self.stats: dict[str, dict[str, Any]] = {}
-        self.timeline: list[Any] = []
-
-        @self.client.feature("llada/refine")
-        def _refine(ls: Any, params: Any) -> None:
-            p = _plain(params)
-            if p["final"]:
-                self.final_at[p["completionId"]] = time.perf_counter()
-
-        @self.client.feature("llada/stats")
-        def _stats(ls: Any, params: Any) -> None:
-            p = _plain(params)
-            self.stats[p["completionId"]] = p
-
-        @self.client.feature("llada/status")
-        def _status(ls: Any, params: Any) -> None:
-            if _plain(params)["state"] in ("ready", "error"):
-                self.ready.set()
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.file).resolve()
     full = path.read_text()
@@ -112,7 +88,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     body = whole[: min(len(whole), 60 if args.quick else args.chars)]
     text = full[:start] + full[start + len(whole):]  # the whole body goes; its start is typed
     uri = path.as_uri()
-    b = Bench()
+    client = LladaClient("llada-bench")
     init: dict[str, Any] = {"mode": args.mode}
     if args.alternatives:
         init["alternatives"] = args.alternatives
@@ -122,16 +98,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         init["model"] = args.model
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
     server = ["-m", "llada_lsp"] if not args.server_script else [args.server_script]
-    await b.client.start_io(sys.executable, *prof, *server)
-    await b.client.initialize_async(t.InitializeParams(
-        capabilities=t.ClientCapabilities(), initialization_options=init))
-    b.client.initialized(t.InitializedParams())
-    await asyncio.wait_for(b.ready.wait(), 300)
+    await client.start(init, [sys.executable, *prof, *server], caps=t.ClientCapabilities())
     name = path.name.removesuffix(".txt")
     lid = {".py": "python", ".ts": "typescript", ".go": "go", ".rs": "rust"}.get(
         name[name.rfind("."):], "plaintext")
-    b.client.text_document_did_open(t.DidOpenTextDocumentParams(
-        t.TextDocumentItem(uri=uri, language_id=lid, version=1, text=text)))
+    open_document(client, uri, lid, text)
+    timeline: list[Any] = []
     rows: list[dict[str, Any]] = []
     tasks = []
     line = full[:start].count("\n")
@@ -140,57 +112,48 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async def request(version: int, sent: asyncio.Future[Any], t_key: float) -> None:
         res = await sent
         t_first = time.perf_counter()
-        items = res.items if isinstance(res, t.InlineCompletionList) else []
-        cid = None
-        if items and items[0].command and items[0].command.arguments:
-            cid = str(items[0].command.arguments[0])
+        cid = completion_id(res if isinstance(res, t.InlineCompletionList) else None)
         rows.append({"version": version, "t_key": t_key, "t_first": t_first, "cid": cid})
         if args.dump:
-            b.timeline.append((t_key, t_first, cid))
+            timeline.append((t_key, t_first, cid))
 
     t_begin = time.perf_counter()
     for k, ch in enumerate(body):
         version = k + 2
         t_key = time.perf_counter()
-        b.client.text_document_did_change(t.DidChangeTextDocumentParams(
-            t.VersionedTextDocumentIdentifier(version=version, uri=uri),
-            [t.TextDocumentContentChangePartial(
-                range=t.Range(t.Position(line, col), t.Position(line, col)), text=ch)]))
+        insert(client, uri, version, line, col, ch)
         if ch == "\n":
             line, col = line + 1, 0
         else:
             col += 1
         # written at once, as an editor does on a keystroke (the answer is awaited in a task)
-        sent = b.client.protocol.send_request_async(
-            t.TEXT_DOCUMENT_INLINE_COMPLETION, t.InlineCompletionParams(
-                text_document=t.TextDocumentIdentifier(uri), position=t.Position(line, col),
-                context=t.InlineCompletionContext(t.InlineCompletionTriggerKind.Automatic)))
+        sent = send_inline(client, uri, t.Position(line, col))
         tasks.append(asyncio.ensure_future(request(version, sent, t_key)))
-        await asyncio.sleep(max(0.0, t_begin + (k + 1) / args.cps - time.perf_counter()))
+        await asyncio.sleep(max(0.0, t_begin + (k + 1) / args.cps - time.perf_counter()))  # typing pace
     await asyncio.wait_for(asyncio.gather(*tasks), 120)
-    deadline = time.monotonic() + 60
     answered = [r for r in rows if r["cid"]]
-    while time.monotonic() < deadline and any(r["cid"] not in b.stats for r in answered):
-        await asyncio.sleep(0.05)
-    server_info = _plain(await b.client.protocol.send_request_async("llada/debugInfo", {}))
     try:
-        await asyncio.wait_for(b.client.shutdown_async(None), 10)
-        b.client.exit(None)
-    finally:
-        await b.client.stop()
+        await client.until(lambda: all(client.stats_of(r["cid"]) for r in answered), 60)
+    except TimeoutError:
+        pass  # reported as fewer stats
+    server_info = await debug_info(client)
+    await client.close()
+    stats = {s["completionId"]: s for s in client.stats}
+    final_at = {n.params["completionId"]: n.at for n in client.notes
+                if n.method == "llada/refine" and n.params["final"]}
 
     if args.dump:
-        Path(args.dump).write_text(json.dumps({"timeline": b.timeline, "stats": b.stats}))
+        Path(args.dump).write_text(json.dumps({"timeline": timeline, "stats": stats}))
     first = [(r["t_first"] - r["t_key"]) * 1000 for r in answered]
-    final = [(b.final_at[r["cid"]] - r["t_key"]) * 1000 for r in answered
-             if r["cid"] in b.final_at]
-    st = [b.stats[r["cid"]] for r in answered if r["cid"] in b.stats]
+    final = [(final_at[r["cid"]] - r["t_key"]) * 1000 for r in answered
+             if r["cid"] in final_at]
+    st = [stats[r["cid"]] for r in answered if r["cid"] in stats]
     overhead = [s["overheadMs"] for s in st if s["source"] == "engine"]
     # keystroke -> answer as the client saw it, minus the engine's part of it: the server's
     # overhead plus the transport (didChange, JSON, pipes) and the client's parsing
-    e2e = [(r["t_first"] - r["t_key"]) * 1000 - (b.stats[r["cid"]]["firstMs"]
-                                                 - b.stats[r["cid"]]["overheadMs"])
-           for r in answered if r["cid"] in b.stats and b.stats[r["cid"]]["source"] == "engine"]
+    e2e = [(r["t_first"] - r["t_key"]) * 1000 - (stats[r["cid"]]["firstMs"]
+                                                 - stats[r["cid"]]["overheadMs"])
+           for r in answered if r["cid"] in stats and stats[r["cid"]]["source"] == "engine"]
     hits = sum(1 for s in st if s["cacheHit"])
     reused = sum(s["reusedTokens"] for s in st)
     prefill = sum(s["prefillTokens"] for s in st)

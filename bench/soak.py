@@ -39,25 +39,25 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as t
-from pygls.lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from engine import runtime  # noqa: E402 - after the path fix, for `python bench/soak.py`
+from llada_lsp.client import (  # noqa: E402
+    LladaClient,
+    completion_id,
+    debug_info,
+    insert,
+    open_document,
+    plain,
+    send_inline,
+)
 
 FILES = [("tests/lsp/data/shapes.py.txt", "python"), ("tests/lsp/data/queue.ts", "typescript"),
          ("tests/lsp/data/stack.go", "go"), ("tests/lsp/data/matrix.rs", "rust")]
 LINES = {"python": "    total = compute(values, {k}) + offset\n",
          "typescript": "  const total{k} = this.items.length + {k};\n",
          "go": "\ttotal{k} := len(s.items) + {k}\n", "rust": "    let total{k} = self.rows * {k};\n"}
-
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "_asdict"):
-        return {k: _plain(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
 
 
 def p95(xs: list[float]) -> float:
@@ -98,52 +98,31 @@ class Sent:
 
 @dataclass
 class Soak:
-    client: LanguageClient = field(default_factory=lambda: LanguageClient("llada-soak", "0.1"))
-    statuses: list[tuple[float, str]] = field(default_factory=list)
-    refine_version: dict[str, int] = field(default_factory=dict)
+    client: LladaClient = field(default_factory=lambda: LladaClient("llada-soak"))
     sent: list[Sent] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    server_pid: int = 0
     rss: list[int] = field(default_factory=list)  # the server's RSS (kB) after each storm
 
     def __post_init__(self) -> None:
-        @self.client.feature("llada/status")
-        def _status(ls: Any, params: Any) -> None:
-            self.statuses.append((time.perf_counter(), _plain(params)["state"]))
-            self.changed.set()
-
-        @self.client.feature("llada/refine")
-        def _refine(ls: Any, params: Any) -> None:
-            p = _plain(params)
-            self.refine_version.setdefault(str(p["completionId"]), int(p["version"]))
-
-        @self.client.feature("llada/stats")
-        def _stats(ls: Any, params: Any) -> None:
-            pass
-
         @self.client.feature("window/showMessage")
         def _show(ls: Any, params: Any) -> None:
-            print("  server says:", _plain(params).get("message"), file=sys.stderr)
+            print("  server says:", plain(params).get("message"), file=sys.stderr)
 
     async def wait_state(self, state: str, after: float, timeout: float) -> float:
         """The time of the first `state` status after `after` (waits for it)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            hit = next((ts for ts, s in self.statuses if ts >= after and s == state), None)
-            if hit is not None:
-                return hit
-            self.changed.clear()
-            await asyncio.wait_for(self.changed.wait(), max(0.01, deadline - time.monotonic()))
+        return await self.client.until(lambda: next(
+            (n.at for n in self.client.notes if n.method == "llada/status" and n.at >= after
+             and n.params["state"] == state), None), timeout)
 
-    async def info(self) -> dict[str, Any]:
-        return dict(_plain(await self.client.protocol.send_request_async("llada/debugInfo", {})))
+    def refine_versions(self) -> dict[str, int]:
+        """Completion id -> the document version its first `llada/refine` is for."""
+        out: dict[str, int] = {}
+        for r in self.client.refines:
+            out.setdefault(str(r["completionId"]), int(r["version"]))
+        return out
 
     def key(self, doc: Doc, col: int, ch: str, storm: int, last: bool) -> None:
         doc.version += 1
-        self.client.text_document_did_change(t.DidChangeTextDocumentParams(
-            t.VersionedTextDocumentIdentifier(version=doc.version, uri=doc.uri),
-            [t.TextDocumentContentChangePartial(range=t.Range(t.Position(doc.line, col), t.Position(doc.line, col)),
-                                                text=ch)]))
+        insert(self.client, doc.uri, doc.version, doc.line, col, ch)
         if ch == "\n":
             doc.line += 1
             col = 0
@@ -151,9 +130,7 @@ class Soak:
             col += 1
         s = Sent(doc, doc.version, time.perf_counter(), storm, last)
         self.sent.append(s)
-        fut = self.client.protocol.send_request_async(t.TEXT_DOCUMENT_INLINE_COMPLETION, t.InlineCompletionParams(
-            text_document=t.TextDocumentIdentifier(doc.uri), position=t.Position(doc.line, col),
-            context=t.InlineCompletionContext(t.InlineCompletionTriggerKind.Automatic)))
+        fut = send_inline(self.client, doc.uri, t.Position(doc.line, col))
         s.fut = fut
         fut.add_done_callback(lambda f: self._answered(s, f))
 
@@ -163,10 +140,8 @@ class Soak:
             s.error = "cancelled" if fut.cancelled() else repr(fut.exception())
             return
         res = fut.result()
-        items = res.items if isinstance(res, t.InlineCompletionList) else (res or [])
-        s.items = len(items)
-        if items and items[0].command and items[0].command.arguments:
-            s.cid = str(items[0].command.arguments[0])
+        s.items = len(res.items if isinstance(res, t.InlineCompletionList) else (res or []))
+        s.cid = completion_id(res if isinstance(res, t.InlineCompletionList) else None)
 
     async def storm(self, docs: list[Doc], k: int, cps: float) -> None:
         """Every document gets one line typed, all at once, at `cps` keys per second each; then
@@ -179,10 +154,10 @@ class Soak:
                 await asyncio.sleep(max(0.0, t0 + (i + 1) / cps - time.perf_counter()))  # typing pace
         await asyncio.gather(*(type_line(d) for d in docs))
         await self.settle([s for s in self.sent if s.storm == k and s.last], 45.0)
-        if self.server_pid:
-            self.rss.append(rss_kb(self.server_pid))
+        if self.client.server_pid:
+            self.rss.append(rss_kb(self.client.server_pid))
             if os.environ.get("LLADA_SOAK_SIGNAL_SERVER"):  # an instrumented server dumps its heap
-                os.kill(self.server_pid, signal.SIGUSR1)
+                os.kill(self.client.server_pid, signal.SIGUSR1)
 
     @staticmethod
     async def settle(sent: list[Sent], timeout: float) -> None:
@@ -204,7 +179,7 @@ def daemon_pid(soak_info: dict[str, Any]) -> int:
 async def fault(soak: Soak, kind: str, run_dir: Path, docs: list[Doc], k: int, cps: float,
                 recovery: dict[str, list[float]], frozen: list[int]) -> None:
     """Inject one fault while a storm is typed; record the time until the server is ready."""
-    pid = daemon_pid(await soak.info())
+    pid = daemon_pid(await debug_info(soak.client))
     storm = asyncio.ensure_future(soak.storm(docs, k, cps))
     await asyncio.sleep(0.3)  # into the storm
     t0 = time.perf_counter()
@@ -239,8 +214,7 @@ async def open_docs(soak: Soak, n: int) -> list[Doc]:
         rel, lang = FILES[i % len(FILES)]
         text = (ROOT / rel).read_text()
         uri = (ROOT / f"soak{i}{Path(rel).suffix}").as_uri()
-        soak.client.text_document_did_open(t.DidOpenTextDocumentParams(
-            t.TextDocumentItem(uri=uri, language_id=lang, version=1, text=text)))
+        open_document(soak.client, uri, lang, text)
         docs.append(Doc(uri, lang, line=min(text.count("\n"), 12)))
     return docs
 
@@ -254,13 +228,9 @@ async def run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     if args.model:
         init["model"] = args.model
     server = [args.server_script] if args.server_script else ["-m", "llada_lsp"]
-    await soak.client.start_io(sys.executable, *server, "--log-file", str(run_dir.parent / "server.log"),
-                               env=env)
-    server_pid = soak.server_pid = soak.client._server.pid  # type: ignore[attr-defined,union-attr]
-    await soak.client.initialize_async(t.InitializeParams(capabilities=t.ClientCapabilities(),
-                                                          initialization_options=init))
-    soak.client.initialized(t.InitializedParams())
-    await soak.wait_state("ready", 0.0, 300)
+    await soak.client.start(init, [sys.executable, *server, "--log-file", str(run_dir.parent / "server.log")],
+                            env=env, caps=t.ClientCapabilities(), transient_errors=True)
+    server_pid = soak.client.server_pid
     docs = await open_docs(soak, args.docs)
     recovery: dict[str, list[float]] = {"kill": [], "freeze": []}
     frozen: list[int] = []
@@ -289,14 +259,10 @@ async def run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
         await soak.storm(docs, (k := k + 1), args.cps)
     await soak.settle(soak.sent, 45.0)  # past the server's engine deadline (30 s)
     rss_end = rss_kb(server_pid)
-    info = await soak.info()
-    try:
-        await asyncio.wait_for(soak.client.shutdown_async(None), 10)
-        soak.client.exit(None)
-    finally:
-        await soak.client.stop()
-    stale = sum(1 for s in soak.sent if s.cid and s.cid in soak.refine_version
-                and soak.refine_version[s.cid] != s.version)
+    info = await debug_info(soak.client)
+    await soak.client.close()
+    versions = soak.refine_versions()
+    stale = sum(1 for s in soak.sent if s.cid and s.cid in versions and versions[s.cid] != s.version)
     return {
         "max_inflight_per_doc": int(info.get("engine", {}).get("max_running_per_doc", 0)),
         "mem_growth": round(rss_end / max(1, rss_warm) - 1, 4),

@@ -36,7 +36,6 @@ UNKNOWN_REQUEST = "unknown_request"
 DUPLICATE_ID = "duplicate_id"
 UNSUPPORTED_VERSION = "unsupported_version"
 INTERNAL = "internal"
-SHUTTING_DOWN = "shutting_down"
 
 CLIENT_TYPES = ("hello", "complete", "cancel", "remask", "stats", "health")
 STOP_KINDS = ("none", "line", "dedent", "brace", "blank_line")

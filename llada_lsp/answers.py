@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import EngineEvent
-from llada_lsp.engine_client import EngineJob
+from llada_lsp.documents import Document
+from llada_lsp.engine_base import EngineJob
 from llada_lsp.plans import InfillPlan
-from llada_lsp.postprocess import Spec
+from llada_lsp.postprocess import Spec, open_brackets
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Request:
     note: str = ""  # what post-processing last did to the text (why it is empty, when it is)
     lead: str = ""  # the selected item's text (Selected): refinements carry it in front
     revision: int = 0  # the document's revision (content changes) when captured
+    candidates: int = 1  # how many candidates its engine job decodes (InfillPlan.candidates)
 
 
 @dataclass
@@ -73,3 +75,25 @@ def word_before(left: str) -> str:
     while i > 0 and (left[i - 1].isalnum() or left[i - 1] == "_"):
         i -= 1
     return left[i:]
+
+
+def capture(doc: Document, offset: int, cid: str, plan: InfillPlan, key: str, tree: Any,
+            t0: float, *, syntax_check: bool, speculative: bool = False) -> Request:
+    """The request at `offset` of `doc` as it stands now; `tree`: its parse tree, copied
+    when `syntax_check` (later didChanges edit the live one)."""
+    text = doc.text
+    ls = text.rfind("\n", 0, offset) + 1
+    above_end = max(ls - 1, 0)
+    above = ""
+    while above_end > 0 and not above.strip():
+        s = text.rfind("\n", 0, above_end) + 1
+        above, above_end = text[s:above_end], s - 1
+    assert plan.plan is not None
+    spec = Spec(kind=plan.kind, left=text[ls:offset], suffix=text[offset: offset + 4000],
+                line_above=above, indent=plan.indent, brace=plan.brace,
+                keep_closer=plan.plan.keep_closer, max_lines=plan.plan.max_lines,
+                prefix_open=open_brackets(text[max(0, offset - 400): offset]))
+    base_tree = tree.copy() if tree is not None and syntax_check else None
+    return Request(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
+                   base_tree, key, t0, speculative, revision=doc.revision,
+                   candidates=plan.candidates)

@@ -20,27 +20,22 @@ import itertools
 import logging
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent, alternatives_for
-from llada_lsp.answers import Answer, Request, Selected, Settled, word_before
+from engine.api import CompletionRequest, EngineEvent
+from llada_lsp.answers import Answer, Request, Selected, Settled, capture, word_before
 from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_through
 from llada_lsp.documents import Document, DocumentStore
-from llada_lsp.engine_client import EngineClient, EngineJob
+from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
 from llada_lsp.plans import InfillPlan, make_plan
 from llada_lsp.positions import Encoding
-from llada_lsp.postprocess import (
-    Spec,
-    open_brackets,
-    raw_spans,
-    remask_can_help,
-)
+from llada_lsp.postprocess import raw_spans, remask_can_help
 from llada_lsp.refining import Refiner
 from llada_lsp.reporting import Reporter
-from llada_lsp.speculation import Speculator
+from llada_lsp.speculation import Ahead, Speculator
 from llada_lsp.weighing import Weigher
 
 log = logging.getLogger(__name__)
@@ -70,9 +65,10 @@ class CompletionService:
         self.history: deque[dict[str, Any]] = deque(maxlen=500)
         self.last_plan: dict[str, str] = {}  # the latest request's plan (for debugInfo)
         self.report = Reporter(notify, encoding, self.counters, self.history)
-        self.speculator = Speculator(self)
-        self.refiner = Refiner(self)
-        self.weigh = Weigher(self)
+        self.weigh = Weigher(self.counters)
+        self.refiner = Refiner(self.weigh, self.report, self.shown, self.finish)
+        self.speculator = Speculator(store, self.cache, options, self.counters, self.recent,
+                                     lambda: self.engine.ready, self.decode_ahead)
 
     # -- the request -------------------------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int,
@@ -151,11 +147,12 @@ class CompletionService:
             if self.latest.get(uri) != serial:
                 self._nothing("superseded while debouncing")
                 return None
-        req = self.capture(doc, offset, cid, plan, key, tree, t0)
+        req = capture(doc, offset, cid, plan, key, tree, t0, syntax_check=self.options.syntax_check)
         req.lead = lead
         engine_plan = plan.plan
         if invoked and self._wants_more(plan, key):
-            engine_plan = replace(engine_plan, alternatives=self.options.invoked_alternatives)
+            req.candidates = self.options.invoked_alternatives
+            engine_plan = replace(engine_plan, alternatives=req.candidates)
             self.counters["invoked"] += 1
         job = self.engine.submit(CompletionRequest(cid, uri, plan.prefix, plan.suffix,
                                                    engine_plan))
@@ -174,24 +171,30 @@ class CompletionService:
             task.add_done_callback(lambda t: self.refiner.start(t, job, req, answer.text))
         return answer
 
-    def capture(self, doc: Document, offset: int, cid: str, plan: InfillPlan, key: str,
-                tree: Any, t0: float, speculative: bool = False) -> Request:
-        text = doc.text
-        ls = text.rfind("\n", 0, offset) + 1
-        above_end = max(ls - 1, 0)
-        above = ""
-        while above_end > 0 and not above.strip():
-            s = text.rfind("\n", 0, above_end) + 1
-            above, above_end = text[s:above_end], s - 1
-        assert plan.plan is not None
-        spec = Spec(kind=plan.kind, left=text[ls:offset], suffix=text[offset: offset + 4000],
-                    line_above=above, indent=plan.indent, brace=plan.brace,
-                    keep_closer=plan.plan.keep_closer, max_lines=plan.plan.max_lines,
-                    prefix_open=open_brackets(text[max(0, offset - 400): offset]))
-        # the tree is edited by later didChanges: the syntax check works on a snapshot
-        base_tree = tree.copy() if tree is not None and self.options.syntax_check else None
-        return Request(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
-                       base_tree, key, t0, speculative, revision=doc.revision)
+    def decode_ahead(self, ahead: Ahead) -> Awaitable[str | None]:
+        """A speculation: submitted now; its final text (settled, rescued when empty, as a
+        request's would be) goes into the suggestion cache."""
+        req = capture(ahead.doc, ahead.offset, ahead.cid, ahead.plan, ahead.key, ahead.tree,
+                      ahead.t0, syntax_check=self.options.syntax_check, speculative=True)
+        assert ahead.plan.plan is not None
+        job = self.engine.submit(CompletionRequest(ahead.cid, ahead.doc.uri, ahead.plan.prefix,
+                                                   ahead.plan.suffix, ahead.plan.plan))
+        version, revision, doc = ahead.doc.version, ahead.doc.revision, ahead.doc
+
+        def wanted() -> bool:
+            return doc.version == version and doc.revision == revision
+
+        async def run() -> str | None:
+            out = await self.settle(job, req, wanted, until_done=True)
+            if not isinstance(out, str) and not out.text:
+                out = await self.rescue(out, req, wanted)  # as a request would be
+            if isinstance(out, str):
+                log.debug("speculation %s: nothing (%s)", req.cid, out)
+                return None
+            self.cache.put(ahead.key, out.text, out.others, req.candidates)
+            return out.text
+
+        return run()
 
     def _selected_span(self, doc: Document, sel: Selected) -> tuple[int, int]:
         """The string offsets of a selected item's range; a range outside the document or
@@ -211,8 +214,7 @@ class CompletionService:
         """Whether an invoked request should decode more candidates than the mode does and
         the cache holds for `key`."""
         assert plan.plan is not None
-        n = self.options.invoked_alternatives
-        return n > max(1, alternatives_for(plan.plan, self.options.mode), self.cache.decoded(key))
+        return self.options.invoked_alternatives > max(plan.candidates, self.cache.decoded(key))
 
     async def _first_answer(self, job: EngineJob, req: Request, doc: Document,
                             until_done: bool = False) -> tuple[Answer, EngineJob] | None:
@@ -245,9 +247,10 @@ class CompletionService:
         decode that many (the prompt is in the engine's prompt cache) and settle on the first
         that fits. Returns `empty` when that finds nothing either (or is off)."""
         n, plan = self.options.rescue_alternatives, empty.job.request.plan
-        if n <= alternatives_for(plan, self.options.mode) or not wanted():
+        if n <= req.candidates or not wanted():
             return empty
         self.counters["empty_rescues"] += 1
+        req.candidates = n
         job = self.engine.submit(CompletionRequest(req.cid, req.uri, req.plan.prefix, req.plan.suffix,
                                                    replace(plan, alternatives=n)))
         if self.jobs.get(req.uri) is empty.job:
@@ -326,8 +329,8 @@ class CompletionService:
                 others: tuple[str, ...] = ()) -> None:
         self.report.finished(req.stats, ev)
         if final_text is not None and ev.reason not in ("cancelled", "superseded", "error"):
-            decoded = alternatives_for(req.job.request.plan, self.options.mode) if req.job is not None else 1
-            self.cache.put(req.key, final_text, tuple(o for o in others if o != final_text), decoded)
+            self.cache.put(req.key, final_text, tuple(o for o in others if o != final_text),
+                           req.candidates)
 
     # -- answers without the engine --------------------------------------------------------------
     def _show(self, uri: str, cid: str, doc_text: str, offset: int, text: str, kind: str,

@@ -24,18 +24,18 @@ from typing import Any
 
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
-from pygls.lsp.client import LanguageClient
 
+from llada_lsp.client import (
+    SERVER,
+    LladaClient,
+    debug_info,
+    inline,
+    insert,
+    item_texts,
+    open_document,
+)
 from llada_lsp.samples import DEFAULT
 from llada_lsp.syntax import normalize_language
-
-
-def _plain(obj: Any) -> Any:
-    if hasattr(obj, "_asdict"):
-        return {k: _plain(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
 
 
 def docstring_holes(text: str) -> list[tuple[int, str]]:
@@ -57,119 +57,78 @@ def docstring_holes(text: str) -> list[tuple[int, str]]:
 class Demo:
     def __init__(self, out: Any = sys.stdout) -> None:
         self.out = out
-        self.client = LanguageClient("llada-demo", "0.1")
-        self.refines: dict[str, list[tuple[float, dict[str, Any]]]] = {}
-        self.stats: dict[str, dict[str, Any]] = {}
-        self.ready = asyncio.Event()
-        self.changed = asyncio.Event()  # a refinement or stats notification arrived
-        self.status = ""
-
-        @self.client.feature("llada/refine")
-        def _refine(ls: Any, params: Any) -> None:
-            p = _plain(params)
-            self.refines.setdefault(p["completionId"], []).append((time.perf_counter(), p))
-            self.changed.set()
-
-        @self.client.feature("llada/stats")
-        def _stats(ls: Any, params: Any) -> None:
-            p = _plain(params)
-            self.stats[p["completionId"]] = p
-            self.changed.set()
-
-        @self.client.feature("llada/status")
-        def _status(ls: Any, params: Any) -> None:
-            p = _plain(params)
-            self.status = f"{p['state']} {p.get('message', '')}".strip()
-            if p["state"] in ("ready", "error"):
-                self.ready.set()
+        self.client = LladaClient("llada-demo")
 
     def say(self, msg: str) -> None:
         print(msg, file=self.out, flush=True)
 
     async def start(self, server_cmd: list[str], init: dict[str, Any]) -> None:
         t0 = time.perf_counter()
-        await self.client.start_io(*server_cmd)
-        await self.client.initialize_async(t.InitializeParams(
-            capabilities=t.ClientCapabilities(
-                general=t.GeneralClientCapabilities(position_encodings=["utf-16"])),
-            initialization_options=init))
-        self.client.initialized(t.InitializedParams())
-        await asyncio.wait_for(self.ready.wait(), 300)
-        if not self.status.startswith("ready"):
-            raise RuntimeError(f"the server's engine did not start: {self.status}")
+        await self.client.start(init, server_cmd)
         self.say(f"server ready in {(time.perf_counter() - t0) * 1000:.0f} ms")
-
-    async def request(self, uri: str, line: int, col: int, invoked: bool) -> list[t.InlineCompletionItem]:
-        kind = t.InlineCompletionTriggerKind.Invoked if invoked else t.InlineCompletionTriggerKind.Automatic
-        res = await self.client.text_document_inline_completion_async(t.InlineCompletionParams(
-            text_document=t.TextDocumentIdentifier(uri), position=t.Position(line, col),
-            context=t.InlineCompletionContext(kind)))
-        return list(res.items if isinstance(res, t.InlineCompletionList) else (res or []))
 
     async def complete(self, uri: str, line: int, col: int, timeout: float) -> None:
         t0 = time.perf_counter()
         try:
-            items = await self.request(uri, line, col, invoked=False)
+            res = await inline(self.client, uri, t.Position(line, col))
         except JsonRpcException as e:  # e.g. a position past the end: the server's message
             self.say(f"--- {line + 1}:{col + 1}  error: {e}")
             return
         first_ms = (time.perf_counter() - t0) * 1000
-        if not items:
-            info = await self.client.protocol.send_request_async("llada/debugInfo", {})
-            why = info.get("lastEmptyReason", "") if isinstance(info, dict) else getattr(info, "lastEmptyReason", "")
+        if not res or not res.items:
+            why = (await debug_info(self.client)).get("lastEmptyReason", "")
             self.say(f"--- {line + 1}:{col + 1}  no suggestion ({first_ms:.0f} ms){': ' + why if why else ''}")
             return
-        item = items[0]
-        text = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value
+        text = item_texts(res)[0]
+        item = res.items[0]
         cid = str(item.command.arguments[0]) if item.command and item.command.arguments else ""
         self.say(f"--- {line + 1}:{col + 1}  first draft after {first_ms:.0f} ms:")
         self.say(_indent(text))
-        deadline = time.monotonic() + timeout
-        seen, final_at = 0, 0.0
-        while time.monotonic() < deadline:
-            got = self.refines.get(cid, [])
-            for when, p in got[seen:]:
-                ms = (when - t0) * 1000
-                tag = "final" if p["final"] else f"refined (step {p['step']})"
-                changed = "" if p["edits"] else " (unchanged)"
-                self.say(f"    {tag} at {ms:.0f} ms{changed}:")
-                if p["edits"]:
-                    self.say(_indent(p["text"]))
-                if p["final"]:
-                    final_at = final_at or time.monotonic()
-            seen = len(got)
-            # the stats notification follows the final refinement; give it a moment
-            if final_at and (cid in self.stats or time.monotonic() - final_at > 2.0):
-                break
-            self.changed.clear()
-            wait = min(deadline, final_at + 2.0 if final_at else deadline) - time.monotonic()
-            try:
-                await asyncio.wait_for(self.changed.wait(), max(0.0, wait))
-            except TimeoutError:
-                continue
-        st = self.stats.get(cid)
-        if st:
-            reuse = st["reusedTokens"] / max(1, st["reusedTokens"] + st["prefillTokens"])
-            self.say(f"    {st['kind']}: {st['forwards']} forwards, {st['tokens']} tokens, "
-                     f"{st['tpf']:.1f} tokens/forward, prompt reuse {reuse:.0%}, "
-                     f"engine {st['engineMs']:.0f} ms, server overhead {st['overheadMs']:.1f} ms")
+        await self.follow(cid, t0, timeout)
         t1 = time.perf_counter()
-        cands = await self.request(uri, line, col, invoked=True)
-        texts = [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value for i in cands]
+        texts = item_texts(await inline(self.client, uri, t.Position(line, col), invoked=True))
         self.say(f"    cycling (an Invoked request, {(time.perf_counter() - t1) * 1000:.0f} ms): "
                  f"{len(texts)} candidate{'s' if len(texts) != 1 else ''} that fit")
-        final = next((p["text"] for _, p in reversed(self.refines.get(cid, [])) if p["final"]), text)
+        final = next((n.params["text"] for n in reversed(self.client.refines_of(cid))
+                      if n.params["final"]), text)
         for k, cand in enumerate(texts, 1):
             self.say(f"    [{k}]" + (" (the suggestion above)" if cand == final else ""))
             if cand != final:
                 self.say(_indent(cand))
 
+    async def follow(self, cid: str, t0: float, timeout: float) -> None:
+        """Print the refinements of `cid` as they arrive, until its stats (which follow the
+        final refinement; given 2 s more), then the stats."""
+        seen, deadline = 0, t0 + timeout
+
+        def news() -> bool:
+            return len(self.client.refines_of(cid)) > seen or self.client.stats_of(cid) is not None
+
+        while self.client.stats_of(cid) is None:
+            try:
+                await self.client.until(news, deadline - time.perf_counter())
+            except TimeoutError:
+                break
+            got = self.client.refines_of(cid)
+            for n in got[seen:]:
+                p = n.params
+                tag = "final" if p["final"] else f"refined (step {p['step']})"
+                changed = "" if p["edits"] else " (unchanged)"
+                self.say(f"    {tag} at {(n.at - t0) * 1000:.0f} ms{changed}:")
+                if p["edits"]:
+                    self.say(_indent(p["text"]))
+                if p["final"]:
+                    deadline = min(deadline, n.at + 2.0)
+            seen = len(got)
+        st = self.client.stats_of(cid)
+        if st:
+            reuse = st["reusedTokens"] / max(1, st["reusedTokens"] + st["prefillTokens"])
+            self.say(f"    {st['kind']}: {st['forwards']} forwards, {st['tokens']} tokens, "
+                     f"{st['tpf']:.1f} tokens/forward, prompt reuse {reuse:.0%}, "
+                     f"engine {st['engineMs']:.0f} ms, server overhead {st['overheadMs']:.1f} ms")
+
     async def stop(self) -> None:
-        try:
-            await asyncio.wait_for(self.client.shutdown_async(None), 10)
-            self.client.exit(None)
-        finally:
-            await self.client.stop()
+        await self.client.close()
 
 
 def _indent(text: str) -> str:
@@ -181,8 +140,7 @@ async def run(args: argparse.Namespace) -> int:
     text = path.read_text(encoding="utf-8")
     uri = path.as_uri()
     lang = args.language or normalize_language("", uri)
-    cmd = [sys.executable, "-m", "llada_lsp"] + (["--log-file", args.log_file, "-v"]
-                                                  if args.log_file else [])
+    cmd = [*SERVER, *(["--log-file", args.log_file, "-v"] if args.log_file else [])]
     init: dict[str, Any] = {"mode": args.mode}
     if args.model:
         init["model"] = args.model
@@ -191,8 +149,7 @@ async def run(args: argparse.Namespace) -> int:
              f"{args.model or os.environ.get('LLADA_MODEL') or 'embedded'}")
     await demo.start(cmd, init)
     try:
-        demo.client.text_document_did_open(t.DidOpenTextDocumentParams(
-            t.TextDocumentItem(uri=uri, language_id=lang, version=1, text=text)))
+        open_document(demo.client, uri, lang, text)
         version = 1
         if args.positions:
             for spec in args.positions:
@@ -209,11 +166,7 @@ async def run(args: argparse.Namespace) -> int:
             line += shift
             end = len(text.split("\n")[line])
             version += 1  # the user presses Enter: a new indented line below the docstring
-            demo.client.text_document_did_change(t.DidChangeTextDocumentParams(
-                t.VersionedTextDocumentIdentifier(version=version, uri=uri),
-                [t.TextDocumentContentChangePartial(
-                    range=t.Range(t.Position(line, end), t.Position(line, end)),
-                    text="\n" + indent)]))
+            insert(demo.client, uri, version, line, end, "\n" + indent)
             lines = text.split("\n")
             lines.insert(line + 1, indent)
             text = "\n".join(lines)

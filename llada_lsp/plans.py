@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from engine.api import Plan, StopKind
+from engine.api import Plan, StopKind, alternatives_for
 from llada_lsp.context import Context, indentation, trim_context
 from llada_lsp.options import Options
 from llada_lsp.positions import LineIndex
@@ -41,7 +41,9 @@ class InfillPlan:
     context: Context | None = None
     indent: str = ""  # lines of the result indented less than this end it (dedent)
     brace: bool = False  # the language delimits blocks with braces
-    starts_new_line: bool = False  # the completion begins with a line break (opener on line)
+    # how many candidates the engine decodes for `plan` (engine.api.alternatives_for, decided
+    # once here and sent explicit in `plan.alternatives`, so the server never re-derives it)
+    candidates: int = 1
 
     @property
     def prefix(self) -> str:
@@ -127,29 +129,29 @@ def _header(index: LineIndex, prev: tuple[int, str], language_id: str) -> tuple[
 
 
 def choose_kind(text: str, offset: int, language_id: str, tree: Any = None,
-                index: LineIndex | None = None) -> tuple[Kind, str, str, bool]:
-    """(kind, reason, body indent, starts_new_line) at `offset`."""
+                index: LineIndex | None = None) -> tuple[Kind, str, str]:
+    """(kind, reason, body indent) at `offset`."""
     index = index or LineIndex.of(text)
     row, _ = index.position(offset, "utf-32")
     ls, le = index.line_bounds(row)
     left, right = text[ls:offset], text[offset:le]
     brace = language_id in BRACE_LANGUAGES
     if left and right and _WORD.match(left[-1]) and _WORD.match(right[0]):
-        return "none", "inside an identifier", "", False
+        return "none", "inside an identifier", ""
     node = node_at(tree, text, offset, left=True) if tree is not None else None
     if node is not None:
         if in_kind(node, "comment"):
-            return "line", "inside a comment", indentation(left), False
+            return "line", "inside a comment", indentation(left)
         s = in_kind(node, "string", "template")
         while s is not None and s.parent is not None and any(
                 k in s.parent.type for k in ("string", "template")):
             s = s.parent
         b = len(text[:offset].encode("utf-8", "surrogatepass"))
         if s is not None and s.start_byte < b < s.end_byte and right.strip(CLOSERS + " \t"):
-            return "none", "inside a string", "", False
+            return "none", "inside a string", ""
     closers_only = not right.strip(CLOSERS + " \t")
     if right.strip() and not (closers_only and left.strip() and opens_block(left, language_id)):
-        return "line", "text right of the cursor", indentation(left), False
+        return "line", "text right of the cursor", indentation(left)
     unit = indent_unit(text)
     if left.strip():
         if opens_block(left, language_id):
@@ -157,9 +159,9 @@ def choose_kind(text: str, offset: int, language_id: str, tree: Any = None,
             base = indentation(left)
             empty = right.strip() != "" or nxt is None or len(indentation(nxt[1])) <= len(base)
             if empty:
-                return "block", "after a block opener", base + unit, True
-            return "statements", "after a block opener, body not empty", base + unit, True
-        return "line", "finishing the line", indentation(left), False
+                return "block", "after a block opener", base + unit
+            return "statements", "after a block opener, body not empty", base + unit
+        return "line", "finishing the line", indentation(left)
     prev = _neighbour(index, row, -1)
     nxt = _neighbour(index, row, 1)
     if prev is not None and not opens_block(prev[1], language_id):
@@ -170,15 +172,15 @@ def choose_kind(text: str, offset: int, language_id: str, tree: Any = None,
             brace and nxt[1].strip().startswith("}"))
         indent = left if len(left) > len(base) else base + unit
         if body_empty:
-            return "block", "in an empty body", indent, False
-        return "statements", "first line of a body", indent, False
-    return "statements", "blank line", left, False
+            return "block", "in an empty body", indent
+        return "statements", "first line of a body", indent
+    return "statements", "blank line", left
 
 
 def make_plan(text: str, offset: int, language_id: str, options: Options, *, tree: Any = None,
               index: LineIndex | None = None) -> InfillPlan:
     index = index or LineIndex.of(text)
-    kind, reason, indent, new_line = choose_kind(text, offset, language_id, tree, index)
+    kind, reason, indent = choose_kind(text, offset, language_id, tree, index)
     brace = language_id in BRACE_LANGUAGES
     if kind == "none":
         return InfillPlan("none", reason, brace=brace)
@@ -200,4 +202,5 @@ def make_plan(text: str, offset: int, language_id: str, options: Options, *, tre
         keep_closer = not nxt.startswith("}")
     plan = Plan(max_tokens=budget, stop=stop, indent=indent, max_lines=max_lines,
                 keep_closer=keep_closer, preset=options.mode, alternatives=options.alternatives or None)
-    return InfillPlan(kind, reason, plan, ctx, indent, brace, new_line)
+    n = alternatives_for(plan, options.mode)  # the one place the server asks
+    return InfillPlan(kind, reason, replace(plan, alternatives=n), ctx, indent, brace, n)

@@ -7,18 +7,28 @@ one shown at the end is the first that fits, and all that fit go into the sugges
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from engine.api import EngineEvent
 from llada_lsp.answers import Request
-from llada_lsp.engine_client import EngineJob
+from llada_lsp.cache import Shown
+from llada_lsp.engine_base import EngineJob
+from llada_lsp.reporting import Reporter
+from llada_lsp.weighing import Weigher
 
-if TYPE_CHECKING:
-    from llada_lsp.completions import CompletionService
+# (request, done event, final text or None when cancelled, other candidates): the service
+# records the finished completion (stats, suggestion cache)
+Finish = Callable[[Request, EngineEvent, str | None, tuple[str, ...]], None]
 
 
 class Refiner:
-    def __init__(self, svc: CompletionService) -> None:
-        self.svc = svc
+    """`shown`: uri -> the suggestion shown there (refined in place); `finish`: called once
+    per refined completion with its done event."""
+
+    def __init__(self, weigh: Weigher, report: Reporter, shown: Mapping[str, Shown],
+                 finish: Finish) -> None:
+        self.weigh, self.report, self.shown, self.finish = weigh, report, shown, finish
         self.tasks: set[asyncio.Task[None]] = set()
 
     def start(self, handler: asyncio.Future[Any], job: EngineJob, req: Request, text: str) -> None:
@@ -38,17 +48,17 @@ class Refiner:
             if ev.kind == "error":
                 self.send_final(req, last, last, ev.step, reason="error")
                 return
-            new = self.svc.weigh.checked(ev.text, req) if ev.text or ev.kind != "done" else last
+            new = self.weigh.checked(ev.text, req) if ev.text or ev.kind != "done" else last
             others: tuple[str, ...] = ()
             if ev.kind == "done" and ev.alternatives and ev.reason not in ("cancelled", "superseded"):
-                new, _i, others = self.svc.weigh.pick(ev, req, self.svc.weigh.clean(ev.text, req))
-                new = self.svc.weigh.trim(new, req) if self.svc.weigh.new_errors(req, new) else new
+                new, _i, others = self.weigh.pick(ev, req, self.weigh.clean(ev.text, req))
+                new = self.weigh.trim(new, req) if self.weigh.new_errors(req, new) else new
             if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
                 self.send_final(req, last, last, ev.step, reason=ev.reason)
-                self.svc.finish(req, ev, None)
+                self.finish(req, ev, None, ())
                 return
             if ev.kind == "done":
-                self.svc.finish(req, ev, new, others)
+                self.finish(req, ev, new, others)
                 self.send_final(req, last, new, ev.step)
                 return
             if new != last:
@@ -57,13 +67,13 @@ class Refiner:
 
     def send(self, req: Request, old: str, new: str, step: int, final: bool,
              reason: str | None = None) -> None:
-        shown = self.svc.shown.get(req.uri)
+        shown = self.shown.get(req.uri)
         if shown is not None and shown.completion_id == req.cid:
             shown.refine(new)
-        self.svc.report.refine(req.cid, req.uri, req.version, req.lead + old, req.lead + new,
+        self.report.refine(req.cid, req.uri, req.version, req.lead + old, req.lead + new,
                                step, final, reason)
 
     def send_final(self, req: Request, old: str, new: str, step: int,
                    reason: str | None = None) -> None:
         self.send(req, old, new, step, final=True, reason=reason)
-        self.svc.report.stats(req, "engine")
+        self.report.stats(req, "engine")

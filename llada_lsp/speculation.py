@@ -15,17 +15,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-from engine.api import CompletionRequest, alternatives_for
-from llada_lsp.cache import TAIL, Shown, key_of
-from llada_lsp.plans import make_plan
-
-if TYPE_CHECKING:
-    from llada_lsp.completions import CompletionService
+from llada_lsp.cache import TAIL, Shown, SuggestionCache, key_of
+from llada_lsp.documents import Document, DocumentStore
+from llada_lsp.options import Options
+from llada_lsp.plans import InfillPlan, make_plan
 
 log = logging.getLogger(__name__)
+
+# cid -> (uri, what was shown, the texts answered): the service's recent completions
+Recent = Mapping[str, tuple[str, Shown, tuple[str, ...]]]
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """A completion to decode ahead of time: the plan at `offset` of `doc` as it stands."""
+
+    doc: Document
+    offset: int
+    cid: str
+    plan: InfillPlan
+    key: str
+    tree: Any
+    t0: float
+
+
+# decodes an `Ahead` into the suggestion cache; its final text (None: nothing)
+Decode = Callable[[Ahead], Awaitable[str | None]]
 
 
 @dataclass(frozen=True)
@@ -61,15 +81,21 @@ class Accept:
 
 
 class Speculator:
-    def __init__(self, service: CompletionService) -> None:
-        self.service = service
+    """`ready`: whether the engine takes requests; `recent`: the completions answered lately;
+    `decode`: runs one completion to its end into `cache` (the service's settle and rescue)."""
+
+    def __init__(self, store: DocumentStore, cache: SuggestionCache, options: Options,
+                 counters: Counter[str], recent: Recent, ready: Callable[[], bool],
+                 decode: Decode) -> None:
+        self.store, self.cache, self.options, self.counters = store, cache, options, counters
+        self.recent, self.ready, self.decode = recent, ready, decode
         self.pending: dict[str, Accept] = {}  # uri -> accepted, insertion not seen yet
         self.futures: dict[str, asyncio.Future[str | None]] = {}  # cache key -> final text
         self.tasks: set[asyncio.Task[None]] = set()
         self.serial = 0
 
     def accepted(self, cid: str) -> None:
-        found = self.service.recent.get(cid)
+        found = self.recent.get(cid)
         if found is None:
             log.debug("accept of unknown completion %s", cid)
             return
@@ -81,7 +107,7 @@ class Speculator:
         acc = self.pending.get(uri)
         if acc is None:
             return
-        doc = self.service.store.docs.get(uri)
+        doc = self.store.docs.get(uri)
         if closed or doc is None:
             self.pending.pop(uri, None)
             return
@@ -89,54 +115,42 @@ class Speculator:
         if cursor is None:
             if not from_accept:  # an edit other than the insertion: the accept is stale
                 self.pending.pop(uri, None)
-                self.service.counters["speculation_dropped"] += 1
+                self.counters["speculation_dropped"] += 1
             return
         del self.pending[uri]
         self.start(uri, cursor)
 
     def start(self, uri: str, offset: int) -> None:
         """Request the completion at `offset` of the current document into the cache."""
-        svc = self.service
-        doc = svc.store.docs.get(uri)
-        if doc is None or not svc.engine.ready or doc.unservable_reason() is not None \
-                or not svc.options.language_enabled(doc.language_id):
-            svc.counters["speculation_skipped"] += 1
+        doc = self.store.docs.get(uri)
+        if doc is None or not self.ready() or doc.unservable_reason() is not None \
+                or not self.options.language_enabled(doc.language_id):
+            self.counters["speculation_skipped"] += 1
             return
         t0 = time.perf_counter()
         tree = doc.syntax_tree()
-        plan = make_plan(doc.text, offset, doc.language_id, svc.options, tree=tree,
+        plan = make_plan(doc.text, offset, doc.language_id, self.options, tree=tree,
                          index=doc.index)
         if plan.kind == "none" or plan.plan is None:
-            svc.counters["speculation_skipped"] += 1
+            self.counters["speculation_skipped"] += 1
             return
         key = key_of(plan.prefix, plan.suffix, plan.kind)
-        if key in svc.cache or key in self.futures:
-            svc.counters["speculation_known"] += 1
+        if key in self.cache or key in self.futures:
+            self.counters["speculation_known"] += 1
             return
         self.serial += 1
         cid = f"s{self.serial}"
-        req = svc.capture(doc, offset, cid, plan, key, tree, t0, speculative=True)
-        job = svc.engine.submit(CompletionRequest(cid, uri, plan.prefix, plan.suffix, plan.plan))
         fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self.futures[key] = fut
-        svc.counters["speculated"] += 1
-        version, revision = doc.version, doc.revision
-
-        def wanted() -> bool:
-            return doc.version == version and doc.revision == revision
+        self.counters["speculated"] += 1
+        decoding = self.decode(Ahead(doc, offset, cid, plan, key, tree, t0))  # submits now
 
         async def run() -> None:
             text: str | None = None
             try:
-                out = await svc.settle(job, req, wanted, until_done=True)
-                if not isinstance(out, str) and not out.text:
-                    out = await svc.rescue(out, req, wanted)  # as a request would be
-                if isinstance(out, str):
-                    log.debug("speculation %s: nothing (%s)", cid, out)
-                else:
-                    text = out.text
-                    svc.cache.put(key, text, out.others, alternatives_for(out.job.request.plan, svc.options.mode))
-                    svc.counters["speculation_done"] += 1
+                text = await decoding
+                if text is not None:
+                    self.counters["speculation_done"] += 1
             finally:
                 self.futures.pop(key, None)
                 if not fut.done():

@@ -41,8 +41,7 @@ _EXTENSIONS: dict[str, str] = {
     ".hpp": "cpp", ".hh": "cpp", ".lua": "lua",
 }
 
-# Languages whose blocks are delimited by indentation (others by braces or keywords).
-INDENT_LANGUAGES = frozenset({"python"})
+# Languages whose blocks are delimited by braces (others by indentation or keywords).
 BRACE_LANGUAGES = frozenset(
     {"javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust", "java",
      "c", "cpp"})

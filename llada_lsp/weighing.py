@@ -6,20 +6,19 @@ fits is shown, the others that fit are kept for cycling.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import Counter
 
-from engine.api import EngineEvent, alternatives_for
+from engine.api import EngineEvent
 from llada_lsp.answers import Request
 from llada_lsp.postprocess import clean, first_fitting, syntax_trim
 from llada_lsp.syntax import adds_error, error_spans
 
-if TYPE_CHECKING:
-    from llada_lsp.completions import CompletionService
-
 
 class Weigher:
-    def __init__(self, svc: CompletionService) -> None:
-        self.svc = svc
+    """`counters`: the service's counters (alternative_shown, syntax_trimmed)."""
+
+    def __init__(self, counters: Counter[str]) -> None:
+        self.counters = counters
 
     def clean(self, raw: str, req: Request) -> str:
         text, req.note = clean(raw, req.spec)
@@ -40,7 +39,7 @@ class Weigher:
                 return adds_error(req.language_id, req.tree, before, t, after)
         i = first_fitting(cands, check)
         if i:
-            self.svc.counters["alternative_shown"] += 1
+            self.counters["alternative_shown"] += 1
             req.note = cleaned[i - 1][1]
         others = tuple(dict.fromkeys(c for c in cands if c.strip() and c != cands[i]
                                      and (check is None or not check(c))))
@@ -57,9 +56,7 @@ class Weigher:
         """A line (not otherwise checked) that adds a parse error, while the engine decodes
         alternatives: the first answer waits for them (clients without `llada/refine` only
         ever see the first answer)."""
-        plan = req.plan.plan
-        if req.plan.kind != "line" or req.tree is None or plan is None or not text \
-                or alternatives_for(plan, self.svc.options.mode) < 2:
+        if req.plan.kind != "line" or req.tree is None or not text or req.candidates < 2:
             return False
         return adds_error(req.language_id, req.tree, req.doc_text[: req.offset], text, req.doc_text[req.offset:])
 
@@ -68,7 +65,7 @@ class Weigher:
         text, note = syntax_trim(text, lambda t: adds_error(req.language_id, req.tree, before,
                                                             t, after))
         if note:
-            self.svc.counters["syntax_trimmed"] += 1
+            self.counters["syntax_trimmed"] += 1
             req.note = note
         return text
 

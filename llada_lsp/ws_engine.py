@@ -27,7 +27,7 @@ from engine import protocol as P
 from engine import runtime
 from engine.api import CompletionRequest, EngineEvent
 from llada_lsp import reconnect
-from llada_lsp.engine_client import EngineClient, EngineJob, EngineUnavailable, Progress
+from llada_lsp.engine_base import EngineClient, EngineJob, EngineUnavailable, Progress
 
 log = logging.getLogger(__name__)
 _END = ("done", "error")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,21 @@ from lsprotocol import types as t
 from pygls.protocol import default_converter
 from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import register_lsp_features
+
+from llada_lsp.client import (  # noqa: F401 - the tests' helpers, shared with the demo and benches
+    SERVER,
+    capabilities,
+    completion_id,
+    debug_info,
+    first_text,
+    inline,
+    item_texts,
+    open_document,
+    plain,
+)
+from llada_lsp.client import Recorder as LladaRecorder
+
+to_plain = plain
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -57,42 +71,13 @@ def require_model() -> Path:
 needs_model = pytest.mark.usefixtures("model_dir")
 
 
-def to_plain(obj: Any) -> Any:
-    """pygls hands custom-message params over as namedtuples: back to dicts and lists."""
-    if hasattr(obj, "_asdict"):
-        return {k: to_plain(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
-    return obj
-
-
-class Recorder(LanguageClient):
-    """The test client, recording the server's llada/* notifications."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.refines: list[dict[str, Any]] = []
-        self.stats: list[dict[str, Any]] = []
-        self.statuses: list[dict[str, Any]] = []
-        self.init_result: t.InitializeResult | None = None
+class Recorder(LladaRecorder, LanguageClient):
+    """The test client: pytest-lsp's, recording the server's llada/* notifications."""
 
 
 def make_client() -> Recorder:
     client = Recorder(converter_factory=default_converter)
     register_lsp_features(client)
-
-    @client.feature("llada/refine")
-    def _refine(ls: Recorder, params: Any) -> None:
-        ls.refines.append(to_plain(params))
-
-    @client.feature("llada/stats")
-    def _stats(ls: Recorder, params: Any) -> None:
-        ls.stats.append(to_plain(params))
-
-    @client.feature("llada/status")
-    def _status(ls: Recorder, params: Any) -> None:
-        ls.statuses.append(to_plain(params))
-
     return client
 
 
@@ -101,7 +86,7 @@ def session_fixture(init: dict[str, Any], command: list[str] | None = None,
     """A module's `client` fixture: the real server (or `command`) started with these
     initializationOptions, the model loaded, shut down after the module's tests."""
     @pytest_lsp.fixture(config=server_config(command), scope="module")
-    async def client(lsp_client: LanguageClient) -> Any:
+    async def client(lsp_client: Recorder) -> Any:
         await start_session(lsp_client, init, encodings=encodings)
         yield
         await lsp_client.shutdown_session()
@@ -114,13 +99,14 @@ def server_config(command: list[str] | None = None, **env: str) -> ClientServerC
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}
     if MODEL is not None:
         full_env["LLADA_MODEL"] = str(MODEL)
-    cmd = command or [sys.executable, "-m", "llada_lsp"]
+    cmd = command or list(SERVER)
     return ClientServerConfig(server_command=[*cmd, "-v"], client_factory=make_client,
                               server_env=full_env)
 
 
 async def poll(fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02) -> Any:
-    """Await until fn() is truthy (fn may be async); return its value."""
+    """Await until fn() is truthy (fn may be async); return its value. For server state that
+    no notification announces (debugInfo counters); a notification: `Recorder.until`."""
     deadline = time.monotonic() + timeout
     while True:
         value = fn()
@@ -133,39 +119,23 @@ async def poll(fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0
         await asyncio.sleep(interval)
 
 
-async def debug_info(client: LanguageClient) -> dict[str, Any]:
-    return to_plain(await client.protocol.send_request_async("llada/debugInfo", {}))
-
-
-async def start_session(client: LanguageClient, init_options: dict[str, Any] | None = None,
+async def start_session(client: Recorder, init_options: dict[str, Any] | None = None,
                         encodings: list[str] | None = None) -> None:
     require_model()
-    caps = t.ClientCapabilities(
-        general=t.GeneralClientCapabilities(position_encodings=encodings or ["utf-16"]),
-        window=t.WindowClientCapabilities(work_done_progress=True),
-        workspace=t.WorkspaceClientCapabilities(configuration=True),
-        text_document=t.TextDocumentClientCapabilities(
-            inline_completion=t.InlineCompletionClientCapabilities()))
     client.init_result = await client.initialize_session(t.InitializeParams(
-        capabilities=caps, root_uri=DATA.as_uri(),
-        initialization_options=init_options or {}))
-
-    async def ready() -> bool:
+        capabilities=capabilities(encodings or ["utf-16"], progress=True, configuration=True),
+        root_uri=DATA.as_uri(), initialization_options=init_options or {}))
+    status = await client.engine_settled(timeout=120)
+    if status["state"] == "error":
         info = await debug_info(client)
-        if info.get("engineState") == "error":
-            raise RuntimeError(f"engine failed: {info.get('engineError')}")
-        return info.get("engineState") == "ready"
-
-    await poll(ready, timeout=120, interval=0.1)
+        raise RuntimeError(f"engine failed: {info.get('engineError')}")
 
 
 def open_doc(client: LanguageClient, path: Path | str, language_id: str,
              text: str | None = None, uri: str | None = None) -> str:
     path = Path(path)
     uri = uri or (path.as_uri() if path.is_absolute() else (DATA / path).as_uri())
-    body = text if text is not None else (DATA / path).read_text()
-    client.text_document_did_open(t.DidOpenTextDocumentParams(
-        t.TextDocumentItem(uri=uri, language_id=language_id, version=1, text=body)))
+    open_document(client, uri, language_id, text if text is not None else (DATA / path).read_text())
     return uri
 
 
@@ -176,37 +146,6 @@ def position_of(text: str, needle: str, *, end: bool = True, delta: int = 0) -> 
     return t.Position(line, i - (text.rfind("\n", 0, i) + 1))
 
 
-async def inline(client: LanguageClient, uri: str, pos: t.Position, invoked: bool = False,
-                 selected: t.SelectedCompletionInfo | None = None) -> t.InlineCompletionList | None:
-    """An inline completion request: Automatic (as editors send while typing) or Invoked;
-    `selected`: the item selected in the editor's completion widget."""
-    kind = t.InlineCompletionTriggerKind.Invoked if invoked else t.InlineCompletionTriggerKind.Automatic
-    res = await client.text_document_inline_completion_async(t.InlineCompletionParams(
-        text_document=t.TextDocumentIdentifier(uri), position=pos,
-        context=t.InlineCompletionContext(trigger_kind=kind, selected_completion_info=selected)))
-    assert res is None or isinstance(res, t.InlineCompletionList)
-    return res
-
-
-def item_texts(res: t.InlineCompletionList | None) -> list[str]:
-    """The insert texts of an inline completion answer's items, in order."""
-    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value
-            for i in (res.items if res else [])]
-
-
-def first_text(res: t.InlineCompletionList | None) -> str:
-    texts = item_texts(res)
-    return texts[0] if texts else ""
-
-
-def completion_id(res: t.InlineCompletionList | None) -> str | None:
-    """The completion id in the first item's accept command."""
-    if not res or not res.items or res.items[0].command is None:
-        return None
-    return str(res.items[0].command.arguments[0])
-
-
-async def final_refine(client: Any, cid: str) -> dict[str, Any]:
+async def final_refine(client: Recorder, cid: str) -> dict[str, Any]:
     """The final `llada/refine` of completion `cid` (waits for it)."""
-    return await poll(lambda: next((r for r in client.refines
-                                    if r["completionId"] == cid and r["final"]), None), 60)
+    return await client.final_refine(cid, 60)

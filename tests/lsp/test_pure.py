@@ -194,8 +194,12 @@ def test_plan_maps_onto_engine_plan() -> None:
     assert p.kind == "block" and p.plan is not None
     assert p.plan.stop == "brace" and not p.plan.keep_closer  # the suffix has the "}"
     assert p.plan.max_tokens == Options().max_tokens.block and p.plan.preset == "speedy"
-    assert p.plan.alternatives is None  # the mode's default
-    assert make_plan(src, i, "typescript", Options(alternatives=2)).plan.alternatives == 2  # type: ignore[union-attr]
+    # the candidate count is decided once, here, and sent explicit: the mode's default...
+    assert p.plan.alternatives == p.candidates == 1
+    quality = make_plan(src, i, "typescript", Options(mode="quality"))
+    assert quality.plan is not None and quality.plan.alternatives == quality.candidates == 4
+    two = make_plan(src, i, "typescript", Options(mode="quality", alternatives=2))  # ...or the option
+    assert two.plan is not None and two.plan.alternatives == two.candidates == 2
     j = src.index("const task = this.tasks.shift();") + len("const task = this.tasks.shift();")
     q = make_plan(src, j, "typescript", Options())
     assert q.kind == "line" and q.plan is not None and q.plan.stop == "line"

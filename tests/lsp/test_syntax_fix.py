@@ -225,7 +225,7 @@ def test_invoked_request_answers_every_fitting_candidate() -> None:
     svc, _ = _service(engine, BEFORE + "    return " + AFTER, mode="speedy", invokedAlternatives=3)
     first = _run(lambda: svc.complete("file:///a.py", 1, 11))
     assert first is not None and (first.text, first.others) == ("w * (h", ())
-    assert engine.requests[0].plan.alternatives is None  # the mode's default: one
+    assert engine.requests[0].plan.alternatives == 1  # the mode's default, sent explicit
     invoked = _run(lambda: svc.complete("file:///a.py", 1, 11, invoked=True))
     assert invoked is not None and invoked.source == "engine"
     assert engine.requests[1].plan.alternatives == 3
@@ -254,7 +254,7 @@ def test_invoked_request_in_quality_mode_uses_the_modes_candidates() -> None:
     svc.cache = type(svc.cache)(8)  # forget it: the next request reaches the engine
     invoked = _run(lambda: svc.complete("file:///a.py", 1, 11, invoked=True))
     assert invoked is not None and (invoked.text, invoked.others) == ("w * h", ("h * w", "w * h + 1"))
-    assert [r.plan.alternatives for r in engine.requests] == [None, None]
+    assert [r.plan.alternatives for r in engine.requests] == [4, 4]  # quality's, explicit
     assert svc.counters["invoked"] == 0
 
 
@@ -276,7 +276,7 @@ def test_an_empty_answer_is_rescued_by_candidates(rescue: int) -> None:
     answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
     if rescue:
         assert answer is not None and (answer.text, answer.others) == ("return w * h", ("return h",))
-        assert [r.plan.alternatives for r in engine.requests] == [None, 4]
+        assert [r.plan.alternatives for r in engine.requests] == [1, 4]
         assert (svc.counters["empty_rescues"], svc.counters["empty_rescued"]) == (1, 1)
     else:
         assert answer is None and len(engine.requests) == 1 and svc.counters["empty_rescues"] == 0
@@ -302,7 +302,7 @@ def test_a_speculation_that_comes_out_empty_is_rescued_too() -> None:
         return await svc.complete("file:///a.py", 2, 4)
 
     answer = _run(scenario)
-    assert [r.plan.alternatives for r in engine.requests] == [None, 4]  # speculation, then its rescue
+    assert [r.plan.alternatives for r in engine.requests] == [1, 4]  # speculation, then its rescue
     assert svc.counters["speculation_done"] == 1 and svc.counters["empty_rescued"] == 1
     assert answer is not None and answer.source == "cache"
     assert (answer.text, answer.others) == ("return w * h", ("return h",))

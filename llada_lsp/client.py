@@ -1,0 +1,203 @@
+"""The LSP client of llada-lsp's own tools: the demo, the benches and the tests drive the
+server through it (over stdio, as an editor does).
+
+`Recorder` is a pygls `LanguageClient` (mix it in front of another one, e.g. pytest-lsp's)
+that records the server's `llada/*` notifications with their arrival times and can wait for
+one without polling (`until`). `LladaClient` adds the session: start the server, initialize,
+wait for the engine, shut down. The request helpers below take any pygls client. Torch-free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from lsprotocol import types as t
+from pygls.lsp.client import LanguageClient
+
+from llada_lsp import __version__
+
+SERVER = (sys.executable, "-m", "llada_lsp")  # the server of this checkout, over stdio
+T = TypeVar("T")
+
+
+def plain(obj: Any) -> Any:
+    """pygls hands custom-message params over as namedtuples: back to dicts and lists."""
+    if hasattr(obj, "_asdict"):
+        return {k: plain(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    return obj
+
+
+@dataclass(frozen=True)
+class Note:
+    """A notification from the server: when it arrived (`time.perf_counter()`), and what."""
+
+    at: float
+    method: str
+    params: dict[str, Any]
+
+
+class Recorder(LanguageClient):
+    """Records `llada/refine`, `llada/stats` and `llada/status` (in `notes`, and by kind)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.notes: list[Note] = []
+        self.refines: list[dict[str, Any]] = []
+        self.stats: list[dict[str, Any]] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.init_result: t.InitializeResult | None = None
+        self._arrived = asyncio.Event()
+        for method, kept in (("llada/refine", self.refines), ("llada/stats", self.stats),
+                             ("llada/status", self.statuses)):
+            self.feature(method)(self._recorder(method, kept))
+
+    def _recorder(self, method: str, kept: list[dict[str, Any]]) -> Callable[[Any, Any], None]:
+        def record(ls: Any, params: Any) -> None:
+            p = plain(params)
+            self.notes.append(Note(time.perf_counter(), method, p))
+            kept.append(p)
+            self._arrived.set()
+
+        return record
+
+    async def until(self, found: Callable[[], T | None], timeout: float) -> T:
+        """`found()` once it is truthy, checked after each notification (TimeoutError after
+        `timeout` seconds)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            value = found()
+            if value:
+                return value
+            self._arrived.clear()
+            await asyncio.wait_for(self._arrived.wait(), max(0.0, deadline - loop.time()))
+
+    def refines_of(self, cid: str) -> list[Note]:
+        """The `llada/refine` notes of completion `cid`, in arrival order."""
+        return [n for n in self.notes
+                if n.method == "llada/refine" and n.params["completionId"] == cid]
+
+    def stats_of(self, cid: str) -> dict[str, Any] | None:
+        return next((s for s in reversed(self.stats) if s["completionId"] == cid), None)
+
+    async def final_refine(self, cid: str, timeout: float = 60.0) -> dict[str, Any]:
+        """The final `llada/refine` of completion `cid` (waits for it)."""
+        return await self.until(lambda: next((r for r in self.refines
+                                              if r["completionId"] == cid and r["final"]), None),
+                                timeout)
+
+    async def engine_settled(self, timeout: float = 300.0, after: int = 0) -> dict[str, Any]:
+        """The first `llada/status` from index `after` on saying the engine is ready or failed."""
+        return await self.until(lambda: next((s for s in self.statuses[after:]
+                                              if s["state"] in ("ready", "error")), None), timeout)
+
+
+def capabilities(encodings: Sequence[str] = ("utf-16",), *, progress: bool = False,
+                 configuration: bool = False) -> t.ClientCapabilities:
+    """An editor's capabilities: inline completion, the position encodings it offers."""
+    return t.ClientCapabilities(
+        general=t.GeneralClientCapabilities(position_encodings=list(encodings)),
+        window=t.WindowClientCapabilities(work_done_progress=progress),
+        workspace=t.WorkspaceClientCapabilities(configuration=configuration),
+        text_document=t.TextDocumentClientCapabilities(
+            inline_completion=t.InlineCompletionClientCapabilities()))
+
+
+class LladaClient(Recorder):
+    """A pygls client with the session steps."""
+
+    def __init__(self, name: str = "llada-client") -> None:
+        super().__init__(name, __version__)
+        self.server_pid = 0
+
+    async def start(self, init: dict[str, Any], command: Sequence[str] = SERVER,
+                    env: dict[str, str] | None = None, caps: t.ClientCapabilities | None = None,
+                    timeout: float = 300.0, transient_errors: bool = False) -> None:
+        """Start the server (`command`), initialize it with `init` (initializationOptions)
+        and wait for its engine; RuntimeError when the engine fails (`transient_errors`: wait
+        past failures for "ready", as while a daemon is being started)."""
+        await self.start_io(*command, env=env)
+        server = getattr(self, "_server", None)
+        self.server_pid = server.pid if server is not None else 0
+        self.init_result = await self.initialize_async(t.InitializeParams(
+            capabilities=caps or capabilities(), initialization_options=init))
+        self.initialized(t.InitializedParams())
+        if transient_errors:
+            await self.until(lambda: any(s["state"] == "ready" for s in self.statuses), timeout)
+            return
+        status = await self.engine_settled(timeout)
+        if status["state"] != "ready":
+            raise RuntimeError(f"the server's engine did not start: {status.get('message', '')}")
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """shutdown, exit, and the process is gone."""
+        try:
+            await asyncio.wait_for(self.shutdown_async(None), timeout)
+            self.exit(None)
+        finally:
+            await self.stop()
+
+
+# -- requests and notifications (any pygls client) -----------------------------------------------
+def open_document(client: LanguageClient, uri: str, language_id: str, text: str,
+                  version: int = 1) -> None:
+    client.text_document_did_open(t.DidOpenTextDocumentParams(
+        t.TextDocumentItem(uri=uri, language_id=language_id, version=version, text=text)))
+
+
+def insert(client: LanguageClient, uri: str, version: int, line: int, character: int,
+           text: str) -> None:
+    """A didChange inserting `text` at (line, character), as a keystroke or a paste."""
+    at = t.Position(line, character)
+    client.text_document_did_change(t.DidChangeTextDocumentParams(
+        t.VersionedTextDocumentIdentifier(version=version, uri=uri),
+        [t.TextDocumentContentChangePartial(range=t.Range(at, at), text=text)]))
+
+
+def send_inline(client: LanguageClient, uri: str, pos: t.Position, invoked: bool = False,
+                selected: t.SelectedCompletionInfo | None = None) -> asyncio.Future[Any]:
+    """An inline completion request, written at once (as an editor does on a keystroke):
+    Automatic, or Invoked (the user asked); `selected`: the completion widget's item."""
+    kind = t.InlineCompletionTriggerKind.Invoked if invoked else t.InlineCompletionTriggerKind.Automatic
+    return client.protocol.send_request_async(t.TEXT_DOCUMENT_INLINE_COMPLETION, t.InlineCompletionParams(
+        text_document=t.TextDocumentIdentifier(uri), position=pos,
+        context=t.InlineCompletionContext(trigger_kind=kind, selected_completion_info=selected)))
+
+
+async def inline(client: LanguageClient, uri: str, pos: t.Position, invoked: bool = False,
+                 selected: t.SelectedCompletionInfo | None = None) -> t.InlineCompletionList | None:
+    res = await send_inline(client, uri, pos, invoked, selected)
+    if isinstance(res, list):  # a bare item list (not what llada-lsp sends)
+        return t.InlineCompletionList(items=res)
+    assert res is None or isinstance(res, t.InlineCompletionList), res
+    return res
+
+
+def item_texts(res: t.InlineCompletionList | None) -> list[str]:
+    """The insert texts of an inline completion answer's items, in order."""
+    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value
+            for i in (res.items if res else [])]
+
+
+def first_text(res: t.InlineCompletionList | None) -> str:
+    texts = item_texts(res)
+    return texts[0] if texts else ""
+
+
+def completion_id(res: t.InlineCompletionList | None) -> str | None:
+    """The completion id in the first item's accept command."""
+    if not res or not res.items or res.items[0].command is None or not res.items[0].command.arguments:
+        return None
+    return str(res.items[0].command.arguments[0])
+
+
+async def debug_info(client: LanguageClient) -> dict[str, Any]:
+    """The server's `llada/debugInfo`: counters, engine state, why requests got nothing."""
+    return dict(plain(await client.protocol.send_request_async("llada/debugInfo", {})))

@@ -1,0 +1,106 @@
+"""The import rules as contracts (tests/import_rules.py): the engine never imports the server;
+kernels import neither; the server reaches torch only lazily through its in-process engine
+client; a policy never imports the scheduler or the daemon; nothing the server or the daemon
+runs imports the training code; the server's own import graph has no cycle. Then the checker
+itself, on a fake tree that breaks every rule, so that a silent checker cannot pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from import_rules import Rules, check, cycles, matches, scan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_project_keeps_its_import_rules() -> None:
+    assert check(ROOT) == []
+
+
+def test_the_servers_import_graph_has_no_cycle() -> None:
+    graph = scan(ROOT, ["llada_lsp"])
+    assert "llada_lsp.completions" in graph and graph["llada_lsp.completions"]  # it did scan
+    assert cycles(graph, "llada_lsp") == []
+
+
+@pytest.mark.parametrize(("name", "pattern", "expected"), [
+    ("engine.scheduler", "engine.**.scheduler", True),
+    ("engine.daemon.scheduler", "engine.**.scheduler", True),  # regrouped into a subpackage
+    ("engine.scheduler.queue", "engine.**.scheduler", True),
+    ("engine.schedulers", "engine.**.scheduler", False),
+    ("engine_tools", "engine", False),
+    ("engine.daemon.jobs", "engine.daemon.*", True),
+    ("llada_lsp.engines.inprocess_torch", "llada_lsp.**.inprocess*", True),
+])
+def test_patterns(name: str, pattern: str, expected: bool) -> None:
+    assert matches(name, [pattern]) is expected
+
+
+FAKE = {
+    "engine/__init__.py": "",
+    "engine/api.py": "from dataclasses import dataclass\n",
+    "engine/heavy.py": "import torch\n",
+    "engine/daemon/__init__.py": "",
+    "engine/daemon/scheduler.py": "from engine.policies import greedy\n",
+    "engine/daemon/server.py": ("def serve():\n    from engine import trainer_glue\n"),
+    "engine/trainer_glue.py": "from engine.train.loop import fit\n",
+    "engine/train/__init__.py": "",
+    "engine/train/loop.py": "def fit():\n    pass\n",
+    "engine/policies/__init__.py": "",
+    "engine/policies/greedy.py": "from ..daemon import scheduler\n",  # relative, resolved
+    "engine/bad.py": "def f():\n    import llada_lsp.server\n",
+    "kernels/__init__.py": "import torch\nfrom engine import api\n",
+    "kernels/fused.py": "from llada_lsp import cli\n",
+    "llada_lsp/__init__.py": "",
+    "llada_lsp/cli.py": "import engine.api\n",
+    "llada_lsp/server.py": ("from typing import TYPE_CHECKING\nfrom llada_lsp import plans\n"
+                            "if TYPE_CHECKING:\n    import torch\n"),
+    "llada_lsp/plans.py": "from llada_lsp import server\nfrom engine.heavy import x\n",
+    "llada_lsp/engine_client.py": ("import transformers\n\ndef load():\n"
+                                   "    import torch\n    from engine import heavy\n"),
+}
+
+
+@pytest.fixture
+def fake_tree(tmp_path: Path) -> Path:
+    for rel, text in FAKE.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_the_checker_reports_each_broken_rule(fake_tree: Path) -> None:
+    found = check(fake_tree, Rules())
+    text = "\n".join(found)
+
+    def hit(line: str) -> bool:
+        return any(f.startswith(line) for f in found)
+
+    # the engine imports the server (lazily still counts)
+    assert hit("engine.bad:2 imports llada_lsp.server: the engine never imports the server"), text
+    # kernels import the engine and the server
+    assert hit("kernels:2 imports engine.api: kernels import neither"), text
+    assert hit("kernels.fused:1 imports llada_lsp.cli: kernels import neither"), text
+    # a policy imports the scheduler, found through a relative import into a subpackage
+    assert hit("engine.policies.greedy:1 imports engine.daemon.scheduler: a policy never"), text
+    # the server reaches torch through an engine module, outside the engine client
+    assert hit("llada_lsp.plans:2 imports engine.heavy: the server reaches torch "
+               "(engine.heavy -> torch) only through"), text
+    # the engine client imports transformers at module level; its lazy imports are fine
+    assert hit("llada_lsp.engine_client:1 imports transformers: the in-process engine client "
+               "imports torch (transformers) only inside functions"), text
+    assert not hit("llada_lsp.engine_client:4") and not hit("llada_lsp.engine_client:5"), text
+    # a type-only import runs nothing; a torch-free engine module is fine; the server's own
+    # module that imports the culprit is not reported again
+    assert not hit("llada_lsp.server") and not hit("llada_lsp.cli"), text
+    # the daemon's server runs the training code, lazily and through another module
+    assert hit("engine.daemon.server runs engine.train (engine.daemon.server -> "
+               "engine.trainer_glue -> engine.train): nothing the server or the daemon runs"), text
+    assert len(found) == 7, text
+
+
+def test_the_checker_finds_cycles(fake_tree: Path) -> None:
+    graph = scan(fake_tree, ["llada_lsp"])
+    assert cycles(graph, "llada_lsp") == [["llada_lsp.plans", "llada_lsp.server", "llada_lsp.plans"]]
