@@ -30,33 +30,38 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from torch import Tensor
 
-from engine import protocol as P
-from engine.alternatives import alternatives_for, fork_tokens, group_stats
+from engine.alternatives import alternatives_for, fork_tokens, forks_budget, group_stats
 from engine.api import CompletionRequest, DoneReason, EngineEvent
 from engine.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decode import Feed, Staged
 from engine.jobs import Command, Emit, Job, Key, fair_share_victim
-from engine.policies import POLICIES, PRESETS
-from engine.service import TextEngine, TextStream
+from engine.policies import POLICIES, PRESETS, Policy
+from engine.rejections import Rejection, RejectKind, rejection_of
+from engine.stream import TextStream
 from kernels import Confidence
+
+if TYPE_CHECKING:
+    from engine.service import TextEngine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Job", "Scheduler"]
+__all__ = ["FINISHED_KEPT", "Job", "Scheduler"]
+
+FINISHED_KEPT = 64  # finished requests a remask can still reach (their sequences hold the state)
 
 
 class Scheduler:
     def __init__(self, engine: TextEngine, max_batch: int = 8, deadline_s: float = 30.0,
-                 keep_finished: int = 64, prefill_split: int | None = None,
+                 keep_finished: int = FINISHED_KEPT, prefill_split: int | None = None,
                  forward_cost_tokens: int | None = None, pack: bool | None = None) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self.engine, self.max_batch, self.deadline_s = engine, max_batch, deadline_s
-        engine.model.setup_cache(max_batch, engine.max_len)
+        self._claim_cache()
         self.free_rows = list(range(max_batch - 1, -1, -1))
         self.running: dict[Key, Job] = {}
         self.by_doc: dict[tuple[Hashable, str], Key] = {}
@@ -87,9 +92,11 @@ class Scheduler:
 
     # -- thread-safe entry points --------------------------------------------------------------
     def submit(self, req: CompletionRequest, owner: Hashable, emit: Emit, deadline_ms: int | None = None,
-               op: Literal["complete", "remask"] = "complete", spans: list[tuple[int, int]] | None = None) -> None:
+               op: Literal["complete", "remask"] = "complete", spans: list[tuple[int, int]] | None = None,
+               policy: Policy | None = None) -> None:
+        """Queue a request; `policy` overrides its plan's preset (benches compare policies)."""
         limit = self.deadline_s if deadline_ms is None else min(self.deadline_s, deadline_ms / 1000)
-        job = Job(req, owner, emit, time.perf_counter() + limit, op=op, spans=list(spans or []))
+        job = Job(req, owner, emit, time.perf_counter() + limit, op=op, spans=list(spans or []), policy=policy)
         self.inbox.put(Command("submit", job=job))
 
     def remask(self, request_id: str, spans: list[tuple[int, int]], owner: Hashable, emit: Emit,
@@ -141,10 +148,18 @@ class Scheduler:
         while not self._stop.is_set():
             self.step(block=True)
 
+    def _claim_cache(self) -> None:
+        """Size the model's KV cache for this loop's rows (again, when another loop on the same
+        engine resized it between two of this one's steps)."""
+        model, n = self.engine.model, self.engine.max_len
+        if model.cache_batch < self.max_batch or getattr(model, "cache_len", n) != n:
+            model.setup_cache(self.max_batch, n)
+
     # -- one iteration -------------------------------------------------------------------------
     def step(self, block: bool = False) -> int:
         """schedule, execute, update; returns how many sequences advanced (0: idle)."""
         self._drain(block and not self.running)
+        self._claim_cache()
         jobs = self._schedule()
         if not jobs:
             return 0
@@ -179,17 +194,18 @@ class Scheduler:
         self.counters["submitted"] += 1
         rid = job.req.request_id
         if job.key in self.running:
-            return self._reject(job, P.DUPLICATE_ID, f"request {rid!r} is already running")
+            return self._reject(job, Rejection(RejectKind.DUPLICATE, f"request {rid!r} is already running"))
         old: Job | None = None
         if job.op == "remask":
             old = self.finished.pop(job.key, None)
             if old is None or old.seq is None:
-                return self._reject(job, P.UNKNOWN_REQUEST, f"unknown or expired request id {rid!r}")
+                return self._reject(job, Rejection(RejectKind.UNKNOWN_REQUEST,
+                                                   f"unknown or expired request id {rid!r}"))
             job.req, job.partial = old.req, old.partial
         preset = job.req.plan.preset
-        if preset is not None and preset not in PRESETS and preset not in POLICIES:
-            return self._reject(job, P.INVALID_PLAN, f"unknown preset {preset!r}; known: "
-                                f"{sorted(set(PRESETS) | set(POLICIES))}")
+        if job.policy is None and preset is not None and preset not in PRESETS and preset not in POLICIES:
+            return self._reject(job, Rejection(RejectKind.BAD_REQUEST, f"unknown preset {preset!r}; known: "
+                                               f"{sorted(set(PRESETS) | set(POLICIES))}"))
         prev = self.by_doc.get((job.owner, job.req.doc_key))
         if prev is not None and prev in self.running:
             self._finish(self.running[prev], "superseded")
@@ -199,7 +215,8 @@ class Scheduler:
             self._preempt_for(job.owner)
         if not self.free_rows:
             self.counters["busy"] += 1
-            return self._reject(job, P.BUSY, f"busy: {self.max_batch} requests are running; retry later")
+            return self._reject(job, Rejection(RejectKind.BUSY,
+                                               f"busy: {self.max_batch} requests are running; retry later"))
         row = self.free_rows.pop()
         try:
             if old is not None and old.seq is not None:
@@ -210,14 +227,14 @@ class Scheduler:
                 seq.remask(self.engine.positions_for(seq, job.partial, job.spans), reused)
             else:
                 with self.engine.prompt_cache.scoped(job.owner):  # its own prompts only
-                    seq, job.partial, reused = self.engine.prepare(job.req, row)
+                    seq, job.partial, reused = self.engine.prepare(job.req, row, job.policy)
         except Exception as e:  # noqa: BLE001 - a bad request fails alone
             self.free_rows.append(row)
             self.free_rows.sort(reverse=True)
             log.exception("request %s failed to start", rid)
-            return self._reject(job, P.INTERNAL, f"{type(e).__name__}: {e}")
+            return self._reject(job, rejection_of(e))
         job.seq, job.row = seq, row
-        seq.keep_first_logits = job.op == "complete" and alternatives_for(job.req.plan, self.engine.mode) > 1
+        seq.keep_first_logits = job.op == "complete" and alternatives_for(job.req.plan, self.engine.preset) > 1
         job.stream = TextStream(self.engine, job.req, seq, job.partial, job.submitted, reused,
                                 (time.perf_counter() - job.submitted) * 1000)
         job.attrs = new_slot_attrs(self.engine.max_len, seq.clean_len)
@@ -239,7 +256,7 @@ class Scheduler:
     # -- alternatives --------------------------------------------------------------------------
     def _spawn_forks(self, job: Job) -> None:
         assert job.seq is not None
-        n = alternatives_for(job.req.plan, self.engine.mode)
+        n = alternatives_for(job.req.plan, self.engine.preset)
         if job.seq.first_logits is None or n < 2:
             return
         for i, tok in enumerate(fork_tokens(job.seq.first_logits, n)):
@@ -250,7 +267,7 @@ class Scheduler:
             fork = Job(req, job.owner, lambda ev, code: None, job.deadline, parent=job, row=row)
             try:
                 with self.engine.prompt_cache.scoped(job.owner):
-                    fork.seq = self.engine.fork(job.req, tok, row)
+                    fork.seq = self.engine.fork(job.req, tok, row, job.policy)
             except Exception:  # noqa: BLE001 - the request goes on without its alternatives
                 log.exception("an alternative of %s failed to start", job.req.request_id)
                 self._release(fork)
@@ -275,8 +292,8 @@ class Scheduler:
         self._release(victim)
         for f in victim.forks:
             self._release(f)
-        self._reject(victim, P.BUSY, "busy: the row was given to another connection (rows are shared "
-                     "fairly between connections); retry later")
+        self._reject(victim, Rejection(RejectKind.BUSY, "busy: the row was given to another connection "
+                                       "(rows are shared fairly between connections); retry later"))
 
     def _execute(self, jobs: list[Job]) -> dict[Key, Tensor]:
         feeds: list[tuple[Job, Feed]] = []
@@ -367,7 +384,7 @@ class Scheduler:
             if ev is not None:
                 job.emit(ev, None)
             if seq.done() and any(f.key in self.running for f in job.forks):
-                job.last_step = int(self.counters["steps"]) + max(seq.b, seq.forwards)
+                job.last_step = int(self.counters["steps"]) + forks_budget(seq)
             elif seq.done():
                 self._finish(job, None)
         except Exception as e:  # noqa: BLE001
@@ -431,14 +448,14 @@ class Scheduler:
     def _fail(self, job: Job, e: BaseException) -> None:
         log.error("request %s failed: %s: %s", job.req.request_id, type(e).__name__, e, exc_info=e)
         self._release(job)
-        self._reject(job, P.INTERNAL, f"{type(e).__name__}: {e}")
+        self._reject(job, rejection_of(e))
 
-    def _reject(self, job: Job, code: str, message: str) -> None:
-        self.counters["errors"] += code != P.BUSY
-        self._send(job, EngineEvent("error", job.req.request_id, "", error=message), code)
+    def _reject(self, job: Job, why: Rejection) -> None:
+        self.counters["errors"] += why.kind is not RejectKind.BUSY
+        self._send(job, EngineEvent("error", job.req.request_id, "", error=why.message), why)
 
-    def _send(self, job: Job, ev: EngineEvent, code: str | None) -> None:
+    def _send(self, job: Job, ev: EngineEvent, why: Rejection | None) -> None:
         try:
-            job.emit(ev, code)
+            job.emit(ev, why)
         except Exception:  # noqa: BLE001 - a broken listener must not stop the model thread
             log.exception("emitting to %s failed", job.owner)
