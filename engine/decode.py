@@ -231,6 +231,7 @@ class Sequence:
             logits[0, ~self.first_allowed] = float("-inf")
         # [MASK] is the canvas's blank, never an answer: a model whose top prediction is the
         # mask id leaves the position masked (as the published decoders do)
+        logits = logits.clone()  # the forward's output may be an inference tensor
         logits[:, self.sp.mask] = float("-inf")
         if self.keep_first_logits and sl.start == 0 and self.first_logits is None and not edit_only:
             self.first_logits = logits[0].detach().float().cpu().clone()

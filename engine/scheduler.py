@@ -131,6 +131,7 @@ class Scheduler:
         self._loop()
         for job in list(self.running.values()):
             self._finish(job, "cancelled")
+        self._stop.clear()  # the loop may be run again (a new in-process client on this engine)
 
     def request_stop(self) -> None:
         """Thread-safe: the loop (`run` or the thread of `start`) ends after its current step."""
