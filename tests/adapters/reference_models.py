@@ -197,7 +197,9 @@ def llada2_block(cfg: Config, state: State, x: list[int], P: int, end: int, bloc
             post += 1
             if edit_threshold is None or post > max_post_steps:
                 return forwards
-        probs = torch.softmax(llada2_logits(cfg, state, x[:end], allowed)[start:end], dim=-1)
+        logits = llada2_logits(cfg, state, x[:end], allowed)[start:end]
+        logits[:, mask_id] = float("-inf")  # [MASK] is never an answer (the engine's rule, engine.decode)
+        probs = torch.softmax(logits, dim=-1)
         forwards += 1
         conf, top = probs.max(dim=-1)
         commit = [j for j in masked if float(conf[j - start]) > threshold]
