@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.concurrency import Task, sessions  # noqa: E402
 from engine.api import CompletionRequest, EngineEvent  # noqa: E402
+from engine.rejections import Rejection
 from engine.scheduler import Job, Scheduler  # noqa: E402
 from engine.service import TextEngine  # noqa: E402
 
@@ -88,9 +89,9 @@ def drive(engine: TextEngine, work: list[list[Task]], clients: int, tag: str,
             req = CompletionRequest(f"{cid}-{state['n']}", state["doc"], f"# {tag}\n{pre}", suf, plan)
             sched.submit(req, cid, emit)
 
-        def emit(ev: EngineEvent, code: str | None) -> None:
+        def emit(ev: EngineEvent, why: Rejection | None) -> None:
             if ev.kind == "error":
-                raise RuntimeError(f"request {ev.request_id} failed ({code}): {ev.error}")
+                raise RuntimeError(f"request {ev.request_id} failed ({why}): {ev.error}")
             if ev.kind == "done":
                 finished.append(ev.request_id)
                 submit_next()

@@ -59,12 +59,12 @@ MAX_ALTERNATIVES = 8  # Plan.alternatives at most
 PRESET_ALTERNATIVES = {"quality": 4}
 
 
-def alternatives_for(plan: Plan, default_preset: str) -> int:
-    """How many candidates `plan` asks for (1: the primary alone); `default_preset`: the
-    engine's mode, for a plan without a preset. The one rule for it, on both sides: the
-    engine decodes this many; the language server asks once per plan
-    (`llada_lsp.plans.make_plan`) and sends the answer explicit in `Plan.alternatives`."""
-    n = plan.alternatives if plan.alternatives is not None else PRESET_ALTERNATIVES.get(plan.preset or default_preset, 1)
+def alternatives_for(plan: Plan, preset: str) -> int:
+    """How many candidates `plan` asks for (1: the primary alone); `preset`: the engine's
+    preset, for a plan without one. The one rule for it, on both sides: the engine decodes
+    this many; the language server asks once per plan (`llada_lsp.plans.make_plan`) and
+    sends the answer explicit in `Plan.alternatives`."""
+    n = plan.alternatives if plan.alternatives is not None else PRESET_ALTERNATIVES.get(plan.preset or preset, 1)
     return max(1, min(MAX_ALTERNATIVES, n))
 
 

@@ -1,20 +1,17 @@
-"""The forwards of block-diffusion decoding: one batched forward for many sequences, and
-the loop that decodes a single sequence.
+"""The forward of block-diffusion decoding: one batched forward for many sequences.
 
 `execute` pads the ragged feeds of several `engine.decode.Sequence`s (each on its own KV-cache
-row) into one forward and hands each its logits rows; `generate` is prepare, execute, update
-for one sequence until it is done. The scheduler drives `execute` for many requests.
+row) into one forward and hands each its logits rows; `confidences` reads the step's rows. The
+step loop (`engine.scheduler`, the only decode loop) drives them for every request.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
 
 import kernels
-from engine.decode import Feed, Sequence, Staged, TokenEvent, note_forward
+from engine.decode import Feed, Sequence, Staged, note_forward
 from engine.model import CLEAN, INVALID, Transformer, layout_mask
 from engine.torch_thread import FORWARDS
 from kernels import Confidence
@@ -173,24 +170,3 @@ def new_slot_attrs(max_len: int, clean_len: int) -> Tensor:
     a[1] = torch.arange(max_len)
     a[2] = -1
     return a
-
-
-def generate(model: Transformer, seq: Sequence, cancel: Callable[[], bool] | None = None,
-             on_prefilled: Callable[[Sequence], None] | None = None) -> Iterator[TokenEvent]:
-    """Decode one sequence on cache row `seq.row`; yields an event per forward, then done.
-
-    `cancel` is checked before every forward; `on_prefilled` runs once the prompt's KV is
-    in the cache (the prompt cache stores it)."""
-    attrs = new_slot_attrs(model.cache_len, seq.clean_len)
-    while not seq.done():
-        if cancel is not None and cancel():
-            yield seq.finish_event("cancelled")
-            return
-        feed = seq.prepare()
-        (logits,) = execute(model, [seq], [feed], [attrs])
-        first = seq.forwards == 0
-        ev = seq.update(logits)
-        if first and on_prefilled is not None:
-            on_prefilled(seq)
-        yield ev
-    yield seq.finish_event()

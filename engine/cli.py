@@ -37,7 +37,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
     text = Path(args.file).read_text(encoding="utf-8")
     at = _position(text, args.line, args.col)
     t0 = time.perf_counter()
-    eng = TextEngine(args.model, mode=args.mode, trust_remote_code=args.trust_remote_code,
+    eng = TextEngine(args.model, preset=args.mode, trust_remote_code=args.trust_remote_code,
                      max_prompt_tokens=args.max_prompt_tokens, prompt_template=args.prompt_template)
     print(f"model {eng.info()['model']} loaded in {(time.perf_counter() - t0) * 1000:.0f} ms", file=sys.stderr)
     plan = Plan(max_tokens=args.max_tokens, stop=args.stop, preset=args.mode)
@@ -132,7 +132,7 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
             import torch
 
             args.threads = default_cpu_threads(torch.get_num_threads(), dtype)
-        engine = TextEngine(model_dir, mode=args.mode, device=args.device, threads=args.threads,
+        engine = TextEngine(model_dir, preset=args.mode, device=args.device, threads=args.threads,
                             trust_remote_code=args.trust_remote_code, dtype=dtype,
                             prompt_template=args.prompt_template, **limits)
     except (OSError, ValueError) as e:

@@ -23,6 +23,7 @@ from websockets.exceptions import ConnectionClosed
 
 from engine import protocol as P
 from engine.api import EngineEvent
+from engine.rejections import Rejection
 
 if TYPE_CHECKING:
     from engine.server import Daemon
@@ -51,10 +52,10 @@ class Connection:
         self._closer: asyncio.Task[None] | None = None
 
     # -- outgoing ----------------------------------------------------------------------------------
-    def emit(self, ev: EngineEvent, code: str | None) -> None:
-        """Called on the model thread."""
+    def emit(self, ev: EngineEvent, why: Rejection | None) -> None:
+        """Called on the model thread; a rejection goes out as its wire code."""
         with contextlib.suppress(RuntimeError):  # the loop is gone: the daemon is stopping
-            self.loop.call_soon_threadsafe(self.reply, P.event_message(ev, code))
+            self.loop.call_soon_threadsafe(self.reply, P.event_message(ev, P.wire_code(why)))
 
     def reply(self, msg: dict[str, Any]) -> None:
         """Queue one message (on the event loop); a reader too slow for its replies is cut off."""

@@ -20,6 +20,7 @@ import kernels
 from engine.loops import loop_bans
 from engine.model import CLEAN, NOISY, SpecialTokens
 from engine.policies import BlockView, Policy
+from engine.rejections import TooLong
 from engine.steps import Feed, Reason, Staged, StopFn, Tally, TokenEvent, note_forward
 from kernels import Confidence
 
@@ -57,7 +58,7 @@ class Sequence:
         self.max_new = max_new_tokens
         self.cap = -(-(max_new_tokens + self.lead) // block) * block - self.lead
         if self.P + 2 * self.cap + 1 > max_len:
-            raise ValueError(f"prompt of {self.P} tokens + {self.cap} new exceeds the cache ({max_len})")
+            raise TooLong(f"prompt of {self.P} tokens + {self.cap} new exceeds the cache ({max_len})")
         self.middle = torch.full((self.cap,), special.mask, dtype=torch.long)
         self.committed = torch.zeros(self.cap, dtype=torch.bool)
         self.commit_conf = torch.zeros(self.cap)  # the confidence each token was committed with
@@ -223,8 +224,10 @@ class Sequence:
         sl = where
         cur = self.middle[sl]
         masked = ~self.committed[sl]
+        # the bans below write into a copy: the forward's output may be an inference tensor (a
+        # view of the batch's logits), which takes no in-place update outside inference mode
+        logits = logits.clone()
         if self.first_allowed is not None and sl.start == 0:
-            logits = logits.clone()
             logits[0, ~self.first_allowed] = float("-inf")
         if self.keep_first_logits and sl.start == 0 and self.first_logits is None and not edit_only:
             self.first_logits = logits[0].detach().float().cpu().clone()
@@ -232,7 +235,6 @@ class Sequence:
             n = cur.shape[0]
             bans = loop_bans(self.middle.tolist(), self.committed.tolist(), sl.start, sl.start + n, self.loop_repeats)
             if bans:
-                logits = logits.clone()
                 for j, t in bans:
                     logits[j - sl.start, t] = float("-inf")
         return Staged(logits, torch.where(masked, -1, cur).to(logits.device), sl, edit_only, multi)

@@ -11,23 +11,22 @@ reference, and the only mode for a model without a KV cache (`--trust-remote-cod
 
 `BidirSequence` subclasses `decode.Sequence` and keeps its interface (prepare / update /
 done / finish_event / final_middle / remask, fields `row`, `clean_len`, `phase`, `P`), so
-`batch.execute`, `batch.generate` and the scheduler drive it unchanged. Policies, edits,
+`batch.execute` and the step loop (`engine.scheduler`) drive it unchanged. Policies, edits,
 stop rules and events are the parent's. The completion ends at the first committed
 end-of-middle token with nothing masked before it; trailing end-of-text tokens are trimmed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from collections.abc import Sequence as Seq
 from typing import Literal
 
 from torch import Tensor, nn
 
-from engine.batch import execute, generate, new_slot_attrs
-from engine.decode import CLEAN, Feed, Sequence, Staged, StopFn, TokenEvent
+from engine.decode import CLEAN, Feed, Sequence, Staged, StopFn
 from engine.model import ModelConfig, SpecialTokens
 from engine.policies import Policy
+from engine.rejections import TooLong
 
 Refresh = Literal["block", "step"]
 
@@ -44,7 +43,7 @@ class BidirSequence(Sequence):
         self.suffix = list(suffix)
         self.L = self.P + self.cap + len(self.suffix)
         if self.L + 1 > max_len:  # execute keeps the row's last slot as scratch
-            raise ValueError(f"canvas of {self.L} tokens (prompt {self.P} + {self.cap} new + suffix "
+            raise TooLong(f"canvas of {self.L} tokens (prompt {self.P} + {self.cap} new + suffix "
                              f"{len(self.suffix)}) exceeds the cache ({max_len})")
         self.refresh = refresh
         self.fresh_at: int | None = None  # block whose first step refreshed the cache row
@@ -121,21 +120,3 @@ def make_sequence(model: nn.Module, prompt: list[int], policy: Policy, max_new_t
     return Sequence(prompt, c.special, policy, b, max_new_tokens, c.shift_logits, row=row,
                     reused=reused, first_allowed=first_allowed, stop_fn=stop_fn, max_len=max_len,
                     align=bool(getattr(model, "aligned_blocks", False)))
-
-
-def run(model: nn.Module, seq: Sequence, max_len: int = 2048,
-        cancel: Callable[[], bool] | None = None,
-        on_prefilled: Callable[[Sequence], None] | None = None) -> Iterator[TokenEvent]:
-    """`batch.generate` for any sequence; for a model without a KV cache, the same loop over
-    a slot layout of `max_len`."""
-    if len(getattr(model, "layers", [])):
-        yield from generate(model, seq, cancel=cancel, on_prefilled=on_prefilled)  # type: ignore[arg-type]
-        return
-    attrs = new_slot_attrs(max_len, seq.clean_len)
-    while not seq.done():
-        if cancel is not None and cancel():
-            yield seq.finish_event("cancelled")
-            return
-        (logits,) = execute(model, [seq], [seq.prepare()], [attrs])  # type: ignore[arg-type]
-        yield seq.update(logits)
-    yield seq.finish_event()

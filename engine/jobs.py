@@ -12,9 +12,12 @@ from torch import Tensor
 
 from engine.api import CompletionRequest, EngineEvent
 from engine.decode import Sequence
-from engine.service import TextStream
+from engine.policies import Policy
+from engine.rejections import Rejection
+from engine.stream import TextStream
 
-Emit = Callable[[EngineEvent, "str | None"], None]  # (event, error code); called on the model thread
+# (event, why it was refused: set on an error event); called on the model thread
+Emit = Callable[[EngineEvent, "Rejection | None"], None]
 Key = tuple[Hashable, str]  # (owner, request id): ids are scoped to a connection
 
 
@@ -37,6 +40,7 @@ class Job:
     forks: list[Job] = field(default_factory=list)
     last_step: int | None = None  # a done request waiting for its forks: until this step
     spawned: bool = False  # its forks were started (or it has none)
+    policy: Policy | None = None  # overrides the plan's preset (benches)
 
     @property
     def key(self) -> Key:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan, TextEdit
+from engine.rejections import Rejection, RejectKind
 
 PROTOCOL_VERSION = 1
 MAX_ID_CHARS = 256
@@ -36,6 +37,22 @@ UNKNOWN_REQUEST = "unknown_request"
 DUPLICATE_ID = "duplicate_id"
 UNSUPPORTED_VERSION = "unsupported_version"
 INTERNAL = "internal"
+
+# the wire code of each way the step loop refuses a request (engine.rejections)
+WIRE_CODES: dict[RejectKind, str] = {
+    RejectKind.BUSY: BUSY,
+    RejectKind.TOO_LONG: PROMPT_TOO_LONG,
+    RejectKind.BAD_REQUEST: INVALID_PLAN,
+    RejectKind.UNKNOWN_REQUEST: UNKNOWN_REQUEST,
+    RejectKind.DUPLICATE: DUPLICATE_ID,
+    RejectKind.INTERNAL: INTERNAL,
+}
+
+
+def wire_code(why: Rejection | None) -> str | None:
+    """The "code" of an error event for a rejection (None: not a rejection)."""
+    return None if why is None else WIRE_CODES[why.kind]
+
 
 CLIENT_TYPES = ("hello", "complete", "cancel", "remask", "stats", "health")
 STOP_KINDS = ("none", "line", "dedent", "brace", "blank_line")

@@ -1,4 +1,6 @@
-"""The daemon's scheduler: many requests, one batched forward per step (vLLM engine-core style).
+"""The step loop: many requests, one batched forward per step (vLLM engine-core style). It is
+the engine's only decode loop: the daemon runs one for its connections, the in-process engine
+steps `TextEngine.loop()` in its torch thread, and `engine.local` drives it for one request.
 
 One thread owns the model. Each iteration of its loop is
   schedule  - apply the inbox (new requests, cancels, remasks, dropped connections), in order,
@@ -18,8 +20,8 @@ one request (prepare, forward, update) fails that request only.
 A request's `stats.forwards` counts every forward that carried any of its rows (its prefill,
 steps, alternatives and remask passes) once (`engine.decode.Tally`, noted by `execute`). The
 prompt cache holds exact KV only: a model with an approximate cache (LLaDA-8B, Dream: every
-entry goes stale once the middle changes) neither stores nor restores entries, as in
-`TextEngine`.
+entry goes stale once the middle changes) neither stores nor restores entries. Rows, endings,
+preemption and alternatives' rows are `engine.rows`.
 """
 
 from __future__ import annotations
@@ -28,40 +30,40 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from torch import Tensor
 
-from engine import protocol as P
-from engine.alternatives import alternatives_for, fork_tokens, group_stats
-from engine.api import CompletionRequest, DoneReason, EngineEvent
+from engine.alternatives import alternatives_for, forks_budget
+from engine.api import CompletionRequest
 from engine.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decode import Feed, Staged
-from engine.jobs import Command, Emit, Job, Key, fair_share_victim
-from engine.policies import POLICIES, PRESETS
-from engine.service import TextEngine, TextStream
+from engine.jobs import Command, Emit, Job, Key
+from engine.policies import POLICIES, PRESETS, Policy
+from engine.rejections import Rejection, RejectKind, rejection_of
+from engine.rows import FINISHED_KEPT, Rows
+from engine.stream import TextStream
 from kernels import Confidence
+
+if TYPE_CHECKING:
+    from engine.service import TextEngine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Job", "Scheduler"]
+__all__ = ["FINISHED_KEPT", "Job", "Scheduler"]
 
 
-class Scheduler:
+
+class Scheduler(Rows):
     def __init__(self, engine: TextEngine, max_batch: int = 8, deadline_s: float = 30.0,
-                 keep_finished: int = 64, prefill_split: int | None = None,
+                 keep_finished: int = FINISHED_KEPT, prefill_split: int | None = None,
                  forward_cost_tokens: int | None = None, pack: bool | None = None) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
-        self.engine, self.max_batch, self.deadline_s = engine, max_batch, deadline_s
-        engine.model.setup_cache(max_batch, engine.max_len)
-        self.free_rows = list(range(max_batch - 1, -1, -1))
-        self.running: dict[Key, Job] = {}
-        self.by_doc: dict[tuple[Hashable, str], Key] = {}
-        self.finished: OrderedDict[Key, Job] = OrderedDict()  # kept for remask
-        self.keep_finished = keep_finished
+        super().__init__(engine, max_batch, keep_finished)
+        self.deadline_s = deadline_s
+        self._claim_cache()
         b = engine.config.block_size
         self.prefill_split = prefill_split if prefill_split is not None else 2 * b
         # a forward's fixed cost in fed tokens: ~3 ms of dispatch against ~0.08 ms a token on
@@ -77,19 +79,17 @@ class Scheduler:
             pack = engine.model.output.weight.device.type == "cpu"
         self.pack = pack
         self.inbox: queue.Queue[Command] = queue.Queue()
-        self.counters: dict[str, float] = {
-            "submitted": 0, "completed": 0, "cancelled": 0, "superseded": 0, "deadline": 0,
-            "errors": 0, "busy": 0, "preempted": 0, "steps": 0, "forwards": 0, "batched_rows": 0,
-            "max_batch_seen": 0, "forward_ms": 0.0}
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- thread-safe entry points --------------------------------------------------------------
     def submit(self, req: CompletionRequest, owner: Hashable, emit: Emit, deadline_ms: int | None = None,
-               op: Literal["complete", "remask"] = "complete", spans: list[tuple[int, int]] | None = None) -> None:
+               op: Literal["complete", "remask"] = "complete", spans: list[tuple[int, int]] | None = None,
+               policy: Policy | None = None) -> None:
+        """Queue a request; `policy` overrides its plan's preset (benches compare policies)."""
         limit = self.deadline_s if deadline_ms is None else min(self.deadline_s, deadline_ms / 1000)
-        job = Job(req, owner, emit, time.perf_counter() + limit, op=op, spans=list(spans or []))
+        job = Job(req, owner, emit, time.perf_counter() + limit, op=op, spans=list(spans or []), policy=policy)
         self.inbox.put(Command("submit", job=job))
 
     def remask(self, request_id: str, spans: list[tuple[int, int]], owner: Hashable, emit: Emit,
@@ -124,6 +124,7 @@ class Scheduler:
         self._loop()
         for job in list(self.running.values()):
             self._finish(job, "cancelled")
+        self._stop.clear()  # the loop may be run again (a new in-process client on this engine)
 
     def request_stop(self) -> None:
         """Thread-safe: the loop (`run` or the thread of `start`) ends after its current step."""
@@ -141,10 +142,18 @@ class Scheduler:
         while not self._stop.is_set():
             self.step(block=True)
 
+    def _claim_cache(self) -> None:
+        """Size the model's KV cache for this loop's rows (again, when another loop on the same
+        engine resized it between two of this one's steps)."""
+        model, n = self.engine.model, self.engine.max_len
+        if model.cache_batch < self.max_batch or getattr(model, "cache_len", n) != n:
+            model.setup_cache(self.max_batch, n)
+
     # -- one iteration -------------------------------------------------------------------------
     def step(self, block: bool = False) -> int:
         """schedule, execute, update; returns how many sequences advanced (0: idle)."""
         self._drain(block and not self.running)
+        self._claim_cache()
         jobs = self._schedule()
         if not jobs:
             return 0
@@ -179,17 +188,18 @@ class Scheduler:
         self.counters["submitted"] += 1
         rid = job.req.request_id
         if job.key in self.running:
-            return self._reject(job, P.DUPLICATE_ID, f"request {rid!r} is already running")
+            return self._reject(job, Rejection(RejectKind.DUPLICATE, f"request {rid!r} is already running"))
         old: Job | None = None
         if job.op == "remask":
             old = self.finished.pop(job.key, None)
             if old is None or old.seq is None:
-                return self._reject(job, P.UNKNOWN_REQUEST, f"unknown or expired request id {rid!r}")
+                return self._reject(job, Rejection(RejectKind.UNKNOWN_REQUEST,
+                                                   f"unknown or expired request id {rid!r}"))
             job.req, job.partial = old.req, old.partial
         preset = job.req.plan.preset
-        if preset is not None and preset not in PRESETS and preset not in POLICIES:
-            return self._reject(job, P.INVALID_PLAN, f"unknown preset {preset!r}; known: "
-                                f"{sorted(set(PRESETS) | set(POLICIES))}")
+        if job.policy is None and preset is not None and preset not in PRESETS and preset not in POLICIES:
+            return self._reject(job, Rejection(RejectKind.BAD_REQUEST, f"unknown preset {preset!r}; known: "
+                                               f"{sorted(set(PRESETS) | set(POLICIES))}"))
         prev = self.by_doc.get((job.owner, job.req.doc_key))
         if prev is not None and prev in self.running:
             self._finish(self.running[prev], "superseded")
@@ -199,7 +209,8 @@ class Scheduler:
             self._preempt_for(job.owner)
         if not self.free_rows:
             self.counters["busy"] += 1
-            return self._reject(job, P.BUSY, f"busy: {self.max_batch} requests are running; retry later")
+            return self._reject(job, Rejection(RejectKind.BUSY,
+                                               f"busy: {self.max_batch} requests are running; retry later"))
         row = self.free_rows.pop()
         try:
             if old is not None and old.seq is not None:
@@ -210,14 +221,14 @@ class Scheduler:
                 seq.remask(self.engine.positions_for(seq, job.partial, job.spans), reused)
             else:
                 with self.engine.prompt_cache.scoped(job.owner):  # its own prompts only
-                    seq, job.partial, reused = self.engine.prepare(job.req, row)
+                    seq, job.partial, reused = self.engine.prepare(job.req, row, job.policy)
         except Exception as e:  # noqa: BLE001 - a bad request fails alone
             self.free_rows.append(row)
             self.free_rows.sort(reverse=True)
             log.exception("request %s failed to start", rid)
-            return self._reject(job, P.INTERNAL, f"{type(e).__name__}: {e}")
+            return self._reject(job, rejection_of(e))
         job.seq, job.row = seq, row
-        seq.keep_first_logits = job.op == "complete" and alternatives_for(job.req.plan, self.engine.mode) > 1
+        seq.keep_first_logits = job.op == "complete" and alternatives_for(job.req.plan, self.engine.preset) > 1
         job.stream = TextStream(self.engine, job.req, seq, job.partial, job.submitted, reused,
                                 (time.perf_counter() - job.submitted) * 1000)
         job.attrs = new_slot_attrs(self.engine.max_len, seq.clean_len)
@@ -235,48 +246,6 @@ class Scheduler:
                                               not any(f.key in self.running for f in job.forks)):
                 self._finish(job, None)
         return [j for j in self.running.values() if j.last_step is None]
-
-    # -- alternatives --------------------------------------------------------------------------
-    def _spawn_forks(self, job: Job) -> None:
-        assert job.seq is not None
-        n = alternatives_for(job.req.plan, self.engine.mode)
-        if job.seq.first_logits is None or n < 2:
-            return
-        for i, tok in enumerate(fork_tokens(job.seq.first_logits, n)):
-            if not self.free_rows:
-                return
-            row = self.free_rows.pop()
-            req = CompletionRequest(f"{job.req.request_id}\0alt{i}", job.req.doc_key, "", "", job.req.plan)
-            fork = Job(req, job.owner, lambda ev, code: None, job.deadline, parent=job, row=row)
-            try:
-                with self.engine.prompt_cache.scoped(job.owner):
-                    fork.seq = self.engine.fork(job.req, tok, row)
-            except Exception:  # noqa: BLE001 - the request goes on without its alternatives
-                log.exception("an alternative of %s failed to start", job.req.request_id)
-                self._release(fork)
-                return
-            fork.seq.tally = job.seq.tally  # the request's forwards count its forks' steps
-            fork.attrs = new_slot_attrs(self.engine.max_len, fork.seq.clean_len)
-            job.forks.append(fork)
-            self.running[fork.key] = fork
-
-    def _preempt_fork(self) -> None:
-        forks = [j for j in self.running.values() if j.parent is not None]
-        if forks:
-            self._release(forks[-1])
-
-    def _preempt_for(self, owner: Hashable) -> None:
-        """Every row is taken: another connection's newest request may give its row up to
-        `owner` (`engine.jobs.fair_share_victim`); it ends with a `busy` error: retry."""
-        victim = fair_share_victim(self.running.values(), owner)
-        if victim is None:
-            return
-        self.counters["preempted"] += 1
-        self._release(victim)
-        for f in victim.forks:
-            self._release(f)
-        self._reject(victim, P.BUSY, "busy: the row was given to another connection (rows are shared "
-                     "fairly between connections); retry later")
 
     def _execute(self, jobs: list[Job]) -> dict[Key, Tensor]:
         feeds: list[tuple[Job, Feed]] = []
@@ -367,7 +336,7 @@ class Scheduler:
             if ev is not None:
                 job.emit(ev, None)
             if seq.done() and any(f.key in self.running for f in job.forks):
-                job.last_step = int(self.counters["steps"]) + max(seq.b, seq.forwards)
+                job.last_step = int(self.counters["steps"]) + forks_budget(seq)
             elif seq.done():
                 self._finish(job, None)
         except Exception as e:  # noqa: BLE001
@@ -382,63 +351,3 @@ class Scheduler:
             return
         if fork.seq.done():
             self._release(fork)
-
-    def _fail_row(self, job: Job, e: BaseException) -> None:
-        """A row failed in its update: a request fails alone; an alternative is dropped."""
-        if job.parent is None:
-            self._fail(job, e)
-            return
-        log.error("an alternative of %s failed: %s: %s", job.req.request_id, type(e).__name__, e, exc_info=e)
-        assert job.seq is not None
-        job.seq.reason = "cancelled"
-        self._release(job)
-
-    # -- endings -------------------------------------------------------------------------------
-    def _release(self, job: Job) -> None:
-        self.running.pop(job.key, None)
-        if self.by_doc.get((job.owner, job.req.doc_key)) == job.key:
-            del self.by_doc[(job.owner, job.req.doc_key)]
-        if job.row >= 0:
-            self.free_rows.append(job.row)
-            self.free_rows.sort(reverse=True)  # the lowest free row is taken first
-            job.row = -1
-
-    def _finish(self, job: Job, reason: DoneReason | None) -> None:
-        """End a running request with a done event (reason None: its own, it finished); a
-        fork just gives its row back."""
-        self._release(job)
-        if job.parent is not None:
-            return
-        for f in job.forks:
-            self._release(f)
-        assert job.seq is not None and job.stream is not None
-        tev = job.seq.finish_event(reason)  # type: ignore[arg-type]
-        steps = max(1, job.seq.forwards)
-        forks = [f.seq for f in job.forks if f.seq is not None and f.seq.done() and f.seq.reason != "cancelled"]
-        extra = {"avg_batch": job.batch_sum / steps, "row_wait_ms": job.stream.queue_ms}
-        if job.forks:
-            extra |= group_stats(job.seq, forks)
-        done = job.stream.finish(tev, extra, forks if reason is None else None)
-        if reason is None:
-            self.counters["completed"] += 1
-        elif reason in ("cancelled", "superseded", "deadline"):
-            self.counters[reason] += 1
-        self.finished[job.key] = job
-        while len(self.finished) > self.keep_finished:
-            self.finished.popitem(last=False)
-        self._send(job, done, None)
-
-    def _fail(self, job: Job, e: BaseException) -> None:
-        log.error("request %s failed: %s: %s", job.req.request_id, type(e).__name__, e, exc_info=e)
-        self._release(job)
-        self._reject(job, P.INTERNAL, f"{type(e).__name__}: {e}")
-
-    def _reject(self, job: Job, code: str, message: str) -> None:
-        self.counters["errors"] += code != P.BUSY
-        self._send(job, EngineEvent("error", job.req.request_id, "", error=message), code)
-
-    def _send(self, job: Job, ev: EngineEvent, code: str | None) -> None:
-        try:
-            job.emit(ev, code)
-        except Exception:  # noqa: BLE001 - a broken listener must not stop the model thread
-            log.exception("emitting to %s failed", job.owner)

@@ -1,16 +1,21 @@
-"""The text-level engine: tokenizes requests, decodes, and turns token events into text events.
+"""The text-level engine: loads a model, tokenizes requests into decoding sequences, and turns
+their middles into text.
 
-`TextEngine.complete` is a synchronous generator that runs the model in the calling thread
-(one request at a time; the daemon's scheduler batches many). It checks `cancel` between
-forwards. Text never crosses the stop rule: the tokens after it are not reported.
+Decoding is the step loop's (`engine.scheduler.Scheduler`): the daemon runs one over many
+connections, and `TextEngine.loop()` is this engine's own, for a caller in one thread (the
+language server's in-process engine, benches, the CLI). `TextEngine.complete` and `remask` are
+that loop with one request (`engine.local`). Text never crosses the stop rule: the tokens after
+it are not reported.
+
+The preset is called `preset` throughout the engine; `mode` survives only as the name users
+see (the LSP's `mode` option, the CLI's `--mode`, `info()["mode"]` on the wire).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
-import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,17 +23,19 @@ from typing import Any, cast
 
 import torch
 
-from engine.alternatives import alternatives_for, group_stats, only, run_group
-from engine.api import CompletionRequest, EngineEvent, EventKind, Plan, diff_edits
+from engine import local
+from engine.alternatives import only
+from engine.api import CompletionRequest, EngineEvent, Plan
 from engine.checkpoint import EMBEDDED_DIR
-from engine.decode import Sequence, TokenEvent
-from engine.decode_bidir import make_sequence, run
+from engine.decode import Sequence
+from engine.decode_bidir import make_sequence
 from engine.healing import HEALABLE, Healing
 from engine.loader import load_model
 from engine.model import Transformer
 from engine.policies import Policy, make_policy
 from engine.prompt_cache import PromptCache
 from engine.prompt_format import Parts, clean_answer, language_of, split_tail
+from engine.scheduler import Scheduler
 from engine.stops import cut_text, stop_index
 from engine.tokenizer import load_prompt_format, load_tokenizer, special_id_set
 from engine.window import char_window, token_window
@@ -41,7 +48,6 @@ REAL_MAX_LEN = REAL_MAX_PROMPT + 512  # a 4k prompt and a 512-token middle
 GEN_RESERVE = 512  # canvas positions the default budget leaves to the middle (at most a quarter)
 FORMAT_SLACK = 16  # prompt tokens kept free for what the empty-format count misses (fence language)
 SUFFIX_SHARE = 0.28
-FINISHED_KEPT = 16  # finished requests that remask can still reach
 
 
 def default_model_dir() -> Path:
@@ -56,7 +62,7 @@ def default_prompt_budget(family: str, max_len: int) -> int:
 
 
 class TextEngine:
-    def __init__(self, model_dir: str | Path | None = None, *, mode: str = "speedy", device: str = "cpu",
+    def __init__(self, model_dir: str | Path | None = None, *, preset: str = "speedy", device: str = "cpu",
                  max_len: int | None = None, prompt_cache_entries: int = 4,
                  max_prompt_tokens: int | None = None, threads: int | None = None,
                  trust_remote_code: bool = False, dtype: torch.dtype | None = None,
@@ -87,7 +93,7 @@ class TextEngine:
         self.format = load_prompt_format(self.loaded.tokenizer_path, self.tok, self.fim, prompt_template)
         self._use_format_ends()
         self.exact_cache = self.loaded.cache == "exact"
-        self.mode = mode
+        self.preset = preset  # the preset of a plan that names none
         self.max_prompt_tokens = min(max_prompt_tokens, self.max_len - 1) if max_prompt_tokens \
             else default_prompt_budget(self.loaded.family, self.max_len)
         self.prompt_cache = PromptCache(prompt_cache_entries)
@@ -95,8 +101,7 @@ class TextEngine:
         self.healing = Healing(texts, special_id_set(self.tok, self.sp))
         self._format_tokens = self._count_format_tokens()
         self._lock = threading.Lock()
-        # finished requests by id, for remask (a few: their sequences hold the whole state)
-        self.finished: OrderedDict[str, tuple[CompletionRequest, Sequence, str]] = OrderedDict()
+        self._loop: Scheduler | None = None
 
     def _use_format_ends(self) -> None:
         """Answers end at the format's end-of-turn token (a chat template's), else end of text:
@@ -117,7 +122,7 @@ class TextEngine:
         return {"model": self.model_dir.name, "path": str(self.model_dir), "family": self.loaded.family,
                 "prompt_format": self.format.kind, "prompt_template": self.format.source,
                 "max_len": self.max_len, "block_size": self.config.block_size,
-                "vocab_size": self.config.vocab_size, "mode": self.mode, "max_prompt_tokens": self.max_prompt_tokens,
+                "vocab_size": self.config.vocab_size, "mode": self.preset, "max_prompt_tokens": self.max_prompt_tokens,
                 "params": sum(p.numel() for p in self.model.parameters()),
                 "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
 
@@ -191,27 +196,34 @@ class TextEngine:
         its decoding state; returns (sequence, healed partial token text, reused tokens)."""
         plan = req.plan
         ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, doc_key=req.doc_key)
-        policy = policy or make_policy(plan.preset or self.mode)
+        policy = policy or make_policy(plan.preset or self.preset)
         reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids) if self.exact_cache else 0
         max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
         seq = make_sequence(self.model, ids, policy, max_new, suffix=suffix, row=row, reused=reused,
                             max_len=self.max_len, first_allowed=allowed, stop_fn=self._stop_fn(plan, partial))
         return seq, partial, seq.reused
 
+    def loop(self) -> Scheduler:
+        """This engine's step loop for callers in one thread (created on first use): a request
+        and its preset's alternatives at once (`engine.local.LOCAL_ROWS`), no deadline of its
+        own (the caller keeps time), remask memory as the daemon's."""
+        if self._loop is None:
+            self._loop = Scheduler(self, max_batch=local.LOCAL_ROWS, deadline_s=math.inf)
+        return self._loop
+
     def complete(self, req: CompletionRequest, cancel: threading.Event | None = None,
                  policy: Policy | None = None) -> Iterator[EngineEvent]:
-        """Decode `req`, yielding text events. `policy` overrides the plan's preset (benches)."""
+        """Decode `req` on this engine's loop in the calling thread, yielding text events;
+        `cancel` is checked between forwards. `policy` overrides the plan's preset (benches)."""
         with self._lock:
-            yield from self._complete(req, cancel, policy)
+            yield from local.complete(self.loop(), req, cancel, policy)
 
-    def _complete(self, req: CompletionRequest, cancel: threading.Event | None,
-                  policy: Policy | None = None) -> Iterator[EngineEvent]:
-        t0 = time.perf_counter()
-        n = alternatives_for(req.plan, self.mode)
-        if n > 1 and self.model.cache_batch < n:  # before prepare: a new cache drops row 0
-            self.model.setup_cache(n, self.max_len)
-        seq, partial, reused = self.prepare(req, 0, policy)
-        yield from self._run(req, seq, partial, t0, reused, cancel, n, policy)
+    def remask(self, request_id: str, spans: list[tuple[int, int]],
+               cancel: threading.Event | None = None) -> Iterator[EngineEvent]:
+        """Send the tokens overlapping character `spans` of a finished request's text back to
+        [MASK] and decode them again (the syntax-guided edit of the language server)."""
+        with self._lock:
+            yield from local.remask(self.loop(), request_id, spans, cancel)
 
     def fork(self, req: CompletionRequest, token: int, row: int, policy: Policy | None = None) -> Sequence:
         """A candidate of `req` on cache row `row` whose first token is `token` (engine.alternatives);
@@ -266,35 +278,6 @@ class TextEngine:
         text = self.tok.decode(seq.prompt[-64:])
         return split_tail(text)[1] + partial
 
-    def _run(self, req: CompletionRequest, seq: Sequence, partial: str, t0: float, reused: int,
-             cancel: threading.Event | None, n: int = 1, policy: Policy | None = None) -> Iterator[EngineEvent]:
-        prompt = seq.prompt
-
-        def store(s: Sequence) -> None:
-            if self.exact_cache:
-                self.prompt_cache.store(self.model, s.row, req.doc_key, prompt)
-
-        stream = TextStream(self, req, seq, partial, t0, reused, (time.perf_counter() - t0) * 1000)
-        ev: TokenEvent
-        stop = cancel.is_set if cancel else None
-        forks: list[Sequence] = []
-        if n > 1:
-            events = run_group(self.model, seq, n, lambda tok, row: self.fork(req, tok, row, policy), self.max_len,
-                               cancel=stop, on_prefilled=store, forks=forks)
-        else:
-            events = run(self.model, seq, self.max_len, cancel=stop, on_prefilled=store)
-        for ev in events:
-            if ev.kind == "done":
-                self.finished[req.request_id] = (req, seq, partial)
-                self.finished.move_to_end(req.request_id)
-                while len(self.finished) > FINISHED_KEPT:
-                    self.finished.popitem(last=False)
-                yield stream.finish(ev, group_stats(seq, forks) if n > 1 else None, forks)
-                return
-            out = stream.feed(ev)
-            if out is not None:
-                yield out
-
     def _final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
         return self._answer(seq, list(seq.final_middle()), plan, partial)
 
@@ -307,62 +290,3 @@ class TextEngine:
                 positions.append(i)
             off += n
         return positions
-
-    def remask(self, request_id: str, spans: list[tuple[int, int]],
-               cancel: threading.Event | None = None) -> Iterator[EngineEvent]:
-        """Send the tokens overlapping character `spans` of the last completion's text back to
-        [MASK] and decode them again (the syntax-guided edit of the language server)."""
-        with self._lock:
-            if request_id not in self.finished:
-                yield EngineEvent("error", request_id, "", error="unknown or expired request id")
-                return
-            req, seq, partial = self.finished[request_id]
-            positions = self.positions_for(seq, partial, spans)
-            t0 = time.perf_counter()
-            reused = self.prompt_cache.restore(self.model, seq.row, req.doc_key, seq.prompt) if self.exact_cache else 0
-            seq.remask(positions, reused)
-            yield from self._run(req, seq, partial, t0, reused, cancel)
-
-
-class TextStream:
-    """One request's text view of its token events: drafts until the first complete draft of
-    the span, then edits, then done with timings. Shared by `TextEngine` and the scheduler."""
-
-    def __init__(self, engine: TextEngine, req: CompletionRequest, seq: Sequence, partial: str,
-                 t0: float, reused: int, queue_ms: float) -> None:
-        self.engine, self.req, self.seq, self.partial = engine, req, seq, partial
-        self.t0, self.reused, self.queue_ms = t0, reused, queue_ms
-        self.prev = ""
-        self.first_draft_ms: float | None = None
-
-    def feed(self, ev: TokenEvent) -> EngineEvent | None:
-        """The text event of one forward's token event, or None when the text did not change."""
-        text = self.engine._text(self.seq, self.req.plan, self.partial)
-        rid, prev = self.req.request_id, self.prev
-        if self.first_draft_ms is None and ev.complete:
-            self.first_draft_ms = (time.perf_counter() - self.t0) * 1000
-            self.prev = text
-            return EngineEvent("draft", rid, text, diff_edits(prev, text), ev.step, True)
-        if text == prev:
-            return None
-        self.prev = text
-        kind: EventKind = "draft" if self.first_draft_ms is None else "edit"
-        return EngineEvent(kind, rid, text, diff_edits(prev, text), ev.step, self.first_draft_ms is not None)
-
-    def finish(self, ev: TokenEvent, extra: dict[str, Any] | None = None,
-               forks: list[Sequence] | None = None) -> EngineEvent:
-        seq = self.seq
-        text = self.engine._final_text(seq, self.req.plan, self.partial)
-        alts = self.engine.alternative_texts(self.req, forks, self.partial, text) \
-            if forks and ev.reason != "cancelled" else ()
-        total = (time.perf_counter() - self.t0) * 1000
-        n_tok = len(seq.final_middle())
-        # every model forward the request caused (alternatives and remask passes included)
-        fw = seq.tally.forwards
-        stats = {"forwards": fw, "tokens": n_tok, "tpf": n_tok / max(1, fw), "primary_forwards": seq.forwards,
-                 "prefill_tokens": len(seq.prompt) - self.reused, "reused_tokens": self.reused,
-                 "queue_ms": self.queue_ms,
-                 "first_draft_ms": self.first_draft_ms if self.first_draft_ms is not None else total,
-                 "total_ms": total, **(extra or {})}
-        return EngineEvent("done", self.req.request_id, text, diff_edits(self.prev, text), seq.forwards, True,
-                           reason=ev.reason, stats=stats, alternatives=alts)

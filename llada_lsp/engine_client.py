@@ -2,18 +2,20 @@
 `make_engine`, which picks one from the `engine` option. Their interface (`EngineClient`,
 `EngineJob`) is `llada_lsp.engine_base`, re-exported here.
 
-The in-process client runs the engine in one worker thread (`TextEngine` is not thread-safe)
-and imports torch lazily, in that thread: the only way from `llada_lsp` to torch.
+The in-process client runs the engine's step loop in one worker thread (every torch op
+there) and imports torch lazily, in that thread: the only way from `llada_lsp` to torch.
+`submit(request)` returns an `EngineJob` whose `events()` async-iterates the engine's text
+events; a newer job for the same `doc_key` supersedes the older one between forwards.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from engine.api import CompletionRequest, EngineEvent
@@ -32,8 +34,27 @@ __all__ = ["TIMED_OUT", "EngineClient", "EngineJob", "EngineUnavailable", "InPro
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class InProcessJob(EngineJob):
+    """A job of the in-process engine: cancelling it tells the engine's step loop."""
+
+    on_cancel: Callable[[str], None] | None = None
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        first = not self.cancel_event.is_set()
+        super().cancel(reason)
+        if first and not self.finished and self.on_cancel is not None:
+            self.on_cancel(self.request.request_id)
+
+
 class InProcessEngine(EngineClient):
-    """engine.service.TextEngine in a worker thread of this process."""
+    """engine.service.TextEngine's step loop (`TextEngine.loop()`, the daemon's scheduler with
+    one owner) run in a worker thread of this process: the thread loads the model and runs
+    every torch op. Jobs enter the loop's inbox from any thread and leave through an emit
+    callback; the loop applies supersession (same doc_key), cancels and deadlines between
+    forwards, as for the daemon's connections."""
+
+    OWNER = "\0inprocess"
 
     def __init__(self, model_dir: str | None = None, mode: str = "speedy",
                  device: str = "cpu", factory: Callable[..., Any] | None = None,
@@ -45,9 +66,11 @@ class InProcessEngine(EngineClient):
                                                                 ("prompt_template", prompt_template)) if v}
         self._factory = factory
         self._engine: Any = None
-        self._jobs: queue.Queue[tuple[str, EngineJob, Any] | None] = queue.Queue()
+        self._loop: Any = None  # the engine's step loop (engine.scheduler.Scheduler)
         self._latest: dict[str, EngineJob] = {}
         self._running: dict[str, int] = {}
+        self._counted: set[int] = set()  # ids of the jobs counted in _running
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -79,8 +102,10 @@ class InProcessEngine(EngineClient):
 
             factory = TextEngine
         report("loading the model", 40)
-        kwargs: dict[str, Any] = {"mode": self.mode, "device": self._device(), **self.prompt_kwargs}
+        # `mode` is the option's (user-facing) name of the engine's default preset
+        kwargs: dict[str, Any] = {"preset": self.mode, "device": self._device(), **self.prompt_kwargs}
         self._engine = factory(self.model_dir, **kwargs)
+        self._loop = self._engine.loop()
         info = getattr(self._engine, "info", None)
         self.info = dict(info()) if callable(info) else {}
         report("model ready", 100)
@@ -102,72 +127,73 @@ class InProcessEngine(EngineClient):
             self.state = "error"
         finally:
             finish()
-        if self.state != "ready":
-            return
-        while not self._stop.is_set():
-            item = self._jobs.get()
-            if item is None:
-                break
-            self._run(*item)
+        if self.state == "ready" and not self._stop.is_set():
+            self._loop.run()  # until close(): schedule, forward, update; then cancels what runs
 
     def submit(self, request: CompletionRequest) -> EngineJob:
         return self._enqueue("complete", request, None)
 
     def remask(self, job: EngineJob, spans: list[tuple[int, int]]) -> EngineJob | None:
-        if self._engine is None or not hasattr(self._engine, "remask"):
+        if self._loop is None:
             return None
         return self._enqueue("remask", job.request, spans)
 
     def _enqueue(self, op: str, request: CompletionRequest, spans: Any) -> EngineJob:
-        job = self.with_deadlines(EngineJob(request, asyncio.get_running_loop()))
+        job = self.with_deadlines(InProcessJob(request, asyncio.get_running_loop(), on_cancel=self._cancel))
         older = self._latest.get(request.doc_key)
         if older is not None and not older.finished:
-            older.cancel("superseded")
+            older.cancel_reason = "superseded"  # the loop supersedes it by document key
+            older.cancel_event.set()
+            self._count(older, False)
         self._latest[request.doc_key] = job
         self.counters["submitted"] += 1
-        if self.state != "ready":
+        if self.state != "ready" or self._stop.is_set():
             job.finished = True
             job.push(EngineEvent("error", request.request_id, "", error="engine not ready"))
             return job
-        self._jobs.put((op, job, spans))
+        self._run(op, job, spans)
         return job
 
     def _run(self, op: str, job: EngineJob, spans: Any) -> None:
-        rid = job.request.request_id
-        if job.cancelled:
-            self.counters["skipped"] += 1
-            job.finished = True
-            job.push(EngineEvent("done", rid, "", reason="superseded"
-                                 if job.cancel_reason == "superseded" else "cancelled"))
-            return
-        key = job.doc_key
-        self._running[key] = self._running.get(key, 0) + 1
-        self.counters["max_running_per_doc"] = max(self.counters["max_running_per_doc"],
-                                                   self._running[key])
+        """Hand `job` to the step loop; its events come back through `_emitter`."""
+        self._count(job, True)
         self.counters["engine_calls"] += 1
         job.started_at = time.perf_counter()
         job.ran = True
-        try:
-            if op == "remask":
-                events = self._engine.remask(rid, spans, job.cancel_event)
-            else:
-                events = self._engine.complete(job.request, job.cancel_event)
-            last_kind = None
-            for ev in events:
-                last_kind = ev.kind
-                job.push(ev)
-                if self._stop.is_set():
-                    job.cancel("shutdown")
-            if last_kind not in ("done", "error"):
-                job.push(EngineEvent("done", rid, "", reason="error", error="no done event"))
-            if job.cancelled:
-                self.counters["cancelled"] += 1
-        except Exception as e:  # noqa: BLE001 - reported to the request, the worker goes on
-            log.exception("engine request %s failed", rid)
-            job.push(EngineEvent("error", rid, "", error=f"{type(e).__name__}: {e}"))
-        finally:
-            self._running[key] -= 1
-            job.finished = True
+        emit = self._emitter(job)
+        deadline_ms = max(1, int(job.deadline_s * 1000)) if job.deadline_s else None
+        if op == "remask":
+            self._loop.remask(job.request.request_id, spans, self.OWNER, emit, deadline_ms)
+        else:
+            self._loop.submit(job.request, self.OWNER, emit, deadline_ms)
+
+    def _emitter(self, job: EngineJob) -> Callable[[EngineEvent, Any], None]:
+        def emit(ev: EngineEvent, _why: Any) -> None:  # noqa: ANN401 - engine.rejections.Rejection
+            """On the worker thread, for each of the job's events."""
+            if ev.kind in ("done", "error"):
+                if ev.reason in ("cancelled", "superseded"):
+                    self.counters["cancelled"] += 1
+                self._count(job, False)
+                job.finished = True
+            job.push(ev)
+        return emit
+
+    def _cancel(self, request_id: str) -> None:
+        if self._loop is not None:
+            self._loop.cancel(request_id, self.OWNER)
+
+    def _count(self, job: EngineJob, running: bool) -> None:
+        """Count `job` among its document's running requests (once), or stop counting it."""
+        key = job.doc_key
+        with self._lock:
+            if running and id(job) not in self._counted:
+                self._counted.add(id(job))
+                self._running[key] = self._running.get(key, 0) + 1
+                self.counters["max_running_per_doc"] = max(self.counters["max_running_per_doc"],
+                                                           self._running[key])
+            elif not running and id(job) in self._counted:
+                self._counted.discard(id(job))
+                self._running[key] -= 1
 
     def running(self) -> int:
         return sum(self._running.values())
@@ -176,7 +202,8 @@ class InProcessEngine(EngineClient):
         self._stop.set()
         for job in list(self._latest.values()):
             job.cancel("shutdown")
-        self._jobs.put(None)
+        if self._loop is not None:
+            self._loop.request_stop()
         if self._thread is not None and self._thread.is_alive():
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 5.0)
 

@@ -30,17 +30,18 @@ PRESETS: dict[str, tuple[str, Any]] = {
 }
 
 
-def make_policy(name: str, **overrides: Any) -> Policy:
-    """A policy by preset or policy name; keyword overrides replace config fields."""
-    if name in PRESETS:
-        pname, cfg = PRESETS[name]
-    elif name in POLICIES:
-        pname, cfg = name, POLICIES[name][0]()
+def make_policy(preset: str, **overrides: Any) -> Policy:
+    """The policy of a preset (a bare policy name is a preset too, with its default config);
+    keyword overrides replace config fields."""
+    if preset in PRESETS:
+        policy_name, cfg = PRESETS[preset]
+    elif preset in POLICIES:
+        policy_name, cfg = preset, POLICIES[preset][0]()
     else:
-        raise ValueError(f"unknown policy or preset {name!r}; known: {sorted(set(PRESETS) | set(POLICIES))}")
+        raise ValueError(f"unknown policy or preset {preset!r}; known: {sorted(set(PRESETS) | set(POLICIES))}")
     if overrides:
         cfg = replace(cfg, **overrides)
-    return POLICIES[pname][1](cfg)
+    return POLICIES[policy_name][1](cfg)
 
 
 __all__ = ["BlockView", "Decision", "Policy", "POLICIES", "PRESETS", "make_policy"]

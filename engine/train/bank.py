@@ -35,8 +35,17 @@ from tokenizers import Tokenizer
 from tree_sitter import Parser
 
 from engine.model import CLEAN, NOISY, SpecialTokens
-from engine.train.data import (KIND_WEIGHTS, KINDS, MAX_MIDDLE, MAX_PREFIX, MAX_SUFFIX, PY, Batch, Encoded,
-                              block_spans)
+from engine.train.data import (
+    KIND_WEIGHTS,
+    KINDS,
+    MAX_MIDDLE,
+    MAX_PREFIX,
+    MAX_SUFFIX,
+    PY,
+    Batch,
+    Encoded,
+    block_spans,
+)
 from engine.train.echo import renoise
 
 NO_SUFFIX = 0.1  # share of examples shown without their suffix (data.encode_example)

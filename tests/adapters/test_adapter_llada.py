@@ -13,9 +13,10 @@ from bidir_checks import (
 )
 from tiny_ckpts import EOS, MASK, prompt_ids, write_llada
 
-from engine.decode_bidir import BidirSequence, run
+from engine.decode_bidir import BidirSequence
 from engine.loader import LoadedModel, load_model
 from engine.policies import make_policy
+from tests.engine.conftest import decode_alone
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +61,11 @@ def test_trailing_end_of_text_is_trimmed(llada: LoadedModel) -> None:
     assert seq.final_middle() == [20, 21, 22, 23, 30]
 
 
-def test_run_yields_done(llada: LoadedModel) -> None:
+def test_decoding_yields_done(llada: LoadedModel) -> None:
     from engine.decode_bidir import make_sequence
 
     seq = make_sequence(llada.model, prompt_ids(9), make_policy("speedy"), 16, suffix=[5, 6, 7], max_len=256)
-    evs = list(run(llada.model, seq, 256))
+    evs = decode_alone(llada.model, seq)
     assert evs[-1].kind == "done" and evs[-1].middle == seq.final_middle()
 
 
@@ -77,5 +78,5 @@ def test_multi_block_edit_passes_are_full_forwards(llada: LoadedModel) -> None:
 
     pol = make_policy("draft_edit", multi_block=True, edit_threshold=0.0)
     seq = make_sequence(llada.model, prompt_ids(9), pol, 24, suffix=[5, 6], block=8, max_len=256)
-    list(run(llada.model, seq, 256))
+    decode_alone(llada.model, seq)
     assert seq.done() and seq.refreshes >= seq.multi_pass

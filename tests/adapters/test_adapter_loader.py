@@ -15,6 +15,7 @@ from engine import loader
 from engine.checkpoint import save_checkpoint
 from engine.loader import ModelNotFoundError, load_model, resolve, resolve_dtype, special_ids
 from engine.model import Transformer, preset
+from tests.engine.conftest import decode_alone
 
 
 def test_missing_hf_name_names_what_to_download() -> None:
@@ -98,7 +99,7 @@ def test_remote_code_wrapper_decodes_uncached() -> None:
     """The opt-in path's wrapper: no KV cache, so every step is a full forward."""
     from types import SimpleNamespace
 
-    from engine.decode_bidir import BidirSequence, make_sequence, run
+    from engine.decode_bidir import BidirSequence, make_sequence
     from engine.loader import RemoteCodeModel
     from engine.model import ModelConfig, SpecialTokens
     from engine.policies import make_policy
@@ -121,7 +122,7 @@ def test_remote_code_wrapper_decodes_uncached() -> None:
                                             shift_logits=False, special=sp))
     seq = make_sequence(m, [1, 2, 3], make_policy("threshold"), 8, suffix=[4, 5], max_len=64)
     assert isinstance(seq, BidirSequence) and seq.refresh == "step"
-    evs = list(run(m, seq, 64))
+    evs = decode_alone(m, seq, max_len=64)
     assert evs[-1].kind == "done" and seq.refreshes == seq.forwards
 
 

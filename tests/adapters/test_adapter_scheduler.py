@@ -37,7 +37,7 @@ def test_family_batches_like_it_runs_alone(write: Callable[[Path], Path], family
     eng = TextEngine(path, threads=1, max_len=256, max_prompt_tokens=64)
     log: dict[str, list[tuple[str, str]]] = {}
 
-    def emit(ev: EngineEvent, code: str | None) -> None:
+    def emit(ev: EngineEvent, _why: object) -> None:
         log.setdefault(ev.request_id, []).append((ev.kind, ev.text))
 
     s = Scheduler(eng, max_batch=4)

@@ -34,10 +34,10 @@ from tiny_ckpts import (
 )
 from torch import Tensor
 
-from engine.batch import generate
 from engine.decode import Sequence
 from engine.loader import LoadedModel, load_model
 from engine.policies import Policy, make_policy
+from tests.engine.conftest import steps_alone
 
 ATOL = 1e-4  # float32; the two sides differ only in summation order
 BLOCK, MAX_LEN = 8, 256
@@ -156,7 +156,7 @@ def engine_decode(lm: LoadedModel, prompt: list[int], gen_length: int, policy: P
     seq = Sequence(prompt, special, policy, BLOCK, gen_length, shift=False, max_len=MAX_LEN, align=True,
                    end_ahead_min=0.0)
     lm.model.setup_cache(1, MAX_LEN)  # type: ignore[operator]
-    for _ in generate(lm.model, seq):  # type: ignore[arg-type]
+    for _ in steps_alone(lm.model, seq):
         pass
     assert seq.done()
     return seq.middle.tolist(), seq.forwards

@@ -35,7 +35,7 @@ def test_scheduler_caches_prompts_only_when_the_cache_is_exact(write: Callable[[
     assert eng.exact_cache == exact
     done: dict[str, EngineEvent] = {}
 
-    def emit(ev: EngineEvent, _code: str | None) -> None:
+    def emit(ev: EngineEvent, _why: object) -> None:
         if ev.kind in ("done", "error"):
             done[ev.request_id] = ev
 

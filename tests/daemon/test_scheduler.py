@@ -13,6 +13,8 @@ import torch
 
 from engine.api import CompletionRequest, EngineEvent, Plan
 from engine.decode import Staged
+from engine.protocol import wire_code
+from engine.rejections import Rejection
 from engine.scheduler import Scheduler
 from engine.service import TextEngine
 
@@ -29,8 +31,8 @@ class Sink:
         self.events: dict[str, list[tuple[EngineEvent, str | None]]] = defaultdict(list)
 
     def emit_for(self, owner: str):  # noqa: ANN201
-        def emit(ev: EngineEvent, code: str | None) -> None:
-            self.events[ev.request_id].append((ev, code))
+        def emit(ev: EngineEvent, why: Rejection | None) -> None:
+            self.events[ev.request_id].append((ev, wire_code(why)))  # the daemon's mapping
         return emit
 
     def last(self, rid: str) -> EngineEvent:

@@ -1,35 +1,25 @@
-"""Alternatives (engine.alternatives): forks from the next most likely first tokens, decoded in
-the same forwards as their request, give what each gives alone; the primary is untouched;
-the group's latency is bounded; the text engine returns the forks' texts on done."""
+"""Alternatives (engine.alternatives) on the step loop (engine.scheduler, here in process): forks
+from the next most likely first tokens, decoded in the same forwards as their request, give what
+each gives alone; the primary is untouched; the group's latency is bounded (forks_budget); the
+text engine returns the forks' texts on done."""
 
 from __future__ import annotations
+
+import threading
+from dataclasses import replace
 
 import pytest
 import torch
 
-from engine.alternatives import (
-    PRESET_ALTERNATIVES,
-    alternatives_for,
-    fork_tokens,
-    group_stats,
-    only,
-    run_group,
-)
-from engine.api import MAX_ALTERNATIVES, CompletionRequest, Plan
-from engine.batch import generate
+from engine import local
+from engine.alternatives import PRESET_ALTERNATIVES, alternatives_for, fork_tokens, forks_budget
+from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan
 from engine.decode import Sequence
-from engine.model import ModelConfig, Transformer
-from engine.policies import make_policy
-from tests.engine.conftest import prompt_of
+from engine.policies import Policy, make_policy
+from engine.service import TextEngine
+from tests.engine.conftest import decode_alone
 
 INF = float("inf")
-
-
-def seq_of(cfg: ModelConfig, prompt: list[int], row: int, first: int | None = None, max_new: int = 12,
-           policy: str = "speedy") -> Sequence:
-    allowed = only(first, cfg.vocab_size) if first is not None else None
-    return Sequence(prompt, cfg.special, make_policy(policy), cfg.block_size, max_new, cfg.shift_logits,
-                    row=row, first_allowed=allowed)
 
 
 def test_fork_tokens_take_the_next_ranks_and_skip_disallowed() -> None:
@@ -48,92 +38,122 @@ def test_alternatives_for_follows_the_preset_unless_the_plan_says() -> None:
     assert alternatives_for(Plan(alternatives=99), "speedy") == MAX_ALTERNATIVES
 
 
-def test_forks_batched_with_their_request_equal_each_decoded_alone(tiny: Transformer, cfg: ModelConfig) -> None:
-    prompt = prompt_of(cfg, [11, 12, 13, 14], [21, 22])
-    alone = seq_of(cfg, prompt, 0)
-    alone_events = list(generate(tiny, alone))
-    primary, forks = seq_of(cfg, prompt, 0), []
-    events = list(run_group(tiny, primary, 2, lambda tok, row: seq_of(cfg, prompt, row, tok), tiny.cache_len,
-                            forks=forks))
-    # the primary decodes exactly as without its fork
-    assert primary.final_middle() == alone.final_middle()
-    assert [(e.kind, e.fills, e.edits) for e in events] == [(e.kind, e.fills, e.edits) for e in alone_events]
-    assert primary.first_logits is not None
-    (tok,) = fork_tokens(primary.first_logits, 2)
-    assert tok != primary.final_middle()[0] or primary.final_middle()[0] == cfg.special.end_of_middle
-    (fork,) = forks
-    assert fork.row == 1 and fork.final_middle()[0] == tok
-    solo = seq_of(cfg, prompt, 0, tok)
-    list(generate(tiny, solo))
-    assert fork.final_middle() == solo.final_middle()
-    st = group_stats(primary, forks)
-    assert st["alternative_rows"] == 1 and st["alternative_row_forwards"] == fork.forwards > 0
-    # the request's forwards: every forward that carried the primary or its fork, once
-    assert fork.tally is primary.tally
-    assert primary.forwards <= primary.tally.forwards and fork.forwards < primary.tally.forwards
-    assert primary.tally.forwards <= primary.forwards + max(cfg.block_size, primary.forwards)
-
-
-def test_a_fork_that_would_outlast_its_request_is_dropped(tiny: Transformer, cfg: ModelConfig) -> None:
-    prompt = prompt_of(cfg, [11, 12, 13], [])
-    primary = seq_of(cfg, prompt, 0, max_new=cfg.block_size, policy="one_per_step")
-    forks: list[Sequence] = []
-    made: list[Sequence] = []
-
-    def slow(tok: int, row: int) -> Sequence:  # one token a forward over a long budget
-        made.append(seq_of(cfg, prompt, row, tok, max_new=40 * cfg.block_size, policy="one_per_step"))
-        return made[-1]
-
-    events = list(run_group(tiny, primary, 2, slow, tiny.cache_len, forks=forks))
-    assert events[-1].kind == "done" and primary.done()
-    assert len(made) == 1 and not made[0].done() and forks == []
-    assert made[0].forwards <= primary.forwards + max(cfg.block_size, primary.forwards)
-
-
-def test_forks_start_after_the_first_complete_draft_and_cancel_stops_the_group(tiny: Transformer,
-                                                                               cfg: ModelConfig) -> None:
-    prompt = prompt_of(cfg, [11, 12, 13], [])
-    primary = seq_of(cfg, prompt, 0, max_new=24, policy="one_per_step")
-    made: list[Sequence] = []
-    events: list = []
-    drafted_when_forked: list[bool] = []
-
-    def fork(tok: int, row: int) -> Sequence:
-        drafted_when_forked.append(any(e.complete for e in events))
-        made.append(seq_of(cfg, prompt, row, tok, max_new=24, policy="one_per_step"))
-        return made[-1]
-
-    def cancel() -> bool:  # checked before every forward: stop once the fork took two
-        return bool(made) and made[0].forwards >= 2
-
-    for ev in run_group(tiny, primary, 2, fork, tiny.cache_len, cancel=cancel):
-        events.append(ev)
-    assert drafted_when_forked == [True]  # the fork never slowed the first answer
-    assert not events[0].complete and primary.forwards > 1
-    assert events[-1].kind == "done" and events[-1].reason == "cancelled"
-    assert made[0].forwards == 2 and not made[0].done()  # the group stopped with the fork unfinished
-
-
-def test_a_fork_that_fails_to_start_leaves_its_request_alone(tiny: Transformer, cfg: ModelConfig) -> None:
-    prompt = prompt_of(cfg, [11, 12, 13], [])
-
-    def broken(tok: int, row: int) -> Sequence:
-        raise RuntimeError("no room for an alternative")
-
-    alone, primary, forks = seq_of(cfg, prompt, 0), seq_of(cfg, prompt, 0), []
-    list(generate(tiny, alone))
-    events = list(run_group(tiny, primary, 3, broken, tiny.cache_len, forks=forks))
-    assert events[-1].kind == "done" and forks == [] and primary.final_middle() == alone.final_middle()
-
-
 @pytest.fixture(scope="module")
-def embedded():  # noqa: ANN201 - the embedded model, trained and committed
-    from engine.service import TextEngine
-
+def embedded() -> TextEngine:  # the embedded model, trained and committed
     return TextEngine(threads=2)
 
 
-def test_text_engine_returns_distinct_alternatives_and_keeps_the_primary(embedded) -> None:  # noqa: ANN001
+PREFIX = "import os\n\n\ndef data_path(name):\n    base = os.path.dirname(__file__)\n    return "
+
+
+def request(rid: str, alternatives: int, max_tokens: int = 24, preset: str | None = None) -> CompletionRequest:
+    plan = Plan(max_tokens=max_tokens, stop="line", alternatives=alternatives, preset=preset)
+    return CompletionRequest(rid, "d", PREFIX, "\n", plan)
+
+
+class Forks:
+    """Wraps `TextEngine.fork` (the step loop's way to start an alternative): records each fork
+    and the number of events its request had emitted when it started; `build` makes it."""
+
+    def __init__(self, engine: TextEngine, build=None) -> None:  # noqa: ANN001
+        self.orig, self.build = engine.fork, build
+        self.made: list[tuple[int, Sequence]] = []
+        self.events: list[EngineEvent] = []
+        self.events_at_fork: list[int] = []
+
+    def __call__(self, req: CompletionRequest, tok: int, row: int, policy: Policy | None = None) -> Sequence:
+        self.events_at_fork.append(len(self.events))
+        seq = (self.build or self.orig)(req, tok, row, policy)
+        self.made.append((tok, seq))
+        return seq
+
+    def run(self, engine: TextEngine, req: CompletionRequest, cancel: threading.Event | None = None
+            ) -> EngineEvent:
+        engine.prompt_cache.clear()
+        for ev in engine.complete(req, cancel):
+            self.events.append(ev)
+        return self.events[-1]
+
+
+class When(threading.Event):
+    """A cancel flag that is set once `cond()` holds (the loop reads it before every forward)."""
+
+    def __init__(self, cond) -> None:  # noqa: ANN001
+        super().__init__()
+        self.cond = cond
+
+    def is_set(self) -> bool:
+        return bool(self.cond())
+
+
+def test_forks_batched_with_their_request_equal_each_decoded_alone(embedded: TextEngine,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    one = Forks(embedded).run(embedded, request("one", 1))
+    forks = Forks(embedded)
+    monkeypatch.setattr(embedded, "fork", forks)
+    two = forks.run(embedded, request("two", 2))
+    assert two.text == one.text  # the primary decodes exactly as without its fork
+    ((tok, fork),) = forks.made
+    assert fork.done() and fork.row == 1 and fork.final_middle()[0] == tok
+    solo = forks.orig(request("solo", 1), tok, 0, None)
+    decode_alone(embedded.model, solo)
+    assert fork.final_middle() == solo.final_middle()
+    st = two.stats or {}
+    assert st["alternative_rows"] == 1 and st["alternative_row_forwards"] == fork.forwards > 0
+    # the request's forwards: every forward that carried the primary or its fork, once
+    assert fork.tally.forwards == st["forwards"] and fork.forwards < st["forwards"]
+    assert st["forwards"] <= st["primary_forwards"] + forks_budget(solo)
+
+
+def test_a_fork_that_would_outlast_its_request_is_dropped(embedded: TextEngine,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def slow(req: CompletionRequest, tok: int, row: int, policy: Policy | None) -> Sequence:
+        """One token a forward over a long budget, never ending early."""
+        long = replace(req, plan=replace(req.plan, max_tokens=200, stop="none"))
+        seq = forks.orig(long, tok, row, make_policy("one_per_step"))
+        seq.sp = replace(seq.sp, end_of_middle=-1)
+        return seq
+
+    forks = Forks(embedded, slow)
+    monkeypatch.setattr(embedded, "fork", forks)
+    done = forks.run(embedded, request("slow", 2, max_tokens=6, preset="one_per_step"))
+    assert done.kind == "done" and done.alternatives == ()
+    ((_tok, fork),) = forks.made
+    st = done.stats or {}
+    assert not fork.done() and st["alternative_rows"] == 0
+    paced = st["primary_forwards"] + max(embedded.config.block_size, st["primary_forwards"])
+    assert fork.forwards <= paced and st["forwards"] <= paced
+    assert not embedded.loop().running and len(embedded.loop().free_rows) == local.LOCAL_ROWS
+
+
+def test_forks_start_after_the_first_complete_draft_and_cancel_stops_the_group(
+        embedded: TextEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    forks = Forks(embedded)
+    monkeypatch.setattr(embedded, "fork", forks)
+    cancel = When(lambda: bool(forks.made) and forks.made[0][1].forwards >= 2)
+    done = forks.run(embedded, request("c", 2, max_tokens=24, preset="one_per_step"), cancel)
+    # the fork started in the step that completed the first draft: it never slowed it
+    (at,) = forks.events_at_fork
+    assert forks.events[at].draft_complete and not any(e.draft_complete for e in forks.events[:at])
+    assert done.kind == "done" and done.reason == "cancelled" and done.alternatives == ()
+    fork = forks.made[0][1]
+    assert fork.forwards == 2 and not fork.done()  # the group stopped with the fork unfinished
+    assert not embedded.loop().running
+
+
+def test_a_fork_that_fails_to_start_leaves_its_request_alone(embedded: TextEngine,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = Forks(embedded).run(embedded, request("alone", 1))
+
+    def broken(*_args: object) -> Sequence:
+        raise RuntimeError("no room for an alternative")
+
+    monkeypatch.setattr(embedded, "fork", Forks(embedded, broken))
+    done = Forks(embedded).run(embedded, request("broken", 3))
+    assert done.kind == "done" and done.alternatives == () and done.text == alone.text
+
+
+def test_text_engine_returns_distinct_alternatives_and_keeps_the_primary(embedded: TextEngine) -> None:
     prefix = "import os\n\n\ndef data_path(name):\n    base = os.path.dirname(__file__)\n    return "
     results = {}
     for n in (1, 3):

@@ -1,14 +1,15 @@
-"""Decode-loop contracts on a tiny random model: determinism, events, cancel, stop, budget."""
+"""Decoder contracts on a tiny random model: determinism, events, stop, budget, end, remask.
+(Cancelling between forwards is the step loop's: tests/daemon/test_scheduler.py and
+tests/engine/test_service.py.)"""
 
 from __future__ import annotations
 
 import torch
 
-from engine.batch import generate
 from engine.decode import Sequence, Staged, TokenEvent
 from engine.model import Transformer
 from engine.policies import PRESETS, make_policy
-from tests.engine.conftest import prompt_of
+from tests.engine.conftest import decode_alone, prompt_of
 
 
 def run(model: Transformer, name: str, max_new: int = 10, **kw: object) -> tuple[Sequence, list[TokenEvent]]:
@@ -16,7 +17,7 @@ def run(model: Transformer, name: str, max_new: int = 10, **kw: object) -> tuple
     prompt = prompt_of(cfg, list(range(10, 30)), list(range(40, 45)))
     seq = Sequence(prompt, cfg.special, make_policy(name), cfg.block_size, max_new, cfg.shift_logits,
                    max_len=512, **kw)  # type: ignore[arg-type]
-    return seq, list(generate(model, seq, cancel=kw.pop("cancel", None) if "cancel" in kw else None))
+    return seq, decode_alone(model, seq)
 
 
 def replay(events: list[TokenEvent], cap: int, mask: int) -> list[int]:
@@ -67,32 +68,18 @@ def test_threshold_zero_fills_a_block_per_forward(tiny: Transformer) -> None:
     # a trained model never ranks [MASK] first; this random one must be told not to
     handle = tiny.output.register_forward_hook(lambda _m, _i, out: out - 1e4 * mask_column(out, cfg.special.mask))
     try:
-        list(generate(tiny, seq))
+        decode_alone(tiny, seq)
     finally:
         handle.remove()
     assert cfg.special.mask not in seq.final_middle()
     assert seq.forwards == 3 and seq.reason == "budget" and len(seq.final_middle()) == 12
 
 
-def test_cancel_stops_within_one_step(tiny: Transformer) -> None:
-    calls = {"n": 0}
-
-    def cancel() -> bool:
-        calls["n"] += 1
-        return calls["n"] > 2
-
-    cfg = tiny.config
-    seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("one_per_step"), cfg.block_size,
-                   12, cfg.shift_logits, max_len=512)
-    evs = list(generate(tiny, seq, cancel=cancel))
-    assert seq.forwards == 2 and evs[-1].reason == "cancelled"
-
-
 def test_stop_callback_trims(tiny: Transformer) -> None:
     cfg = tiny.config
     seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("one_per_step"), cfg.block_size,
                    12, cfg.shift_logits, max_len=512, stop_fn=lambda toks: 3 if len(toks) >= 3 else None)
-    evs = list(generate(tiny, seq))
+    evs = decode_alone(tiny, seq)
     assert evs[-1].reason == "stop_rule" and len(evs[-1].middle or []) == 3
     assert seq.forwards == 3  # one token per forward; nothing after the cut is decoded
 
@@ -114,7 +101,7 @@ def test_end_of_middle_ends_the_completion(tiny: Transformer) -> None:
         return orig(logits, where, edit_only, multi)
 
     seq._stage = forced  # type: ignore[method-assign]
-    evs = list(generate(tiny, seq))
+    evs = decode_alone(tiny, seq)
     assert evs[-1].reason == "end_of_middle" and len(seq.final_middle()) == 1
 
 
@@ -135,7 +122,7 @@ def test_remask_redecodes_chosen_positions(tiny: Transformer) -> None:
     before = seq.final_middle()
     seq.remask([5, 6], reused=0)
     assert seq.middle[5] == tiny.config.special.mask and not seq.committed[5]
-    evs = list(generate(tiny, seq))
+    evs = decode_alone(tiny, seq)
     assert evs[-1].kind == "done"
     after = seq.final_middle()
     assert after[:4] == before[:4]  # the first block is untouched
@@ -156,7 +143,7 @@ def test_masks_after_a_committed_end_are_never_decoded(tiny: Transformer) -> Non
         return orig(logits, where, edit_only, multi)
 
     seq._stage = forced  # type: ignore[method-assign]
-    evs = list(generate(tiny, seq))
+    evs = decode_alone(tiny, seq)
     assert evs[0].fills == [(2, eom)]
     assert seq.forwards == 3  # positions 0 and 1, one per step; position 3 is dead
     assert evs[-1].reason == "end_of_middle" and len(seq.final_middle()) == 2
@@ -187,7 +174,7 @@ def test_end_of_middle_commits_only_behind_committed_tokens(tiny: Transformer) -
                    cfg.block_size, 4, cfg.shift_logits, max_len=512)
     assert seq.end_ahead_min > 1
     _forced_end(seq, eom, ())
-    evs = list(generate(tiny, seq))
+    evs = decode_alone(tiny, seq)
     assert [i for i, _ in evs[0].fills] == [0] and [i for i, _ in evs[1].fills] == [1]
     assert evs[2].fills == [(2, eom)] and seq.forwards == 3
     assert evs[-1].reason == "end_of_middle" and len(seq.final_middle()) == 2
@@ -195,7 +182,7 @@ def test_end_of_middle_commits_only_behind_committed_tokens(tiny: Transformer) -
     seq = Sequence(prompt_of(cfg, [11, 12, 13], []), cfg.special, make_policy("threshold", threshold=0.999),
                    cfg.block_size, 4, cfg.shift_logits, max_len=512)
     _forced_end(seq, eom, (0, 1))
-    evs = list(generate(tiny, seq))
+    evs = decode_alone(tiny, seq)
     assert sorted(evs[0].fills) == [(0, 20), (1, 21), (2, eom)] and seq.forwards == 1
     assert seq.final_middle() == [20, 21]
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.batch import generate
 from engine.checkpoint import EMBEDDED_DIR, load_checkpoint
 from engine.decode import Sequence
 from engine.loops import DEFAULT_REPEATS
@@ -23,6 +22,7 @@ from engine.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.data import Encoded, ExampleStream, make_batch
 from engine.train.distill import adds_parse_error, load_rows, save_rows, teacher_row, teacher_rows
 from engine.train.train import TeacherRows, losses
+from tests.engine.conftest import steps_alone
 from tests.engine.test_train import TEXTS, _train
 
 MAX_NEW = 40
@@ -50,7 +50,7 @@ def _alone(model: Transformer, prompt: list[int]) -> tuple[list[int], str | None
     seq = Sequence(prompt, sp, make_policy("one_per_step"), model.config.block_size, MAX_NEW,
                    model.config.shift_logits, max_len=model.config.max_seq_len)
     seq.loop_repeats = DEFAULT_REPEATS
-    for _ in generate(model, seq):
+    for _ in steps_alone(model, seq):
         pass
     return seq.final_middle(), seq.reason
 

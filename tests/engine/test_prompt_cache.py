@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from engine.batch import generate
 from engine.decode import Sequence
 from engine.model import Transformer
 from engine.policies import make_policy
 from engine.prompt_cache import PromptCache, common_prefix
-from tests.engine.conftest import prompt_of
+from tests.engine.conftest import decode_alone, prompt_of
 
 
 def decode(model: Transformer, prompt: list[int], cache: PromptCache | None, key: str) -> tuple[list[int], int]:
@@ -16,7 +15,7 @@ def decode(model: Transformer, prompt: list[int], cache: PromptCache | None, key
     seq = Sequence(prompt, cfg.special, make_policy("threshold", threshold=0.4), cfg.block_size, 8,
                    cfg.shift_logits, reused=reused, max_len=512)
     store = (lambda s: cache.store(model, 0, key, prompt)) if cache else None
-    list(generate(model, seq, on_prefilled=store))
+    decode_alone(model, seq, on_prefilled=store)
     return seq.final_middle(), seq.reused
 
 
