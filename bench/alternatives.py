@@ -4,7 +4,7 @@ the same held-out tasks.
     python bench/alternatives.py [--model DIR] [--per-kind 120] [--kinds single_line,block]
                                  [--presets quality,speedy] [--counts 1,2,3,4]
 
-`--counts` lists `Plan.alternatives` settings (engine.alternatives: the primary plus
+`--counts` lists `Plan.alternatives` settings (engine.decoding.alternatives: the primary plus
 forks from the 2nd..n-th most likely first tokens, decoded in the same batched forwards);
 the first is the baseline of each preset. The text scored is the one the language server
 would show: the first candidate that adds no parse error (llada_lsp.postprocess.first_fitting).
@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--counts", default="1,2,3,4", help="alternatives settings; the first is the baseline")
     ap.set_defaults(kinds="single_line,block")
     args = ap.parse_args()
-    from engine.policies import make_policy
+    from engine.decoding.policies import make_policy
 
     eng, kinds, tasks = engine_and_tasks(args)
     counts = [int(x) for x in args.counts.split(",")]

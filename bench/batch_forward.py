@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from engine.model import CLEAN, NOISY, Transformer, layout_mask  # noqa: E402
+from engine.model.native import CLEAN, NOISY, Transformer, layout_mask  # noqa: E402
 
 
 def step_ms(model: Transformer, batch: int, context: int, reps: int, sync: bool) -> float:
@@ -63,7 +63,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from engine.loader import load_model
+    from engine.model.loader import load_model
     from engine.service import default_model_dir
 
     out: dict[str, dict[str, float]] = {}

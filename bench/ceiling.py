@@ -6,7 +6,7 @@ reranker's ceiling, the model's own likelihood as the reranker, and greedy next-
 The embedded models also train a next-token loss on the same suffix-first layout (the clean
 stream), so one causal forward scores a finished candidate exactly: the sum of the
 log-probabilities of its tokens and of the end-of-middle after them. Per task, `quality` with
-`--alternatives` candidates (engine.alternatives), then these arms over the same candidates:
+`--alternatives` candidates (engine.decoding.alternatives), then these arms over the same candidates:
 - shown: what the language server shows (the first candidate that adds no parse error);
 - any candidate: a task counts when one of the candidates is exact (no reranker beats it);
 - likelihood sum / mean: the candidate the model's causal likelihood ranks first (summed, or
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.t2t import chosen, engine_and_tasks, task_args  # noqa: E402
 from bench.tasks import Task, edit_similarity, exact_match  # noqa: E402
 from engine.api import CompletionRequest  # noqa: E402
-from engine.stops import cut_text  # noqa: E402
+from engine.decoding.stops import cut_text  # noqa: E402
 
 ARMS = ("shown", "any candidate", "likelihood sum", "likelihood mean", "greedy next-token")
 

@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--presets", default="quality,speedy")
     ap.set_defaults(kinds="single_line")
     args = ap.parse_args()
-    from engine.policies import make_policy
+    from engine.decoding.policies import make_policy
     from engine.service import TextEngine
 
     args.model = args.base

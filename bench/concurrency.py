@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import runtime  # noqa: E402
 from engine.api import CompletionRequest, Plan  # noqa: E402
+from engine.daemon import runtime  # noqa: E402
 from llada_lsp.ws_engine import WsConnection  # noqa: E402
 
 
@@ -112,7 +112,7 @@ def default_model() -> str:
 def start_daemon(model: str, max_batch: int, threads: int | None, run_dir: Path,
                  cold: bool, dtype: str, device: str = "cpu") -> tuple[subprocess.Popen[bytes], dict]:
     env = dict(os.environ, LLADA_RUNTIME_DIR=str(run_dir), HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--model", model, "--port", "0", "--no-token",
+    cmd = [sys.executable, "-m", "engine.daemon.cli", "serve", "--model", model, "--port", "0", "--no-token",
            "--max-batch", str(max_batch), "--dtype", dtype,
            "--device", device] + (["--prompt-cache", "0"] if cold else [])
     if threads:

@@ -7,7 +7,7 @@ forward (TPF), p50/p95 latency, exact match (with its 95% Wilson interval: at 24
 task moves it by 4 points), edit similarity, parse validity and empty share, with the latency
 ratio against `one_per_step` from the same run. Prints a table and ends with one JSON line.
 The prompt cache is cleared before every completion (this measures decoding). Presets run as
-shipped: `quality` decodes its alternatives (engine.alternatives) and is scored on the
+shipped: `quality` decodes its alternatives (engine.decoding.alternatives) and is scored on the
 candidate the language server would show. Forwards are the done event's `stats.forwards`: every
 model forward the request caused (alternatives that outlast the primary and repair passes
 included), and TPF is the primary's tokens over them; latency is the whole group's.
@@ -88,7 +88,7 @@ def repair(eng, task: Task, text: str, stats: dict, passes: int = REPAIR_PASSES)
 def run_one(eng, task: Task, preset: str, overrides: dict[str, object]) -> tuple[str, dict]:  # noqa: ANN001
     from dataclasses import replace
 
-    from engine.policies import make_policy
+    from engine.decoding.policies import make_policy
 
     eng.prompt_cache.clear()
     plan = replace(task.plan, preset=preset)
@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--repair", action="store_true", help="add quality + the server's syntax repair")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated task kinds")
     args = ap.parse_args()
-    from engine.policies import PRESETS
+    from engine.decoding.policies import PRESETS
     from engine.service import TextEngine
 
     eng = TextEngine(args.model, threads=args.threads)

@@ -3,7 +3,7 @@
     python bench/end_rule.py [--model DIR] [--per-kind N] [--presets speedy,quality] [--values 0,1.01]
 
 A committed end-of-middle ends the completion (the masks after it are never decoded).
-`engine.decode.END_AHEAD_MIN` is the confidence it needs to commit while a mask is still
+`engine.decoding.decode.END_AHEAD_MIN` is the confidence it needs to commit while a mask is still
 before it: 0 treats it like any token, above 1 only lets it commit behind committed tokens.
 For each preset and kind, every value runs the same held-out tasks; the table gives TPF,
 exact match, edit similarity, parse validity, empty share and mean length, and the paired
@@ -29,8 +29,8 @@ def main() -> None:
     ap.add_argument("--presets", default="speedy,quality")
     ap.add_argument("--values", default="0,1.01", help="END_AHEAD_MIN values; the first is the baseline")
     args = ap.parse_args()
-    import engine.decode as decode
-    from engine.policies import make_policy
+    import engine.decoding.decode as decode
+    from engine.decoding.policies import make_policy
 
     eng, kinds, tasks = engine_and_tasks(args)
     values = [float(v) for v in args.values.split(",")]

@@ -4,7 +4,7 @@ MoE implementation, against the memory-bandwidth bound.
 Builds the adapter with LLaDA2.0-mini's public config (16B MoE; random bf16 weights made on
 the device, nothing downloaded), fills cache rows with 1k / 4k cached tokens, and times one
 block-causal forward of a 32-token noisy block at batch 1 and 8, as the decoder issues it,
-once per MoE implementation (`engine.adapters.llada2.MOE_IMPLS`): "loop" (the old
+once per MoE implementation (`engine.model.adapters.llada2.MOE_IMPLS`): "loop" (the old
 per-expert loop, one host read-back a layer; the baseline), "triton" (kernels/moe.py) and
 "grouped" (torch's grouped GEMM), on the same cache, in the same run.
 
@@ -38,9 +38,9 @@ sys.path.insert(0, str(_HERE.parent))
 
 import torch  # noqa: E402
 
-from engine.adapters.common import consecutive_from  # noqa: E402
-from engine.adapters.llada2 import Gate, LLaDA2Model, SparseMoe, build, set_moe_impl  # noqa: E402
-from engine.model import SpecialTokens  # noqa: E402
+from engine.model.adapters.common import consecutive_from  # noqa: E402
+from engine.model.adapters.llada2 import Gate, LLaDA2Model, SparseMoe, build, set_moe_impl  # noqa: E402
+from engine.model.native import SpecialTokens  # noqa: E402
 
 # LLaDA2.0-mini's config.json (inclusionAI/LLaDA2.0-mini; LLaDA2.1-mini has the same shape),
 # the keys the adapter reads

@@ -4,7 +4,7 @@ with it on, paired over the same held-out tasks.
     python bench/loops.py [--model DIR] [--per-kind 120] [--kinds single_line,block]
                           [--presets quality,speedy] [--repeats 0,3,4]
 
-`--repeats` lists the settings of `loop_repeats` (engine.loops: the token that would complete
+`--repeats` lists the settings of `loop_repeats` (engine.decoding.loops: the token that would complete
 that many back-to-back copies of a 1-8 token unit is forbidden; 0 = off); the first one is
 the baseline of each preset. Per arm: TPF, exact match, edit similarity, parse validity of
 the non-empty results and the empty share, and against the baseline the paired columns
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--repeats", default="0,3,4", help="loop_repeats settings; the first is the baseline")
     ap.set_defaults(kinds="single_line,block")
     args = ap.parse_args()
-    from engine.policies import make_policy
+    from engine.decoding.policies import make_policy
 
     eng, kinds, tasks = engine_and_tasks(args)
     settings = [int(x) for x in args.repeats.split(",")]

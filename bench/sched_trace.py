@@ -3,7 +3,7 @@
     python bench/sched_trace.py [--model DIR] [--clients 8] [--sessions 48] [--requests 4]
                                 [--threads T] [--seed 0]
 
-`bench/concurrency.py` measures the daemon end to end; this drives `engine.scheduler.Scheduler`
+`bench/concurrency.py` measures the daemon end to end; this drives `engine.decoding.scheduler.Scheduler`
 directly with the same pool of typing sessions (N clients draw sessions until the pool is
 empty, each submitting its next completion when the last one is done), once with one client
 (one request at a time: the baseline) and once with N, and splits the wall time into forwards
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.concurrency import Task, sessions  # noqa: E402
 from engine.api import CompletionRequest, EngineEvent  # noqa: E402
-from engine.rejections import Rejection
-from engine.scheduler import Job, Scheduler  # noqa: E402
+from engine.decoding.rejections import Rejection
+from engine.decoding.scheduler import Job, Scheduler  # noqa: E402
 from engine.service import TextEngine  # noqa: E402
 
 PREFILL = "prefill"
@@ -138,7 +138,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from engine.loader import resolve_dtype
+    from engine.model.loader import resolve_dtype
 
     engine = TextEngine(args.model, dtype=resolve_dtype(args.dtype, "cpu"))
     # as `llada-engine serve` sizes it: two entries a row, so concurrent sessions keep theirs

@@ -42,7 +42,7 @@ from lsprotocol import types as t
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from engine import runtime  # noqa: E402 - after the path fix, for `python bench/soak.py`
+from engine.daemon import runtime  # noqa: E402 - after the path fix, for `python bench/soak.py`
 from llada_lsp.client import (  # noqa: E402
     LladaClient,
     completion_id,

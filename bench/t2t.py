@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--taus", default="0.1,0.2,0.3,0.5", help="mask thresholds")
     ap.add_argument("--edits", default="0.5,0.8", help="edit thresholds of draft_edit")
     args = ap.parse_args()
-    from engine.policies import PRESETS, make_policy
+    from engine.decoding.policies import PRESETS, make_policy
 
     eng, kinds, tasks = engine_and_tasks(args)
     fallback = PRESETS["speedy"][1].fallback

@@ -38,7 +38,7 @@ class Plan:
     keep_closer: bool = False
     preset: str | None = None  # a policy preset name ("speedy", "quality", ...); None = engine default
     first_token_prefix: str = ""  # token healing: the generated text must start with this
-    # candidates decoded side by side from the most likely first tokens (engine.alternatives);
+    # candidates decoded side by side from the most likely first tokens (engine.decoding.alternatives);
     # None: the preset's default (quality 4, others 1)
     alternatives: int | None = None
 
@@ -55,7 +55,7 @@ class Plan:
 
 
 MAX_ALTERNATIVES = 8  # Plan.alternatives at most
-# candidates a preset decodes when the plan does not say (engine.alternatives): Quality spends rows on them
+# candidates a preset decodes when the plan does not say (engine.decoding.alternatives): Quality spends rows on them
 PRESET_ALTERNATIVES = {"quality": 4}
 
 

@@ -1,10 +1,10 @@
 """The text-level engine: loads a model, tokenizes requests into decoding sequences, and turns
 their middles into text.
 
-Decoding is the step loop's (`engine.scheduler.Scheduler`): the daemon runs one over many
+Decoding is the step loop's (`engine.decoding.scheduler.Scheduler`): the daemon runs one over many
 connections, and `TextEngine.loop()` is this engine's own, for a caller in one thread (the
 language server's in-process engine, benches, the CLI). `TextEngine.complete` and `remask` are
-that loop with one request (`engine.local`). Text never crosses the stop rule: the tokens after
+that loop with one request (`engine.decoding.local`). Text never crosses the stop rule: the tokens after
 it are not reported.
 
 The preset is called `preset` throughout the engine; `mode` survives only as the name users
@@ -23,22 +23,22 @@ from typing import Any, cast
 
 import torch
 
-from engine import local
-from engine.alternatives import only
 from engine.api import CompletionRequest, EngineEvent, Plan
-from engine.checkpoint import EMBEDDED_DIR
-from engine.decode import Sequence
-from engine.decode_bidir import make_sequence
-from engine.healing import HEALABLE, Healing
-from engine.loader import load_model
-from engine.model import Transformer
-from engine.policies import Policy, make_policy
-from engine.prompt_cache import PromptCache
-from engine.prompt_format import Parts, clean_answer, language_of, split_tail
-from engine.scheduler import Scheduler
-from engine.stops import cut_text, stop_index
-from engine.tokenizer import load_prompt_format, load_tokenizer, special_id_set
-from engine.window import char_window, token_window
+from engine.decoding import local
+from engine.decoding.alternatives import only
+from engine.decoding.decode import Sequence
+from engine.decoding.decode_bidir import make_sequence
+from engine.decoding.policies import Policy, make_policy
+from engine.decoding.scheduler import Scheduler
+from engine.decoding.stops import cut_text, stop_index
+from engine.model.checkpoint import EMBEDDED_DIR
+from engine.model.loader import load_model
+from engine.model.native import Transformer
+from engine.prompt.healing import HEALABLE, Healing
+from engine.prompt.prompt_cache import PromptCache
+from engine.prompt.prompt_format import Parts, clean_answer, language_of, split_tail
+from engine.prompt.tokenizer import load_prompt_format, load_tokenizer, special_id_set
+from engine.prompt.window import char_window, token_window
 
 EMBEDDED_MAX_PROMPT = 448  # the embedded model trained on <= 128 suffix + 320 prefix tokens
 REAL_MAX_PROMPT = 4096  # real checkpoints' default prompt budget (capped by context and max_len)
@@ -68,7 +68,7 @@ class TextEngine:
                  trust_remote_code: bool = False, dtype: torch.dtype | None = None,
                  prompt_template: str | Path | None = None) -> None:
         """`model_dir`: a checkpoint directory or a Hugging Face name found in the local cache
-        (the embedded model by default). Any family `engine.loader` knows loads here.
+        (the embedded model by default). Any family `engine.model.loader` knows loads here.
         `max_len` (canvas) and `max_prompt_tokens` default per model (`default_prompt_budget`);
         `prompt_template`: a Jinja file that replaces the model's prompt format (docs/models.md)."""
         if threads:
@@ -76,7 +76,7 @@ class TextEngine:
         self.loaded = load_model(model_dir or default_model_dir(), device=device, dtype=dtype,
                                  trust_remote_code=trust_remote_code)
         self.model_dir = self.loaded.path
-        # every family's model has the native model's decoding interface (engine.adapters)
+        # every family's model has the native model's decoding interface (engine.model.adapters)
         self.model = cast(Transformer, self.loaded.model)
         self.config = self.loaded.config
         embedded = self.loaded.family == "embedded"
@@ -86,7 +86,7 @@ class TextEngine:
         self.tok = load_tokenizer(self.loaded.tokenizer_path)
         self.sp = self.loaded.special
         # suffix-first FIM when the model has the markers; else the chat template with prefix and
-        # suffix (engine.prompt_format); a base checkpoint without either gets the prefix, and a
+        # suffix (engine.prompt.prompt_format); a base checkpoint without either gets the prefix, and a
         # bidirectional one the suffix after the masked middle
         self.bidirectional = self.config.attention == "bidirectional"
         self.fim = min(self.sp.fim_prefix, self.sp.fim_suffix, self.sp.fim_middle) >= 0
@@ -140,7 +140,7 @@ class TextEngine:
         if self.format.kind in ("chat", "template"):
             return self._rendered_layout(prefix, suffix, heal, doc_key)
         sp = self.sp
-        # the prefix's cuts move in quanta (engine.window): typing keeps the prompt's start
+        # the prefix's cuts move in quanta (engine.prompt.window): typing keeps the prompt's start
         pre = self.tok.encode(char_window(prefix, self.max_prompt_tokens * 6)).ids if prefix else []
         suf = self.tok.encode(suffix[: self.max_prompt_tokens * 6]).ids if suffix else []
         budget = self.max_prompt_tokens - 3
@@ -205,7 +205,7 @@ class TextEngine:
 
     def loop(self) -> Scheduler:
         """This engine's step loop for callers in one thread (created on first use): a request
-        and its preset's alternatives at once (`engine.local.LOCAL_ROWS`), no deadline of its
+        and its preset's alternatives at once (`engine.decoding.local.LOCAL_ROWS`), no deadline of its
         own (the caller keeps time), remask memory as the daemon's."""
         if self._loop is None:
             self._loop = Scheduler(self, max_batch=local.LOCAL_ROWS, deadline_s=math.inf)
@@ -226,7 +226,7 @@ class TextEngine:
             yield from local.remask(self.loop(), request_id, spans, cancel)
 
     def fork(self, req: CompletionRequest, token: int, row: int, policy: Policy | None = None) -> Sequence:
-        """A candidate of `req` on cache row `row` whose first token is `token` (engine.alternatives);
+        """A candidate of `req` on cache row `row` whose first token is `token` (engine.decoding.alternatives);
         its prompt comes from the prompt cache when the primary stored it."""
         seq, _partial, _reused = self.prepare(req, row, policy)
         seq.first_allowed = only(token, self.config.vocab_size)

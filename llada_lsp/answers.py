@@ -67,7 +67,7 @@ class Settled:
     text: str
     job: EngineJob
     event: EngineEvent
-    others: tuple[str, ...] = ()  # the other candidates that fit (engine.alternatives)
+    others: tuple[str, ...] = ()  # the other candidates that fit (engine.decoding.alternatives)
 
 
 def word_before(left: str) -> str:

@@ -5,7 +5,7 @@ parse error (syntax-guided edit: the tokens inside a new error go back to the en
 re-masking, a bounded number of passes, before anything is shown; then it is trimmed). The
 engine's later edits go out as `llada/refine` notifications, then one `llada/stats`
 notification. The newest request for a document wins: it cancels the older one's engine job.
-When the engine decodes alternatives (other first tokens, `engine.alternatives`), the done
+When the engine decodes alternatives (other first tokens, `engine.decoding.alternatives`), the done
 event's candidates are weighed: the first that adds no parse error is the one shown (a line
 whose first draft adds one waits for them; `llada_lsp.weighing`). An answer that comes out
 empty from fewer candidates is decoded again with `rescue_alternatives` of them (`rescue`).

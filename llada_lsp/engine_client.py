@@ -66,7 +66,7 @@ class InProcessEngine(EngineClient):
                                                                 ("prompt_template", prompt_template)) if v}
         self._factory = factory
         self._engine: Any = None
-        self._loop: Any = None  # the engine's step loop (engine.scheduler.Scheduler)
+        self._loop: Any = None  # the engine's step loop (engine.decoding.scheduler.Scheduler)
         self._latest: dict[str, EngineJob] = {}
         self._running: dict[str, int] = {}
         self._counted: set[int] = set()  # ids of the jobs counted in _running
@@ -168,7 +168,7 @@ class InProcessEngine(EngineClient):
             self._loop.submit(job.request, self.OWNER, emit, deadline_ms)
 
     def _emitter(self, job: EngineJob) -> Callable[[EngineEvent, Any], None]:
-        def emit(ev: EngineEvent, _why: Any) -> None:  # noqa: ANN401 - engine.rejections.Rejection
+        def emit(ev: EngineEvent, _why: Any) -> None:  # noqa: ANN401 - engine.decoding.rejections.Rejection
             """On the worker thread, for each of the job's events."""
             if ev.kind in ("done", "error"):
                 if ev.reason in ("cancelled", "superseded"):

@@ -68,7 +68,7 @@ class Options:
     syntax_remask_passes: int = 2  # re-mask the tokens of a parse error this often, then trim
     max_lines: int = 0  # 0 = the plan's own limit
     # candidates decoded side by side from the most likely first tokens, the first that adds
-    # no parse error shown (engine.alternatives); 0 = the mode's default (quality 4, speedy 1)
+    # no parse error shown (engine.decoding.alternatives); 0 = the mode's default (quality 4, speedy 1)
     alternatives: int = 0
     # an explicitly invoked inline completion (LSP triggerKind Invoked: the user asked, e.g.
     # to cycle) waits for at least this many candidates and answers every one that fits

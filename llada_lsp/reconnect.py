@@ -18,7 +18,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine import runtime
+from engine.daemon import runtime
 
 log = logging.getLogger(__name__)
 

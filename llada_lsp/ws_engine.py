@@ -23,9 +23,9 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
-from engine import protocol as P
-from engine import runtime
 from engine.api import CompletionRequest, EngineEvent
+from engine.daemon import protocol as P
+from engine.daemon import runtime
 from llada_lsp import reconnect
 from llada_lsp.engine_base import EngineClient, EngineJob, EngineUnavailable, Progress
 

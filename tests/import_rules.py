@@ -6,7 +6,7 @@ when that is a module). An edge is *lazy* inside a function body and *type-only*
 `if TYPE_CHECKING:`. Modules are named by dotted-name patterns, so the rules keep holding
 when modules are regrouped: `engine.scheduler` matches that module and its submodules,
 `*` one name segment, `**` any number of them (none included): `engine.**.scheduler`
-matches `engine.scheduler` and `engine.daemon.scheduler`.
+matches `engine.scheduler` and `engine.decoding.scheduler`.
 
 `check(root, rules)` returns the violations, each a readable line. `cycles(graph, prefix)`
 lists the import cycles among the modules under `prefix`.
@@ -201,8 +201,9 @@ class Rules:
     torch_gate: tuple[str, ...] = ("llada_lsp.engine_client", "llada_lsp.**.engine_client",
                                    "llada_lsp.**.inprocess*")
     policies: tuple[str, ...] = ("engine.**.policies",)
-    daemon: tuple[str, ...] = ("engine.**.scheduler", "engine.**.server", "engine.**.connection",
-                               "engine.**.jobs", "engine.**.cli", "engine.**.daemon")
+    # the daemon package, and the step loop it runs (engine.decoding.scheduler, its jobs)
+    daemon: tuple[str, ...] = ("engine.**.daemon", "engine.**.scheduler", "engine.**.jobs",
+                               "engine.**.server", "engine.**.connection", "engine.**.cli")
     training: tuple[str, ...] = ("engine.**.train",)
     packages: tuple[str, ...] = field(default=("engine", "llada_lsp", "kernels"))
 

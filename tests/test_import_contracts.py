@@ -18,6 +18,31 @@ def test_the_project_keeps_its_import_rules() -> None:
     assert check(ROOT) == []
 
 
+def test_the_rules_name_the_real_modules() -> None:
+    """The patterns still name this tree's modules after a regrouping: a pattern that names
+    nothing would let its rule pass silently."""
+    graph = scan(ROOT, Rules().packages)
+    rules = Rules()
+    for name, group in [
+        ("engine.decoding.policies", rules.policies),
+        ("engine.decoding.policies.threshold", rules.policies),
+        ("engine.decoding.scheduler", rules.daemon),
+        ("engine.decoding.jobs", rules.daemon),
+        ("engine.daemon.server", rules.daemon),
+        ("engine.daemon.connection", rules.daemon),
+        ("engine.daemon.cli", rules.daemon),
+        ("engine.daemon.runtime", rules.daemon),
+        ("engine.train.train", rules.training),
+        ("llada_lsp.engine_client", rules.torch_gate),
+    ]:
+        assert name in graph, name
+        assert matches(name, group), name
+    # the decoder, the model and the text engine are no part of the daemon's group
+    for name in ("engine.decoding.decode", "engine.decoding.local", "engine.model.native",
+                 "engine.service", "engine.api"):
+        assert name in graph and not matches(name, rules.daemon), name
+
+
 def test_the_servers_import_graph_has_no_cycle() -> None:
     graph = scan(ROOT, ["llada_lsp"])
     assert "llada_lsp.completions" in graph and graph["llada_lsp.completions"]  # it did scan

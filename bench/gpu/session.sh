@@ -73,7 +73,7 @@ step train $((TRAIN_S + 90)) "$PY" -m engine.train.train --out "$RUN" --tokenize
   --device "$DEVICE" --data-workers "$WORKERS" --eval-every 200 --save-every 1000 --data-seed "${DATA_SEED:-21}" \
   --echo "${ECHO:-1}" --gqa "${GQA:-auto}" --compile "${COMPILE:-auto}" --profile-steps "${PROFILE_STEPS:-5}" ${INIT:+--init-from "$INIT"} ${BANK:+--bank "$BANK"} "${PRESET_ARGS[@]}"
 if [ -f "$RUN/latest/model.safetensors" ]; then
-  "$PY" -c "import sys, torch; from pathlib import Path; from engine.checkpoint import load_checkpoint, save_checkpoint
+  "$PY" -c "import sys, torch; from pathlib import Path; from engine.model.checkpoint import load_checkpoint, save_checkpoint
 save_checkpoint(load_checkpoint(sys.argv[1]), Path(sys.argv[2]), dtype=torch.bfloat16)" "$RUN/latest" "$RUN/export"
   split -b 15M "$RUN/export/model.safetensors" "$OUT/model.safetensors.part-"
   cp "$RUN/export/config.json" "$OUT/config.json"

@@ -34,7 +34,7 @@ import torch
 from tokenizers import Tokenizer
 from tree_sitter import Parser
 
-from engine.model import CLEAN, NOISY, SpecialTokens
+from engine.model.native import CLEAN, NOISY, SpecialTokens
 from engine.train.data import (
     KIND_WEIGHTS,
     KINDS,
@@ -366,7 +366,7 @@ def main() -> None:
     trainer's 32 held-out rows, into a file."""
     import argparse
 
-    from engine.tokenizer import load_tokenizer
+    from engine.prompt.tokenizer import load_tokenizer
     from engine.train.corpus import read_text, split
 
     ap = argparse.ArgumentParser(description=main.__doc__)
@@ -396,7 +396,7 @@ def main() -> None:
 
 def held_rows(tok: Tokenizer, held_texts: list[str], block: int, n: int = 32) -> list[Encoded]:
     """The trainer's fixed held-out rows (engine.train.train: the same seed and count)."""
-    from engine.tokenizer import special_tokens_of
+    from engine.prompt.tokenizer import special_tokens_of
     from engine.train.data import ExampleStream
 
     stream = ExampleStream(held_texts, [1.0] * len(held_texts), tok, special_tokens_of(tok), block, seed=1234)

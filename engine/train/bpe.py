@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from engine.tokenizer import SPECIAL_TOKEN_NAMES
+from engine.prompt.tokenizer import SPECIAL_TOKEN_NAMES
 from engine.train.corpus import read_text, split, write_heldout_list
 
 

@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 from torch import Tensor
 from tree_sitter import Language, Node, Parser, Query, QueryCursor
 
-from engine.model import CLEAN, NOISY, SpecialTokens, layout_mask
+from engine.model.native import CLEAN, NOISY, SpecialTokens, layout_mask
 
 PY = Language(tree_sitter_python.language())
 BLOCKS = Query(PY, "(block) @b")

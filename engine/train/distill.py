@@ -31,11 +31,11 @@ from torch import Tensor
 from tqdm import tqdm
 from tree_sitter import Node, Parser
 
-from engine.batch import execute, new_slot_attrs
-from engine.decode import Sequence
-from engine.loops import DEFAULT_REPEATS
-from engine.model import Transformer
-from engine.policies import make_policy
+from engine.decoding.batch import execute, new_slot_attrs
+from engine.decoding.decode import Sequence
+from engine.decoding.loops import DEFAULT_REPEATS
+from engine.decoding.policies import make_policy
+from engine.model.native import Transformer
 from engine.train.data import MAX_MIDDLE, PY, Encoded, ExampleStream
 
 PREFILL_SPLIT_BLOCKS = 2  # feeds longer than this many blocks (prompt prefills) run alone
@@ -168,9 +168,9 @@ def main() -> None:
         filter_main(args)
         return
     torch.set_num_threads(args.threads)
-    from engine.checkpoint import load_checkpoint
-    from engine.loader import resolve_dtype
-    from engine.tokenizer import load_tokenizer
+    from engine.model.checkpoint import load_checkpoint
+    from engine.model.loader import resolve_dtype
+    from engine.prompt.tokenizer import load_tokenizer
     from engine.train.train import load_texts
 
     dtype = resolve_dtype(args.dtype, "cpu")
@@ -189,8 +189,8 @@ def main() -> None:
 
 
 def filter_main(args: argparse.Namespace) -> None:
-    from engine.checkpoint import load_config
-    from engine.tokenizer import load_tokenizer
+    from engine.model.checkpoint import load_config
+    from engine.prompt.tokenizer import load_tokenizer
 
     sp = load_config(args.model).special
     assert sp is not None

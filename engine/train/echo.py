@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from engine.model import NOISY
+from engine.model.native import NOISY
 from engine.train.data import EDIT_NOISE, KEPT_WEIGHT, MIN_T, N_SPECIAL, Batch
 
 

@@ -131,8 +131,8 @@ def probe(seconds: float, workers: int, batch: int) -> dict[str, float]:
     (queue transfer included). Run on a lent GPU's host before training on it."""
     import time
 
-    from engine.checkpoint import EMBEDDED_DIR
-    from engine.tokenizer import load_tokenizer, special_tokens_of
+    from engine.model.checkpoint import EMBEDDED_DIR
+    from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
     from engine.train.train import load_texts
 
     texts, weights, _ = load_texts()

@@ -1,7 +1,7 @@
 """How the trainer runs its training step on its device, picked by timing it there.
 
 Two choices change the speed of a step and nothing else:
-- grouped-query attention under a mask (`engine.model.GQA_MODES`): "native" passes SDPA's
+- grouped-query attention under a mask (`engine.model.native.GQA_MODES`): "native" passes SDPA's
   `enable_gqa`; "expand" repeats the keys and values to every query head first. On CUDA the
   fused kernels refuse `enable_gqa` with a mask and SDPA falls back to its math kernel, which
   writes the whole score matrix in float32 (at batch 128 and ~670 positions, 1.4 GB a layer);
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from engine.model import GQA_MODES, Transformer
+from engine.model.native import GQA_MODES, Transformer
 from engine.train.data import Batch
 
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]

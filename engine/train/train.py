@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from engine.checkpoint import save_checkpoint
-from engine.model import ModelConfig, Transformer, preset
-from engine.tokenizer import load_tokenizer, special_tokens_of
+from engine.model.checkpoint import save_checkpoint
+from engine.model.native import ModelConfig, Transformer, preset
+from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.bank import BankSampler, TokenBank
 from engine.train.corpus import read_text, split
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
@@ -230,7 +230,7 @@ def main() -> None:
             ap.error("--time-budget-s goes with --schedule wsd, 0 < --decay-frac < 1 and no --decay-steps")
     elif args.schedule == "wsd" and not 0 < args.decay_steps <= args.steps:
         ap.error("--schedule wsd needs 0 < --decay-steps <= --steps (or --time-budget-s)")
-    from engine.loader import cpu_has_bf16_matmul
+    from engine.model.loader import cpu_has_bf16_matmul
 
     dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                        "cpu" if args.device == "auto" else args.device)
@@ -249,7 +249,7 @@ def main() -> None:
     model = Transformer(cfg)
     model.init_weights(args.seed)
     if args.init_from is not None:
-        from engine.checkpoint import load_checkpoint
+        from engine.model.checkpoint import load_checkpoint
 
         base = load_checkpoint(args.init_from)
         state = base.state_dict()

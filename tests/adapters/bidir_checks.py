@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from engine.batch import execute, new_slot_attrs
-from engine.decode_bidir import BidirSequence, make_sequence
-from engine.loader import LoadedModel
-from engine.policies import PRESETS, make_policy
+from engine.decoding.batch import execute, new_slot_attrs
+from engine.decoding.decode_bidir import BidirSequence, make_sequence
+from engine.decoding.policies import PRESETS, make_policy
+from engine.model.loader import LoadedModel
 
 BLOCK, MAX_LEN, NEW = 8, 256, 20
 ATOL = 1e-5  # fp32 summation order

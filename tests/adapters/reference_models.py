@@ -2,7 +2,7 @@
 
 Written from the semantics of the published modeling code (inclusionAI LLaDA2.0-mini
 `modeling_llada2_moe.py`, GSAI-ML LLaDA-8B `modeling_llada.py`, Dream-org `modeling_dream.py`),
-in plain float32 PyTorch, sharing nothing with `engine.adapters`: weights are read straight
+in plain float32 PyTorch, sharing nothing with `engine.model.adapters`: weights are read straight
 from the safetensors files by their published names, and every piece (RMSNorm, RoPE tables,
 `rotate_half`, attention with an additive mask, the MoE gate, the block-diffusion mask) is
 spelled out here, one token at a time where that keeps it obvious (the MoE).

@@ -12,9 +12,9 @@ from bidir_checks import (
 )
 from tiny_ckpts import EOS, MASK, PAD, prompt_ids, write_dream
 
-from engine.decode_bidir import make_sequence
-from engine.loader import LoadedModel, load_model
-from engine.policies import make_policy
+from engine.decoding.decode_bidir import make_sequence
+from engine.decoding.policies import make_policy
+from engine.model.loader import LoadedModel, load_model
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_block_refresh_is_close_to_uncached(dream: LoadedModel) -> None:
 
 
 def test_partial_step_feeds_the_position_before_the_block(dream: LoadedModel) -> None:
-    from engine.batch import execute, new_slot_attrs
+    from engine.decoding.batch import execute, new_slot_attrs
 
     seq = make_sequence(dream.model, prompt_ids(10), make_policy("one_per_step"), 16, block=8, max_len=256)
     attrs = new_slot_attrs(256, 0)
@@ -57,7 +57,7 @@ def test_cached_step_is_exact_when_nothing_changed(dream: LoadedModel) -> None:
 
 def test_batched_rows_match_single(dream: LoadedModel) -> None:
     """Two requests of different lengths in one forward (the scheduler's way) = one at a time."""
-    from engine.batch import execute, new_slot_attrs
+    from engine.decoding.batch import execute, new_slot_attrs
 
     m = dream.model
     m.setup_cache(2, 256)

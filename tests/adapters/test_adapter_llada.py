@@ -13,9 +13,9 @@ from bidir_checks import (
 )
 from tiny_ckpts import EOS, MASK, prompt_ids, write_llada
 
-from engine.decode_bidir import BidirSequence
-from engine.loader import LoadedModel, load_model
-from engine.policies import make_policy
+from engine.decoding.decode_bidir import BidirSequence
+from engine.decoding.policies import make_policy
+from engine.model.loader import LoadedModel, load_model
 from tests.engine.conftest import decode_alone
 
 
@@ -62,7 +62,7 @@ def test_trailing_end_of_text_is_trimmed(llada: LoadedModel) -> None:
 
 
 def test_decoding_yields_done(llada: LoadedModel) -> None:
-    from engine.decode_bidir import make_sequence
+    from engine.decoding.decode_bidir import make_sequence
 
     seq = make_sequence(llada.model, prompt_ids(9), make_policy("speedy"), 16, suffix=[5, 6, 7], max_len=256)
     evs = decode_alone(llada.model, seq)
@@ -74,7 +74,7 @@ def test_cached_step_is_exact_when_nothing_changed(llada: LoadedModel) -> None:
 
 
 def test_multi_block_edit_passes_are_full_forwards(llada: LoadedModel) -> None:
-    from engine.decode_bidir import make_sequence
+    from engine.decoding.decode_bidir import make_sequence
 
     pol = make_policy("draft_edit", multi_block=True, edit_threshold=0.0)
     seq = make_sequence(llada.model, prompt_ids(9), pol, 24, suffix=[5, 6], block=8, max_len=256)

@@ -10,12 +10,12 @@ import pytest
 import torch
 from tiny_ckpts import MASK, prompt_ids, write_llada2
 
-from engine.adapters.llada2 import Gate, SparseMoe
-from engine.batch import execute, new_slot_attrs
-from engine.decode import Sequence
-from engine.decode_bidir import make_sequence
-from engine.loader import LoadedModel, load_model
-from engine.policies import PRESETS, make_policy
+from engine.decoding.batch import execute, new_slot_attrs
+from engine.decoding.decode import Sequence
+from engine.decoding.decode_bidir import make_sequence
+from engine.decoding.policies import PRESETS, make_policy
+from engine.model.adapters.llada2 import Gate, SparseMoe
+from engine.model.loader import LoadedModel, load_model
 from tests.engine.conftest import steps_alone
 
 BLOCK, MAX_LEN = 8, 256

@@ -1,4 +1,4 @@
-"""engine.loader: offline resolution (directory, local HF cache), the clear error for a
+"""engine.model.loader: offline resolution (directory, local HF cache), the clear error for a
 missing model, the trust_remote_code opt-in, special ids, lazy typed loading."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 import torch
 from tiny_ckpts import EOS, MASK, write_dream, write_llada2
 
-from engine import loader
-from engine.checkpoint import save_checkpoint
-from engine.loader import ModelNotFoundError, load_model, resolve, resolve_dtype, special_ids
-from engine.model import Transformer, preset
+from engine.model import loader
+from engine.model.checkpoint import save_checkpoint
+from engine.model.loader import ModelNotFoundError, load_model, resolve, resolve_dtype, special_ids
+from engine.model.native import Transformer, preset
 from tests.engine.conftest import decode_alone
 
 
@@ -99,10 +99,10 @@ def test_remote_code_wrapper_decodes_uncached() -> None:
     """The opt-in path's wrapper: no KV cache, so every step is a full forward."""
     from types import SimpleNamespace
 
-    from engine.decode_bidir import BidirSequence, make_sequence
-    from engine.loader import RemoteCodeModel
-    from engine.model import ModelConfig, SpecialTokens
-    from engine.policies import make_policy
+    from engine.decoding.decode_bidir import BidirSequence, make_sequence
+    from engine.decoding.policies import make_policy
+    from engine.model.loader import RemoteCodeModel
+    from engine.model.native import ModelConfig, SpecialTokens
 
     class Fake(torch.nn.Module):
         def __init__(self) -> None:

@@ -1,6 +1,6 @@
 """Every real family through the daemon's batched scheduler: a request batched with others
 gives the events it gives alone, and the text the in-process engine gives; so do its
-alternatives (engine.alternatives)."""
+alternatives (engine.decoding.alternatives)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.api import CompletionRequest, EngineEvent, Plan
-from engine.scheduler import Scheduler
+from engine.decoding.scheduler import Scheduler
 from engine.service import TextEngine
 from tests.adapters.test_adapter_service import char_tokenizer
 from tests.adapters.tiny_ckpts import write_dream, write_llada, write_llada2

@@ -1,5 +1,5 @@
 """Infill prompts for checkpoints without FIM tokens: the chat template with prefix and suffix
-(engine.prompt_format), the answer's middle alone, and the prompt budget per model."""
+(engine.prompt.prompt_format), the answer's middle alone, and the prompt budget per model."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from engine.api import CompletionRequest, Plan
-from engine.prompt_format import FENCE, Parts, PromptFormat, clean_answer, language_of, turn_end
+from engine.prompt.prompt_format import (
+    FENCE,
+    Parts,
+    PromptFormat,
+    clean_answer,
+    language_of,
+    turn_end,
+)
 from engine.service import EMBEDDED_MAX_PROMPT, REAL_MAX_PROMPT, TextEngine, default_prompt_budget
 from tests.adapters.tiny_ckpts import (
     EOS,

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.batch import execute, new_slot_attrs
-from engine.decode import Sequence, Staged
-from engine.decode_bidir import make_sequence
-from engine.loader import LoadedModel, load_model
-from engine.policies import make_policy
+from engine.decoding.batch import execute, new_slot_attrs
+from engine.decoding.decode import Sequence, Staged
+from engine.decoding.decode_bidir import make_sequence
+from engine.decoding.policies import make_policy
+from engine.model.loader import LoadedModel, load_model
 from tests.adapters.tiny_ckpts import prompt_ids, write_llada2
 
 BLOCK, MAX_LEN = 8, 256

@@ -34,9 +34,9 @@ from tiny_ckpts import (
 )
 from torch import Tensor
 
-from engine.decode import Sequence
-from engine.loader import LoadedModel, load_model
-from engine.policies import Policy, make_policy
+from engine.decoding.decode import Sequence
+from engine.decoding.policies import Policy, make_policy
+from engine.model.loader import LoadedModel, load_model
 from tests.engine.conftest import steps_alone
 
 ATOL = 1e-4  # float32; the two sides differ only in summation order
@@ -211,7 +211,7 @@ def test_llada2_edit_decoding_matches_the_published_generate(llada2_decoding: Bu
     ({"n_kv_heads": 8, "multi_query_attention": False}, 8),
 ])
 def test_llada_kv_heads_follow_effective_n_kv_heads(keys: ref.Config, kv_heads: int) -> None:
-    from engine.adapters.llada import LLaDAConfig
+    from engine.model.adapters.llada import LLaDAConfig
 
     assert LLaDAConfig.from_hf({"n_heads": 8, "d_model": 64} | keys).kv_heads == kv_heads
 
@@ -224,7 +224,7 @@ def test_llada_kv_heads_follow_effective_n_kv_heads(keys: ref.Config, kv_heads: 
     {"block_group_size": 2},  # renames the blocks `block_groups.N.M`
 ])
 def test_llada_rejects_what_it_would_misread(keys: ref.Config) -> None:
-    from engine.adapters.llada import LLaDAConfig
+    from engine.model.adapters.llada import LLaDAConfig
 
     with pytest.raises(ValueError, match="llada"):
         LLaDAConfig.from_hf({"n_heads": 8, "d_model": 64} | keys)

@@ -56,9 +56,9 @@ def build_tiny_checkpoint(out: Path) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from engine.checkpoint import save_checkpoint
-    from engine.model import ModelConfig, Transformer
-    from engine.tokenizer import SPECIAL_TOKEN_NAMES, special_tokens_of
+    from engine.model.checkpoint import save_checkpoint
+    from engine.model.native import ModelConfig, Transformer
+    from engine.prompt.tokenizer import SPECIAL_TOKEN_NAMES, special_tokens_of
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -101,7 +101,7 @@ class Daemon:
 
 def wait_runtime_file(runtime_dir: Path, proc: subprocess.Popen[bytes], log: Path,
                       timeout: float = 60.0) -> dict[str, object]:
-    from engine.runtime import probe, runtime_file
+    from engine.daemon.runtime import probe, runtime_file
 
     deadline = time.monotonic() + timeout
     path = runtime_file(runtime_dir)
@@ -119,7 +119,7 @@ def wait_runtime_file(runtime_dir: Path, proc: subprocess.Popen[bytes], log: Pat
 def start_daemon(runtime_dir: Path, model_dir: Path, *args: str) -> Daemon:
     runtime_dir.mkdir(parents=True, exist_ok=True)
     log = runtime_dir / "test-daemon.log"
-    cmd = ["nice", "-n", "10", sys.executable, "-m", "engine.cli", "serve", "--model", str(model_dir),
+    cmd = ["nice", "-n", "10", sys.executable, "-m", "engine.daemon.cli", "serve", "--model", str(model_dir),
            "--port", "0", "--threads", "1", *args]
     with log.open("wb") as fh:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(runtime_dir), stdout=fh, stderr=subprocess.STDOUT)
@@ -139,7 +139,7 @@ def stop_daemon(d: Daemon) -> None:
 
 @dataclass
 class Served:
-    """A real `engine.server.Daemon` object serving on loopback from a thread of this process
+    """A real `engine.daemon.server.Daemon` object serving on loopback from a thread of this process
     (its limits set by the test; its state inspectable)."""
 
     daemon: Any
@@ -149,7 +149,7 @@ class Served:
 
 
 def serve_in_thread(engine: Any, **cfg: Any) -> Served:
-    from engine.server import Daemon, DaemonConfig
+    from engine.daemon.server import Daemon, DaemonConfig
 
     d = Daemon(engine, DaemonConfig(register=False, **cfg))
     ready: queue.Queue[str] = queue.Queue()

@@ -183,7 +183,7 @@ asyncio.run(main())
 
 
 def engine_cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "engine.daemon.cli", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -252,7 +252,7 @@ def test_non_loopback_needs_a_token(tiny_model_dir: Path, tmp_path: Path) -> Non
 def test_default_cpu_threads_use_every_core_for_float32_and_leave_one_for_bfloat16() -> None:
     import torch
 
-    from engine.cli import default_cpu_threads
+    from engine.daemon.cli import default_cpu_threads
 
     assert default_cpu_threads(2, torch.float32) == 2
     assert default_cpu_threads(2, torch.bfloat16) == 1

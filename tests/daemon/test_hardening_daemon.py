@@ -19,9 +19,9 @@ from daemon_helpers import Daemon, Served, serve_in_thread, stop_served
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from engine import runtime
 from engine.api import CompletionRequest, EngineEvent, Plan
-from engine.jobs import Job, fair_share_victim
+from engine.daemon import runtime
+from engine.decoding.jobs import Job, fair_share_victim
 from engine.service import TextEngine
 from llada_lsp.ws_engine import WsConnection
 

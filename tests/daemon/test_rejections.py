@@ -1,12 +1,12 @@
-"""Typed rejections of the step loop (engine.rejections) and their wire codes (docs/protocol.md)."""
+"""Typed rejections of the step loop (engine.decoding.rejections) and their wire codes (docs/protocol.md)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from engine import protocol as P
-from engine.rejections import Rejection, RejectKind, TooLong, rejection_of
+from engine.daemon import protocol as P
+from engine.decoding.rejections import Rejection, RejectKind, TooLong, rejection_of
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 

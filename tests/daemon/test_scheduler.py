@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from engine.api import CompletionRequest, EngineEvent, Plan
-from engine.decode import Staged
-from engine.protocol import wire_code
-from engine.rejections import Rejection
-from engine.scheduler import Scheduler
+from engine.daemon.protocol import wire_code
+from engine.decoding.decode import Staged
+from engine.decoding.rejections import Rejection
+from engine.decoding.scheduler import Scheduler
 from engine.service import TextEngine
 
 PREFIX = "def fibonacci(n):\n    if n < 2:\n        return n\n    "
@@ -115,9 +115,9 @@ def test_packed_pieces_compute_what_padded_rows_compute(engine: TextEngine) -> N
     """Two prompts' first feeds (prompt + first block, ragged) in one forward: padded to the
     longest, or cut into 16-token pieces that write and read their own cache row. Same logits,
     same cache."""
-    from engine.batch import execute, new_slot_attrs, pieces_of
-    from engine.decode_bidir import make_sequence
-    from engine.policies import make_policy
+    from engine.decoding.batch import execute, new_slot_attrs, pieces_of
+    from engine.decoding.decode_bidir import make_sequence
+    from engine.decoding.policies import make_policy
 
     model = engine.model
     model.setup_cache(2, engine.max_len)

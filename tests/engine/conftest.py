@@ -5,9 +5,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from engine.batch import execute, new_slot_attrs
-from engine.decode import Sequence, TokenEvent
-from engine.model import ModelConfig, Transformer, preset
+from engine.decoding.batch import execute, new_slot_attrs
+from engine.decoding.decode import Sequence, TokenEvent
+from engine.model.native import ModelConfig, Transformer, preset
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def steps_alone(model: torch.nn.Module, seq: Sequence, on_prefilled: Callable[[S
                 max_len: int | None = None) -> Iterator[TokenEvent]:
     """One hand-built `Sequence` stepped on its own cache row, for the decoder's contracts
     (its policy, stop, end, remask and layout rules); yields each step's token event, then done.
-    Not the engine's loop: requests are decoded by `engine.scheduler.Scheduler` (tests/daemon,
+    Not the engine's loop: requests are decoded by `engine.decoding.scheduler.Scheduler` (tests/daemon,
     tests/engine/test_alternatives.py); this is its per-step body (prepare, `batch.execute`,
     `Sequence.update`) with nothing else around it. `max_len`: the slot layout's length for a
     model without a KV cache."""

@@ -1,4 +1,4 @@
-"""Alternatives (engine.alternatives) on the step loop (engine.scheduler, here in process): forks
+"""Alternatives (engine.decoding.alternatives) on the step loop (engine.decoding.scheduler, here in process): forks
 from the next most likely first tokens, decoded in the same forwards as their request, give what
 each gives alone; the primary is untouched; the group's latency is bounded (forks_budget); the
 text engine returns the forks' texts on done."""
@@ -11,11 +11,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine import local
-from engine.alternatives import PRESET_ALTERNATIVES, alternatives_for, fork_tokens, forks_budget
 from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan
-from engine.decode import Sequence
-from engine.policies import Policy, make_policy
+from engine.decoding import local
+from engine.decoding.alternatives import (
+    PRESET_ALTERNATIVES,
+    alternatives_for,
+    fork_tokens,
+    forks_budget,
+)
+from engine.decoding.decode import Sequence
+from engine.decoding.policies import Policy, make_policy
 from engine.service import TextEngine
 from tests.engine.conftest import decode_alone
 

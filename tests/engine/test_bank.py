@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.checkpoint import EMBEDDED_DIR
-from engine.model import NOISY
-from engine.tokenizer import load_tokenizer, special_tokens_of
+from engine.model.checkpoint import EMBEDDED_DIR
+from engine.model.native import NOISY
+from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.bank import CUT_FIELDS, BankSampler, TokenBank
 from engine.train.data import MAX_MIDDLE, Encoded, make_batch
 

@@ -1,12 +1,12 @@
-"""The step's attention mask built where the model lives (engine.batch.device_mask), against
+"""The step's attention mask built where the model lives (engine.decoding.batch.device_mask), against
 the host-side recipe it replaced: layout_mask, then each padding query given slot 0."""
 
 from __future__ import annotations
 
 import torch
 
-from engine.batch import device_mask, to_device
-from engine.model import CLEAN, INVALID, NOISY, layout_mask
+from engine.decoding.batch import device_mask, to_device
+from engine.model.native import CLEAN, INVALID, NOISY, layout_mask
 
 
 def host_mask(qk: torch.Tensor, pos: torch.Tensor, qb: torch.Tensor, keys: torch.Tensor, lens: list[int],

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.decode import Sequence, Staged, TokenEvent
-from engine.model import Transformer
-from engine.policies import PRESETS, make_policy
+from engine.decoding.decode import Sequence, Staged, TokenEvent
+from engine.decoding.policies import PRESETS, make_policy
+from engine.model.native import Transformer
 from tests.engine.conftest import decode_alone, prompt_of
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoint import EMBEDDED_DIR, load_checkpoint
-from engine.decode import Sequence
-from engine.loops import DEFAULT_REPEATS
-from engine.model import Transformer
-from engine.policies import make_policy
-from engine.tokenizer import load_tokenizer, special_tokens_of
+from engine.decoding.decode import Sequence
+from engine.decoding.loops import DEFAULT_REPEATS
+from engine.decoding.policies import make_policy
+from engine.model.checkpoint import EMBEDDED_DIR, load_checkpoint
+from engine.model.native import Transformer
+from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.data import Encoded, ExampleStream, make_batch
 from engine.train.distill import adds_parse_error, load_rows, save_rows, teacher_row, teacher_rows
 from engine.train.train import TeacherRows, losses

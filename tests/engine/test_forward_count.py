@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from engine.api import CompletionRequest, EngineEvent, Plan
-from engine.policies import PRESETS
-from engine.scheduler import Scheduler
+from engine.decoding.policies import PRESETS
+from engine.decoding.scheduler import Scheduler
 from engine.service import TextEngine
 
 # a multi-line body after a block opener: no token healing (the forks get distinct first

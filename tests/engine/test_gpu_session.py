@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from engine.checkpoint import EMBEDDED_DIR, load_checkpoint
-from engine.model import Transformer, preset
+from engine.model.checkpoint import EMBEDDED_DIR, load_checkpoint
+from engine.model.native import Transformer, preset
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def test_dry_session_trains_on_a_token_bank(tmp_path: Path) -> None:
     model trains, from the bank's tokens, and the held-out rows come with the bank."""
     import sysconfig
 
-    from engine.tokenizer import load_tokenizer
+    from engine.prompt.tokenizer import load_tokenizer
     from engine.train.bank import TokenBank, held_rows
 
     tok = load_tokenizer(EMBEDDED_DIR)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer, models
 
-from engine.healing import Healing
-from engine.model import SpecialTokens
-from engine.tokenizer import special_id_set
-from engine.window import char_quantum, char_window
+from engine.model.native import SpecialTokens
+from engine.prompt.healing import Healing
+from engine.prompt.tokenizer import special_id_set
+from engine.prompt.window import char_quantum, char_window
 
 # a vocabulary laid out like LLaDA2's, LLaDA-8B's and Dream's: text tokens, then the specials
 WORDS = ["a", "r", "re", " re", "ret", " ret", "return", " return", "rest", "x"]

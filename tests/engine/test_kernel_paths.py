@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from engine.model import Transformer
+from engine.model.native import Transformer
 from tests.engine.test_decode import run
 
 
@@ -29,13 +29,13 @@ def test_same_tokens_with_every_kernel_path(tiny: Transformer, monkeypatch: pyte
 
 @pytest.mark.parametrize("one_call", [True, False])
 def test_step_confidences_match_per_sequence_calls_and_isolate_a_broken_row(one_call: bool) -> None:
-    """`engine.batch.confidences` over ragged sequences (one call for the step, as on an
+    """`engine.decoding.batch.confidences` over ragged sequences (one call for the step, as on an
     accelerator, or one a sequence, as on the CPU) equals each sequence's own call; a sequence
     whose current ids do not match its rows gets an exception and the others their values."""
     import torch
 
-    from engine.batch import confidences
-    from engine.decode import Staged
+    from engine.decoding.batch import confidences
+    from engine.decoding.decode import Staged
     from kernels import confidence
 
     g = torch.Generator().manual_seed(3)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.decode import Sequence
-from engine.loops import loop_bans, loop_token
-from engine.model import SpecialTokens
-from engine.policies import make_policy
+from engine.decoding.decode import Sequence
+from engine.decoding.loops import loop_bans, loop_token
+from engine.decoding.policies import make_policy
+from engine.model.native import SpecialTokens
 
 SP = SpecialTokens(mask=1, end_of_text=2, end_of_middle=3, pad=0, fim_prefix=4, fim_suffix=5, fim_middle=6)
 A, B, V = 10, 11, 16

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 
-from engine.batch import execute, new_slot_attrs
-from engine.checkpoint import load_checkpoint, save_checkpoint
-from engine.decode import Sequence
-from engine.model import CLEAN, NOISY, Transformer, layout_mask, row_runs
-from engine.policies import make_policy
+from engine.decoding.batch import execute, new_slot_attrs
+from engine.decoding.decode import Sequence
+from engine.decoding.policies import make_policy
+from engine.model.checkpoint import load_checkpoint, save_checkpoint
+from engine.model.native import CLEAN, NOISY, Transformer, layout_mask, row_runs
 from tests.engine.conftest import prompt_of
 
 # fp32 on the CPU: cached and uncached paths sum in different orders, nothing more
@@ -103,7 +103,7 @@ def test_checkpoint_roundtrip_and_from_pretrained(tiny: Transformer, tmp_path: P
     native = load_checkpoint(tmp_path)
     from transformers import AutoModel
 
-    from engine.hf import register
+    from engine.model.hf import register
 
     register()
     hf = AutoModel.from_pretrained(tmp_path)

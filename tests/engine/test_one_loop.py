@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from engine.api import CompletionRequest, EngineEvent, Plan
-from engine.rejections import Rejection
-from engine.scheduler import Scheduler
+from engine.decoding.rejections import Rejection
+from engine.decoding.scheduler import Scheduler
 from engine.service import TextEngine
 from llada_lsp.engine_client import InProcessEngine
 
@@ -116,7 +116,7 @@ def test_in_process_supersede_and_cancel_are_the_loops(eng: TextEngine) -> None:
     assert other[-1].stats is not None and other[-1].stats["forwards"] < 64
 
 
-# a forward of the model is run by `engine.batch.execute`; the step loop is its only caller
+# a forward of the model is run by `engine.decoding.batch.execute`; the step loop is its only caller
 # (engine/train's teacher decoding for distillation is training, never run by the server)
 EXECUTE_CALL = re.compile(r"(?<![\w.])execute\(")
 
@@ -129,8 +129,8 @@ def test_no_second_decode_loop() -> None:
             if rel.startswith("engine/train/"):
                 continue
             text = path.read_text()
-            if EXECUTE_CALL.search(text) and rel != "engine/batch.py":
+            if EXECUTE_CALL.search(text) and rel != "engine/decoding/batch.py":
                 callers.append(rel)
             for gone in ("def generate(", "def run_group(", "def _run(self, req"):
                 assert gone not in text, (rel, gone)
-    assert callers == ["engine/scheduler.py"]
+    assert callers == ["engine/decoding/scheduler.py"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.loader import load_model
-from engine.model import CLEAN, PRESETS, layout_mask
-from engine.model_path import CHECKPOINTS_DIR, resolve
+from engine.model.loader import load_model
+from engine.model.model_path import CHECKPOINTS_DIR, resolve
+from engine.model.native import CLEAN, PRESETS, layout_mask
 
 PACKAGED = sorted(p.name for p in CHECKPOINTS_DIR.iterdir() if (p / "config.json").exists())
 
@@ -29,7 +29,7 @@ def test_packaged_model_loads_both_ways_and_fits_the_budget(name: str) -> None:
     assert all(p.dtype == torch.float32 for p in m.parameters())  # bfloat16 on disk is widened
     from transformers import AutoModel
 
-    from engine.hf import register
+    from engine.model.hf import register
 
     register()
     hf = AutoModel.from_pretrained(path, dtype=torch.float32)  # the stored dtype (bf16) otherwise

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.policies import BlockView, make_policy
-from engine.policies.low_confidence import tokens_per_step
+from engine.decoding.policies import BlockView, make_policy
+from engine.decoding.policies.low_confidence import tokens_per_step
 
 
 def view(top_prob: list[float], masked: list[bool], top_id: list[int] | None = None,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from engine.decode import Sequence
-from engine.model import Transformer
-from engine.policies import make_policy
-from engine.prompt_cache import PromptCache, common_prefix
+from engine.decoding.decode import Sequence
+from engine.decoding.policies import make_policy
+from engine.model.native import Transformer
+from engine.prompt.prompt_cache import PromptCache, common_prefix
 from tests.engine.conftest import decode_alone, prompt_of
 
 

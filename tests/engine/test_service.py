@@ -88,7 +88,7 @@ def test_token_healing_extends_a_partial_word(eng: TextEngine) -> None:
 def test_typing_deep_in_a_long_file_keeps_the_prompt_start(eng: TextEngine) -> None:
     """Past the prompt budget the prefix is cut from the left; the cut must not move with
     every keystroke, or the prompt cache misses everything after the suffix."""
-    from engine.prompt_cache import common_prefix
+    from engine.prompt.prompt_cache import common_prefix
 
     text = (Path(__file__).resolve().parents[2] / "engine" / "service.py").read_text()
     at = len(text) * 2 // 3

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.api import Plan, apply_edits, diff_edits
-from engine.stops import cut_text, stop_index
+from engine.decoding.stops import cut_text, stop_index
 
 
 def test_line_rule_cuts_at_newline() -> None:

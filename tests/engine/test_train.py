@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoint import EMBEDDED_DIR, load_checkpoint
-from engine.tokenizer import load_tokenizer, special_tokens_of
+from engine.model.checkpoint import EMBEDDED_DIR, load_checkpoint
+from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.data import Encoded, ExampleStream
 from engine.train.parallel import ParallelStream
 
@@ -124,7 +124,7 @@ def test_train_with_echo_logs_fresh_tokens_and_echoed_steps(tmp_path: Path) -> N
 
 
 def test_train_refuses_bf16_without_native_support(tmp_path: Path) -> None:
-    from engine.loader import cpu_has_bf16_matmul
+    from engine.model.loader import cpu_has_bf16_matmul
 
     if cpu_has_bf16_matmul():
         pytest.skip("this CPU multiplies bfloat16 natively: --bf16 is allowed here")
@@ -187,7 +187,7 @@ def test_grown_layers_compute_what_the_trained_model_computes() -> None:
     deeper model's logits equal the trained one's, and training can move the new layers."""
     import torch
 
-    from engine.model import Transformer, preset
+    from engine.model.native import Transformer, preset
     from engine.train.grow import grown_state, layer_sources
 
     assert layer_sources(6, 9) == [0, 0, 1, 2, 2, 3, 4, 4, 5]

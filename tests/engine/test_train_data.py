@@ -12,8 +12,8 @@ import pytest
 import torch
 from tree_sitter import Node, Parser
 
-from engine.checkpoint import EMBEDDED_DIR
-from engine.tokenizer import load_tokenizer, special_tokens_of
+from engine.model.checkpoint import EMBEDDED_DIR
+from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train import corpus
 from engine.train.data import (
     BLOCK_PARENTS,

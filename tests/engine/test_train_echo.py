@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoint import EMBEDDED_DIR
-from engine.model import NOISY
-from engine.tokenizer import load_tokenizer, special_tokens_of
+from engine.model.checkpoint import EMBEDDED_DIR
+from engine.model.native import NOISY
+from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.data import KEPT_WEIGHT, MIN_T, N_SPECIAL, Batch, ExampleStream, make_batch
 from engine.train.echo import Echo, batch_index, echo_batch, renoise
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoint import EMBEDDED_DIR
-from engine.model import GQA_MODES, Transformer, preset
-from engine.tokenizer import load_tokenizer, special_tokens_of
+from engine.model.checkpoint import EMBEDDED_DIR
+from engine.model.native import GQA_MODES, Transformer, preset
+from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.data import MAX_POSITIONS, Batch, ExampleStream, attach_mask, make_batch
 from engine.train.speed import candidates, pick, step_ms
 from engine.train.train import losses

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from engine.window import char_window, token_window
+from engine.prompt.window import char_window, token_window
 
 
 def test_char_window_is_bounded_starts_at_a_line_and_moves_in_quanta() -> None:

@@ -135,7 +135,7 @@ def test_bad_shapes_are_rejected() -> None:
 
 
 def tiny_moe(seed: int = 0) -> torch.nn.Module:
-    from engine.adapters.llada2 import LLaDA2Config, SparseMoe
+    from engine.model.adapters.llada2 import LLaDA2Config, SparseMoe
 
     torch.manual_seed(seed)
     c = LLaDA2Config(hidden_size=40, moe_intermediate_size=24, num_experts=12, num_experts_per_tok=3,
@@ -177,7 +177,7 @@ def test_stacked_weights_keep_the_checkpoint_names_as_views() -> None:
 
 
 def test_set_moe_impl_rejects_unknown_names() -> None:
-    from engine.adapters.llada2 import set_moe_impl
+    from engine.model.adapters.llada2 import set_moe_impl
 
     moe = tiny_moe()
     set_moe_impl(moe, "loop")

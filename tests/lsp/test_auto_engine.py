@@ -23,7 +23,7 @@ from lsp_helpers import (
     start_session,
 )
 
-from engine import runtime
+from engine.daemon import runtime
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), needs_model]
 

@@ -35,8 +35,8 @@ from lsp_helpers import (
 )
 from lsprotocol import types as t
 
-from engine import runtime
 from engine.api import CompletionRequest, EngineEvent, Plan
+from engine.daemon import runtime
 from llada_lsp.engine_client import TIMED_OUT, EngineJob
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
@@ -50,7 +50,7 @@ def start_daemon(run: Path, port: int = 0) -> tuple[subprocess.Popen[bytes], dic
     runtime.secure_dir(run)
     stale = runtime.read_runtime(run)
     env = {**os.environ, "LLADA_RUNTIME_DIR": str(run), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--threads", "1",
+    cmd = [sys.executable, "-m", "engine.daemon.cli", "serve", "--port", str(port), "--threads", "1",
            "--token-file", str(run / runtime.TOKEN_NAME)]
     with os.fdopen(runtime.open_private_log(run / runtime.LOG_NAME), "ab") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -1,0 +1,57 @@
+"""One request's text view of its token events (drafts, then edits, then done with its
+stats), for the step loop (`engine.decoding.scheduler`)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from engine.api import CompletionRequest, EngineEvent, EventKind, diff_edits
+from engine.decoding.decode import Sequence, TokenEvent
+
+if TYPE_CHECKING:
+    from engine.service import TextEngine
+
+
+class TextStream:
+    """One request's text view of its token events: drafts until the first complete draft of
+    the span, then edits, then done with timings. Shared by `TextEngine` and the scheduler."""
+
+    def __init__(self, engine: TextEngine, req: CompletionRequest, seq: Sequence, partial: str,
+                 t0: float, reused: int, queue_ms: float) -> None:
+        self.engine, self.req, self.seq, self.partial = engine, req, seq, partial
+        self.t0, self.reused, self.queue_ms = t0, reused, queue_ms
+        self.prev = ""
+        self.first_draft_ms: float | None = None
+
+    def feed(self, ev: TokenEvent) -> EngineEvent | None:
+        """The text event of one forward's token event, or None when the text did not change."""
+        text = self.engine._text(self.seq, self.req.plan, self.partial)
+        rid, prev = self.req.request_id, self.prev
+        if self.first_draft_ms is None and ev.complete:
+            self.first_draft_ms = (time.perf_counter() - self.t0) * 1000
+            self.prev = text
+            return EngineEvent("draft", rid, text, diff_edits(prev, text), ev.step, True)
+        if text == prev:
+            return None
+        self.prev = text
+        kind: EventKind = "draft" if self.first_draft_ms is None else "edit"
+        return EngineEvent(kind, rid, text, diff_edits(prev, text), ev.step, self.first_draft_ms is not None)
+
+    def finish(self, ev: TokenEvent, extra: dict[str, Any] | None = None,
+               forks: list[Sequence] | None = None) -> EngineEvent:
+        seq = self.seq
+        text = self.engine._final_text(seq, self.req.plan, self.partial)
+        alts = self.engine.alternative_texts(self.req, forks, self.partial, text) \
+            if forks and ev.reason != "cancelled" else ()
+        total = (time.perf_counter() - self.t0) * 1000
+        n_tok = len(seq.final_middle())
+        # every model forward the request caused (alternatives and remask passes included)
+        fw = seq.tally.forwards
+        stats = {"forwards": fw, "tokens": n_tok, "tpf": n_tok / max(1, fw), "primary_forwards": seq.forwards,
+                 "prefill_tokens": len(seq.prompt) - self.reused, "reused_tokens": self.reused,
+                 "queue_ms": self.queue_ms,
+                 "first_draft_ms": self.first_draft_ms if self.first_draft_ms is not None else total,
+                 "total_ms": total, **(extra or {})}
+        return EngineEvent("done", self.req.request_id, text, diff_edits(self.prev, text), seq.forwards, True,
+                           reason=ev.reason, stats=stats, alternatives=alts)

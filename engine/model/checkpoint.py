@@ -1,0 +1,65 @@
+"""Checkpoint layout shared by the native loader and `transformers.from_pretrained`.
+
+A directory with `config.json` (model_type "llada_lsp" plus the ModelConfig fields),
+`model.safetensors` (keys `model.<native name>`; a tied output head is not stored) and
+`tokenizer.json`. The embedded default lives in `engine/checkpoints/tiny-code/`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine.model.model_path import EMBEDDED_DIR
+from engine.model.native import ModelConfig, Transformer
+
+__all__ = ["EMBEDDED_DIR", "load_checkpoint", "load_config", "save_checkpoint"]
+
+MODEL_TYPE = "llada_lsp"
+WEIGHT_PREFIX = "model."
+
+
+def save_checkpoint(model: Transformer, out: Path, tokenizer_json: Path | None = None,
+                    dtype: torch.dtype = torch.float32) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = {"model_type": MODEL_TYPE, "architectures": ["LladaLspModel"], **model.config.to_dict()}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    state = {}
+    for name, t in model.state_dict().items():
+        if model.config.tie_embeddings and name == "output.weight":
+            continue
+        state[WEIGHT_PREFIX + name] = t.detach().to("cpu", dtype).contiguous()
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if tokenizer_json is not None and tokenizer_json.resolve() != (out / "tokenizer.json").resolve():
+        shutil.copyfile(tokenizer_json, out / "tokenizer.json")
+
+
+def load_config(path: Path) -> ModelConfig:
+    d = json.loads((path / "config.json").read_text())
+    if d.get("model_type") != MODEL_TYPE:
+        raise ValueError(f"{path}: model_type {d.get('model_type')!r} is not {MODEL_TYPE!r}")
+    return ModelConfig.from_dict(d)
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32) -> Transformer:
+    """Build on the meta device and assign the stored tensors (no second copy in memory)."""
+    path = Path(path)
+    cfg = load_config(path)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    state = {k.removeprefix(WEIGHT_PREFIX): v.to(device=device, dtype=dtype)
+             for k, v in load_file(str(path / "model.safetensors")).items()}
+    if cfg.tie_embeddings:
+        state["output.weight"] = state["tok_embeddings.weight"]
+    model.load_state_dict(state, strict=False, assign=True)
+    if cfg.tie_embeddings:
+        model.output.weight = model.tok_embeddings.weight
+    missing = [n for n, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise ValueError(f"{path}: checkpoint lacks weights {missing[:5]}")
+    return model.eval()

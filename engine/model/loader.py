@@ -1,0 +1,250 @@
+"""Load a model for the engine from a local directory or the local Hugging Face cache, offline.
+
+`load_model("inclusionAI/LLaDA2.0-mini")` (or a directory) resolves the checkpoint without
+any network access (`HF_HUB_OFFLINE=1`, `local_files_only`), picks the native adapter from
+config.json (`engine.model.adapters`), builds it on the meta device and assigns each safetensors
+tensor straight onto the target device (`safe_open(device=...)`), one tensor at a time, so
+a 16B model never exists twice in memory. Special ids (mask, end of text, pad, FIM markers)
+come from config.json, generation_config.json and the tokenizer files, never from literals.
+
+A checkpoint of another architecture runs only with `trust_remote_code=True`, the explicit
+opt-in: its own modeling code through transformers, without a KV cache (see RemoteCodeModel).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from torch import Tensor, nn
+
+from engine.model.adapters import find_family, known_model_types
+from engine.model.adapters.common import AdapterModel
+from engine.model.model_path import ModelNotFoundError, resolve
+from engine.model.native import ModelConfig, SpecialTokens
+
+__all__ = ["LoadedModel", "ModelNotFoundError", "load_model", "resolve", "resolve_dtype"]
+
+log = logging.getLogger(__name__)
+
+MASK_NAMES = ("<|mask|>", "<|mdm_mask|>", "<mask>", "[MASK]")
+FIM_NAMES = {"fim_prefix": ("<|fim_prefix|>", "<fim_prefix>"), "fim_suffix": ("<|fim_suffix|>", "<fim_suffix>"),
+             "fim_middle": ("<|fim_middle|>", "<fim_middle>")}
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module  # the decoder's contract: forward(idx, pos, mask, rows=, ...), setup_cache, config
+    path: Path
+    tokenizer_path: Path  # directory with tokenizer.json / tokenizer_config.json
+    special: SpecialTokens
+    family: str  # "embedded", "llada2", "llada", "dream" or "remote"
+    cache: str  # "exact" (block-causal), "approximate" (bidirectional) or "none"
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.config  # type: ignore[return-value]
+
+
+# -- special ids ---------------------------------------------------------------------------
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def _first(v: Any) -> int | None:
+    if isinstance(v, list):
+        return int(v[0]) if v else None
+    return int(v) if isinstance(v, int) else None
+
+
+def _content(v: Any) -> str | None:
+    return v.get("content") if isinstance(v, dict) else v if isinstance(v, str) else None
+
+
+def token_table(path: Path) -> tuple[dict[str, int], dict[str, str]]:
+    """(added token text -> id, role -> token text) from the tokenizer files of `path`."""
+    ids: dict[str, int] = {}
+    for t in _json(path / "tokenizer.json").get("added_tokens", []):
+        ids[t["content"]] = int(t["id"])
+    tc = _json(path / "tokenizer_config.json")
+    for i, t in (tc.get("added_tokens_decoder") or {}).items():
+        ids.setdefault(t["content"], int(i))
+    roles: dict[str, str] = {}
+    for src in (_json(path / "special_tokens_map.json"), tc):
+        for role in ("mask_token", "eos_token", "pad_token", "bos_token"):
+            c = _content(src.get(role))
+            if c:
+                roles[role] = c
+    return ids, roles
+
+
+def special_ids(path: Path, config: dict[str, Any], mask_id: int | None = None) -> SpecialTokens:
+    ids, roles = token_table(path)
+    gen = _json(path / "generation_config.json")
+
+    def by_role(role: str) -> int | None:
+        name = roles.get(role)
+        return ids.get(name) if name else None
+
+    mask = mask_id if mask_id is not None else _first(config.get("mask_token_id"))
+    mask = mask if mask is not None else by_role("mask_token")
+    mask = mask if mask is not None else next((ids[n] for n in MASK_NAMES if n in ids), None)
+    eos = _first(config.get("eos_token_id"))
+    eos = eos if eos is not None else _first(gen.get("eos_token_id"))
+    eos = eos if eos is not None else by_role("eos_token")
+    if mask is None or eos is None:
+        what = "mask" if mask is None else "end-of-text"
+        raise ValueError(f"{path}: cannot find the {what} token id in config.json, generation_config.json or the "
+                         f"tokenizer files; set mask_token_id / eos_token_id in config.json (or pass mask_id=)")
+    pad = _first(config.get("pad_token_id"))
+    pad = pad if pad is not None else _first(gen.get("pad_token_id"))
+    pad = pad if pad is not None else (by_role("pad_token") or eos)
+    fim = {k: next((ids[n] for n in names if n in ids), -1) for k, names in FIM_NAMES.items()}
+    return SpecialTokens(mask=mask, end_of_text=eos, end_of_middle=eos, pad=pad, **fim)
+
+
+# -- weights -------------------------------------------------------------------------------
+def weight_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        return [path / f for f in sorted(set(_json(index)["weight_map"].values()))]
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelNotFoundError(f"{path}: no *.safetensors weights (only safetensors checkpoints are loaded)")
+    return files
+
+
+def _set(model: nn.Module, name: str, t: Tensor, is_param: bool) -> None:
+    mod_name, _, leaf = name.rpartition(".")
+    mod = model.get_submodule(mod_name) if mod_name else model
+    if is_param:
+        mod._parameters[leaf] = nn.Parameter(t, requires_grad=False)
+    else:
+        mod._buffers[leaf] = t
+
+
+def assign_weights(model: AdapterModel, path: Path, device: torch.device, dtype: torch.dtype) -> None:
+    """Replace the meta tensors of `model` by the checkpoint's, each read straight to `device`."""
+    params = dict(model.named_parameters())
+    buffers = {n for n, _ in model.named_buffers()}
+    unexpected: list[str] = []
+    for f in weight_files(path):
+        with safe_open(str(f), framework="pt", device=str(device)) as sf:
+            for key in sf.keys():  # noqa: SIM118 - safe_open is not a mapping
+                if key not in params and key not in buffers:
+                    if not key.endswith(IGNORED_SUFFIXES):
+                        unexpected.append(key)
+                    continue
+                t = sf.get_tensor(key)
+                if t.is_floating_point() and t.dtype != dtype:
+                    t = t.to(dtype)
+                _set(model, key, t, key in params)
+    model.tie_weights()
+    for name, b in list(model.named_buffers()):
+        if b.is_meta and name.endswith(model.optional_buffers):
+            _set(model, name, torch.zeros(b.shape, dtype=torch.float32, device=device), False)
+    missing = [n for n, p in model.named_parameters() if p.is_meta]
+    missing += [n for n, b in model.named_buffers() if b.is_meta]
+    if missing:
+        raise ValueError(f"{path}: the checkpoint lacks {len(missing)} tensors, e.g. {missing[:4]}")
+    if unexpected:
+        log.warning("%s: %d checkpoint tensors unused by the adapter, e.g. %s", path, len(unexpected), unexpected[:4])
+
+
+# -- the opt-in path -----------------------------------------------------------------------
+class RemoteCodeModel(nn.Module):
+    """A checkpoint's own modeling code (trust_remote_code), driven as a bidirectional model
+    with no KV cache: every forward sees the whole canvas (batch of one)."""
+
+    def __init__(self, hf: nn.Module, config: ModelConfig) -> None:
+        super().__init__()
+        self.hf, self.config, self.cache_batch = hf, config, 0
+        self.layers: list[nn.Module] = []
+
+    @property
+    def output(self) -> nn.Module:
+        return self.hf.get_output_embeddings()  # type: ignore[operator]
+
+    def setup_cache(self, batch: int, max_len: int | None = None) -> None:
+        self.cache_batch = batch
+
+    def drop_cache(self) -> None:
+        self.cache_batch = 0
+
+    def forward(self, idx: Tensor, pos: Tensor, mask: Tensor | None = None, *, rows: Tensor | None = None,
+                slots: Tensor | None = None, kv_len: int | None = None, logits_at: Tensor | None = None) -> Tensor:
+        logits = self.hf(input_ids=idx).logits
+        if logits_at is not None:
+            logits = torch.gather(logits, 1, logits_at[:, :, None].expand(-1, -1, logits.shape[-1]))
+        return logits.float()
+
+
+def _load_remote(path: Path, cfg: dict[str, Any], special: SpecialTokens, device: torch.device,
+                 dtype: torch.dtype) -> RemoteCodeModel:
+    from transformers import AutoModel
+
+    hf = AutoModel.from_pretrained(path, trust_remote_code=True, local_files_only=True, dtype=dtype).to(device)
+    mc = ModelConfig(vocab_size=int(cfg.get("vocab_size", 0)), max_seq_len=int(cfg.get("max_position_embeddings", 4096)),
+                     block_size=int(cfg.get("block_size", 32)), attention="bidirectional",
+                     shift_logits=bool(cfg.get("shift_logits", False)), special=special)
+    return RemoteCodeModel(hf.eval(), mc)
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def cpu_has_bf16_matmul() -> bool:
+    """True where the CPU multiplies bfloat16 matrices natively (Intel AMX), read from
+    /proc/cpuinfo; elsewhere (no such file, other CPUs) False."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags
+
+
+def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
+    """`auto`: bfloat16 on an accelerator and on CPUs with native bf16 matrix units (a batching
+    daemon's forwards are compute-bound there), float32 on other CPUs; or a name of DTYPES."""
+    if name != "auto":
+        if name not in DTYPES:
+            raise ValueError(f"unknown dtype {name!r}; known: auto, {', '.join(DTYPES)}")
+        return DTYPES[name]
+    if torch.device(device).type != "cpu":
+        return torch.bfloat16
+    return torch.bfloat16 if cpu_has_bf16_matmul() else torch.float32
+
+
+def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+               trust_remote_code: bool = False, mask_id: int | None = None) -> LoadedModel:
+    """Resolve offline and load `model` (a directory or a Hugging Face name) onto `device`.
+
+    dtype: default bfloat16 on an accelerator, float32 on the CPU."""
+    dev = torch.device(device)
+    dt = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
+    path = resolve(model)
+    cfg = _json(path / "config.json")
+    from engine.model.checkpoint import MODEL_TYPE, load_checkpoint
+
+    if cfg.get("model_type") == MODEL_TYPE:
+        emb = load_checkpoint(path, device=dev, dtype=dt)
+        return LoadedModel(emb, path, path, emb.config.special, "embedded", "exact")
+    fam = find_family(cfg)
+    special = special_ids(path, cfg, mask_id)
+    if fam is None:
+        if not trust_remote_code:
+            raise ValueError(f"{path}: model_type {cfg.get('model_type')!r} has no native adapter (known: "
+                             f"{', '.join(known_model_types())}); pass --trust-remote-code to run the "
+                             f"checkpoint's own modeling code (uncached, slower) at your own risk")
+        return LoadedModel(_load_remote(path, cfg, special, dev, dt), path, path, special, "remote", "none")
+    with torch.device("meta"):
+        m = fam.build(cfg, special)
+    assign_weights(m, path, dev, dt)
+    cache = "exact" if fam.attention == "block_causal" else "approximate"
+    return LoadedModel(m.eval(), path, path, special, fam.name, cache)
