@@ -43,7 +43,7 @@ def requests(n: int) -> list[Any]:
     """n single-line completions cut from this repository's engine sources (fixed cut points)."""
     from engine.api import CompletionRequest, Plan
 
-    text = (ROOT / "engine" / "decode.py").read_text()
+    text = (ROOT / "engine" / "decoding" / "decode.py").read_text()
     lines = text.split("\n")
     out = []
     for i in range(n):

@@ -20,7 +20,7 @@ from engine.train.data import Encoded, ExampleStream
 from engine.train.parallel import ParallelStream
 
 ROOT = Path(__file__).resolve().parents[2]
-TEXTS = [(ROOT / "engine" / name).read_text() for name in ("decode.py", "scheduler.py", "service.py")]
+TEXTS = [(ROOT / "engine" / name).read_text() for name in ("decoding/decode.py", "decoding/scheduler.py", "service.py")]
 
 
 def _batches(seed: int, workers: int, n: int, start: int = 0) -> list[list[Encoded]]:

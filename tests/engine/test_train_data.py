@@ -31,7 +31,7 @@ from engine.train.data import (
 from engine.train.parallel import BuildSpec, ParallelStream
 
 ROOT = Path(__file__).resolve().parents[2]
-TEXTS = [(ROOT / "engine" / name).read_text() for name in ("decode.py", "scheduler.py", "service.py")]
+TEXTS = [(ROOT / "engine" / name).read_text() for name in ("decoding/decode.py", "decoding/scheduler.py", "service.py")]
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 

@@ -14,7 +14,7 @@ from engine.train.data import KEPT_WEIGHT, MIN_T, N_SPECIAL, Batch, ExampleStrea
 from engine.train.echo import Echo, batch_index, echo_batch, renoise
 
 ROOT = Path(__file__).resolve().parents[2]
-TEXTS = [(ROOT / "engine" / name).read_text() for name in ("decode.py", "scheduler.py", "service.py")]
+TEXTS = [(ROOT / "engine" / name).read_text() for name in ("decoding/decode.py", "decoding/scheduler.py", "service.py")]
 SP = special_tokens_of(load_tokenizer(EMBEDDED_DIR))
 BLOCK = 16
 
