@@ -69,12 +69,50 @@ def alternatives_for(plan: Plan, preset: str) -> int:
 
 
 @dataclass(frozen=True)
+class ContextChunk:
+    """Text from elsewhere in the workspace (another open file, a recent edit, a definition),
+    placed in the prompt before the document's own prefix (`engine.prompt.prompt_format.render_context`)."""
+
+    path: str  # workspace-relative path, shown to the model in the chunk's header
+    text: str
+
+
+@dataclass(frozen=True)
 class CompletionRequest:
     request_id: str
     doc_key: str  # requests with the same key supersede each other; also keys the prompt cache
     prefix: str
     suffix: str
     plan: Plan = field(default_factory=Plan)
+    context: tuple[ContextChunk, ...] = ()  # workspace context, most useful first
+
+
+@dataclass(frozen=True)
+class EditSuggestion:
+    """A next edit: replace region[start:end] by `text` (character offsets into the request's
+    region), with the model's confidence in the new tokens (the lowest of them)."""
+
+    start: int
+    end: int
+    text: str
+    confidence: float
+
+
+@dataclass(frozen=True)
+class NextEditRequest:
+    """Edit passes only (T2T) over `region`, an existing stretch of the document given to the
+    model as a committed draft between `prefix` and `suffix`: the tokens it replaces above the
+    edit threshold become `EditSuggestion`s. Same `doc_key` supersedes, as for completions."""
+
+    request_id: str
+    doc_key: str
+    prefix: str
+    region: str
+    suffix: str
+    threshold: float | None = None  # edit threshold; None: the preset's
+    preset: str | None = None
+    max_passes: int = 4  # edit passes at most (each one forward)
+    context: tuple[ContextChunk, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,11 +137,13 @@ class EngineEvent:
     stats: dict[str, Any] | None = None  # on "done": forwards, tokens, tpf, prefill_tokens,
     # reused_tokens, queue_ms, first_draft_ms, total_ms
     alternatives: tuple[str, ...] = ()  # on "done": the other candidates' texts, in rank order
+    suggestions: tuple[EditSuggestion, ...] = ()  # on "done" of a NextEditRequest
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["edits"] = [asdict(e) for e in self.edits]
         d["alternatives"] = list(self.alternatives)
+        d["suggestions"] = [asdict(e) for e in self.suggestions]
         return d
 
 
