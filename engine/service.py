@@ -23,22 +23,21 @@ from typing import Any, cast
 
 import torch
 
-from engine.api import CompletionRequest, EngineEvent, Plan
+from engine.api import CompletionRequest, ContextChunk, EngineEvent, Plan
 from engine.decoding import local
 from engine.decoding.alternatives import only
 from engine.decoding.decode import Sequence
 from engine.decoding.decode_bidir import make_sequence
 from engine.decoding.policies import Policy, make_policy
 from engine.decoding.scheduler import Scheduler
-from engine.decoding.stops import cut_text, stop_index
+from engine.decoding.stops import stop_index
 from engine.model.checkpoint import EMBEDDED_DIR
 from engine.model.loader import load_model
 from engine.model.native import Transformer
+from engine.prompt.builder import PromptBuilder
 from engine.prompt.healing import HEALABLE, Healing
 from engine.prompt.prompt_cache import PromptCache
-from engine.prompt.prompt_format import Parts, clean_answer, language_of, split_tail
 from engine.prompt.tokenizer import load_prompt_format, load_tokenizer, special_id_set
-from engine.prompt.window import char_window, token_window
 
 EMBEDDED_MAX_PROMPT = 448  # the embedded model trained on <= 128 suffix + 320 prefix tokens
 REAL_MAX_PROMPT = 4096  # real checkpoints' default prompt budget (capped by context and max_len)
@@ -46,8 +45,6 @@ DEFAULT_MAX_PROMPT = EMBEDDED_MAX_PROMPT
 EMBEDDED_MAX_LEN = 2048
 REAL_MAX_LEN = REAL_MAX_PROMPT + 512  # a 4k prompt and a 512-token middle
 GEN_RESERVE = 512  # canvas positions the default budget leaves to the middle (at most a quarter)
-FORMAT_SLACK = 16  # prompt tokens kept free for what the empty-format count misses (fence language)
-SUFFIX_SHARE = 0.28
 
 
 def default_model_dir() -> Path:
@@ -84,39 +81,29 @@ class TextEngine:
         self.max_len = min(max_len or default_len, self.config.max_seq_len)
         self.model.setup_cache(1, self.max_len)
         self.tok = load_tokenizer(self.loaded.tokenizer_path)
-        self.sp = self.loaded.special
+        self.bidirectional = self.config.attention == "bidirectional"
         # suffix-first FIM when the model has the markers; else the chat template with prefix and
         # suffix (engine.prompt.prompt_format); a base checkpoint without either gets the prefix, and a
         # bidirectional one the suffix after the masked middle
-        self.bidirectional = self.config.attention == "bidirectional"
-        self.fim = min(self.sp.fim_prefix, self.sp.fim_suffix, self.sp.fim_middle) >= 0
-        self.format = load_prompt_format(self.loaded.tokenizer_path, self.tok, self.fim, prompt_template)
-        self._use_format_ends()
-        self.exact_cache = self.loaded.cache == "exact"
-        self.preset = preset  # the preset of a plan that names none
+        special = self.loaded.special
+        fim = min(special.fim_prefix, special.fim_suffix, special.fim_middle) >= 0
+        fmt = load_prompt_format(self.loaded.tokenizer_path, self.tok, fim, prompt_template)
         self.max_prompt_tokens = min(max_prompt_tokens, self.max_len - 1) if max_prompt_tokens \
             else default_prompt_budget(self.loaded.family, self.max_len)
-        self.prompt_cache = PromptCache(prompt_cache_entries)
         texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
-        self.healing = Healing(texts, special_id_set(self.tok, self.sp))
-        self._format_tokens = self._count_format_tokens()
+        self.healing = Healing(texts, special_id_set(self.tok, special))
+        self.prompts = PromptBuilder(self.tok, special, fmt, self.max_prompt_tokens, self.bidirectional, self._heal)
+        self.format, self.fim, self.end_ids = fmt, fim, self.prompts.end_ids
+        self.sp = special
+        if self.prompts.turn_end is not None and self.prompts.turn_end != special.end_of_middle:
+            # answers end at the format's end-of-turn token: the decoder's end-of-middle becomes it
+            self.sp = replace(special, end_of_middle=self.prompts.turn_end)
+            self.model.config = replace(self.model.config, special=self.sp)  # type: ignore[assignment]
+        self.exact_cache = self.loaded.cache == "exact"
+        self.preset = preset  # the preset of a plan that names none
+        self.prompt_cache = PromptCache(prompt_cache_entries)
         self._lock = threading.Lock()
         self._loop: Scheduler | None = None
-
-    def _use_format_ends(self) -> None:
-        """Answers end at the format's end-of-turn token (a chat template's), else end of text:
-        the decoder's end-of-middle becomes the turn end."""
-        ends = [i for t in self.format.end_texts if (i := self.tok.token_to_id(t)) is not None]
-        self.end_ids = {self.sp.end_of_middle, *ends} | ({self.sp.end_of_text} if ends else set())
-        if ends and ends[0] != self.sp.end_of_middle:
-            self.sp = replace(self.sp, end_of_middle=ends[0])
-            self.model.config = replace(self.model.config, special=self.sp)  # type: ignore[assignment]
-
-    def _count_format_tokens(self) -> int:
-        """Prompt tokens a rendered format spends with empty prefix and suffix."""
-        if self.format.kind not in ("chat", "template"):
-            return 3
-        return len(self.tok.encode(self.format.render(Parts("", "", "")), add_special_tokens=False).ids)
 
     def info(self) -> dict[str, Any]:
         return {"model": self.model_dir.name, "path": str(self.model_dir), "family": self.loaded.family,
@@ -133,28 +120,13 @@ class TextEngine:
         ids, _suffix, partial, allowed = self.layout(prefix, suffix, heal, doc_key)
         return ids, partial, allowed
 
-    def layout(self, prefix: str, suffix: str, heal: bool = True, doc_key: str = ""
-               ) -> tuple[list[int], list[int], str, torch.Tensor | None]:
+    def layout(self, prefix: str, suffix: str, heal: bool = True, doc_key: str = "",
+               context: tuple[ContextChunk, ...] = ()) -> tuple[list[int], list[int], str, torch.Tensor | None]:
         """Prompt ids and (for bidirectional models) the suffix ids that follow the masked
-        middle, trimmed to the budget; plus token healing's backed-off text and allowed set."""
-        if self.format.kind in ("chat", "template"):
-            return self._rendered_layout(prefix, suffix, heal, doc_key)
-        sp = self.sp
-        # the prefix's cuts move in quanta (engine.prompt.window): typing keeps the prompt's start
-        pre = self.tok.encode(char_window(prefix, self.max_prompt_tokens * 6)).ids if prefix else []
-        suf = self.tok.encode(suffix[: self.max_prompt_tokens * 6]).ids if suffix else []
-        budget = self.max_prompt_tokens - 3
-        suf = suf[: max(0, min(len(suf), int(budget * SUFFIX_SHARE)))]
-        pre = token_window(pre, budget - len(suf))
-        partial, allowed = "", None
-        if heal and pre:
-            k, partial, allowed = self._heal(pre)
-            pre = pre[: len(pre) - k]
-        if self.bidirectional:
-            return (pre or [sp.end_of_text]), suf, partial, allowed
-        if self.fim:
-            return [sp.fim_suffix, *suf, sp.fim_prefix, *pre, sp.fim_middle], [], partial, allowed
-        return (pre or [sp.end_of_text]), [], partial, allowed
+        middle, trimmed to the budget; plus token healing's backed-off text and allowed set
+        (engine.prompt.builder)."""
+        lay = self.prompts.layout(prefix, suffix, heal, doc_key, context)
+        return lay.ids, lay.suffix, lay.partial, lay.allowed
 
     def _heal(self, ids: list[int]) -> tuple[int, str, torch.Tensor | None]:
         """Back off the trailing word fragment of `ids` (its last 1-3 tokens) when some token
@@ -167,35 +139,13 @@ class TextEngine:
                     return k, tail, allowed
         return 0, "", None
 
-    def _rendered_layout(self, prefix: str, suffix: str, heal: bool, doc_key: str
-                         ) -> tuple[list[int], list[int], str, torch.Tensor | None]:
-        """A chat or template prompt: prefix and suffix trimmed in tokens (the prefix's start in
-        quanta), the cursor's line healed, then rendered and tokenized as a whole."""
-        budget = max(8, self.max_prompt_tokens - self._format_tokens - FORMAT_SLACK)
-        pre_text = char_window(prefix, budget * 6)
-        pre = self.tok.encode(pre_text, add_special_tokens=False) if pre_text else None
-        suf = self.tok.encode(suffix[: budget * 6], add_special_tokens=False) if suffix else None
-        n_suf = min(len(suf.ids), int(budget * SUFFIX_SHARE)) if suf else 0
-        suffix_text = suffix[: suf.offsets[n_suf - 1][1]] if suf and n_suf else ""
-        if pre is not None:
-            kept = token_window(pre.ids, budget - n_suf)
-            pre_text = pre_text[pre.offsets[len(pre.ids) - len(kept)][0]:] if kept else ""
-        head, tail = split_tail(pre_text)
-        partial, allowed = "", None
-        if heal and tail:
-            _k, partial, allowed = self._heal(self.tok.encode(tail, add_special_tokens=False).ids)
-            if not tail.endswith(partial):
-                partial, allowed = "", None
-            tail = tail[: len(tail) - len(partial)]
-        text = self.format.render(Parts(head, tail, suffix_text, language_of(doc_key)))
-        return self.tok.encode(text, add_special_tokens=False).ids, [], partial, allowed
-
     # -- decoding ---------------------------------------------------------------------------
     def prepare(self, req: CompletionRequest, row: int, policy: Policy | None = None) -> tuple[Sequence, str, int]:
         """Encode `req`, restore its longest cached prompt prefix into cache `row` and build
         its decoding state; returns (sequence, healed partial token text, reused tokens)."""
         plan = req.plan
-        ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, doc_key=req.doc_key)
+        ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, doc_key=req.doc_key,
+                                                    context=req.context)
         policy = policy or make_policy(plan.preset or self.preset)
         reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids) if self.exact_cache else 0
         max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
@@ -263,20 +213,7 @@ class TextEngine:
         return self._answer(seq, seq.middle[:upto].tolist(), plan, partial)
 
     def _answer(self, seq: Sequence, toks: list[int], plan: Plan, partial: str) -> str:
-        """The middle's text: up to the format's end token, without the format's artefacts (a
-        chat answer's fences and echo) and the healed partial token, cut at the stop rule."""
-        if self.end_ids != {self.sp.end_of_middle}:
-            toks = toks[: next((i for i, t in enumerate(toks) if t in self.end_ids), len(toks))]
-        text = self.tok.decode([t for t in toks if t != self.sp.end_of_middle])
-        if self.format.wraps_answer:
-            text = clean_answer(text, self._tail_of(seq, partial))
-        text = text[len(partial):] if text.startswith(partial) else text
-        return cut_text(text, plan)[0]
-
-    def _tail_of(self, seq: Sequence, partial: str) -> str:
-        """The cursor's line as the prompt ends it (the text a chat answer may echo)."""
-        text = self.tok.decode(seq.prompt[-64:])
-        return split_tail(text)[1] + partial
+        return self.prompts.answer(toks, plan, partial, self.prompts.tail_of(seq.prompt, partial))
 
     def _final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
         return self._answer(seq, list(seq.final_middle()), plan, partial)

@@ -22,18 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
-@dataclass(frozen=True)
-class SpecialTokens:
-    """Named special token ids of one model: no magic numbers elsewhere."""
-
-    mask: int
-    end_of_text: int
-    end_of_middle: int
-    pad: int
-    fim_prefix: int
-    fim_suffix: int
-    fim_middle: int
+from engine.model.special import SpecialTokens as SpecialTokens  # re-exported
 
 
 @dataclass(frozen=True)

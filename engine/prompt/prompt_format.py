@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from engine.api import ContextChunk
 
 FENCE = "```"
 INSTRUCTION = (
@@ -40,6 +43,7 @@ LANGUAGES = {
     ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".cxx": "cpp", ".lua": "lua", ".rb": "ruby",
     ".sh": "bash", ".kt": "kotlin", ".swift": "swift", ".cs": "csharp", ".php": "php", ".scala": "scala",
 }
+LINE_COMMENTS = {"python": "#", "ruby": "#", "bash": "#", "lua": "--"}  # else "//" (C-like languages)
 _OPEN_FENCE = re.compile(r"^[ \t]*```[\w+#.-]*[ \t]*\n")
 _CLOSE_FENCE = re.compile(r"(?:^|\n)[ \t]*```")
 
@@ -53,10 +57,11 @@ class Parts:
     tail: str
     suffix: str
     language: str = ""
+    context: str = ""  # workspace context, rendered (render_context)
 
     def variables(self) -> dict[str, Any]:
         return {"prefix": self.head + self.tail, "suffix": self.suffix, "head": self.head, "tail": self.tail,
-                "language": self.language, "instruction": INSTRUCTION}
+                "language": self.language, "instruction": INSTRUCTION, "context": self.context}
 
 
 def split_tail(prefix: str) -> tuple[str, str]:
@@ -72,13 +77,28 @@ def language_of(doc_key: str) -> str:
     return LANGUAGES.get(name[dot:].lower(), "") if dot > 0 else ""
 
 
+def comment_of(language: str) -> str:
+    """The line-comment marker of a fence language ("#" when unknown)."""
+    return LINE_COMMENTS.get(language, "//" if language else "#")
+
+
+def render_context(chunks: Sequence[ContextChunk], language: str) -> str:
+    """Workspace context as the model sees it, before the document's own prefix: each chunk
+    under a comment naming its file, a blank line after it. Training data is laid out with this
+    same function (engine.train), so the model learns where context sits."""
+    mark = comment_of(language)
+    return "".join(f"{mark} file: {c.path}\n{c.text.rstrip()}\n\n" for c in chunks if c.text.strip())
+
+
 def user_message(parts: Parts) -> str:
-    """The user turn: the instruction, the code after the cursor, then the code above the
-    cursor's line (typing on that line leaves all of it unchanged)."""
+    """The user turn: the instruction, workspace context, the code after the cursor, then the
+    code above the cursor's line (typing on that line leaves all of it unchanged)."""
     lang = parts.language
     suffix = parts.suffix if parts.suffix.endswith("\n") or not parts.suffix else parts.suffix + "\n"
     head = parts.head if parts.head.endswith("\n") or not parts.head else parts.head + "\n"
-    return (f"{INSTRUCTION}\n\nThe code after the cursor:\n{FENCE}{lang}\n{suffix}{FENCE}\n\n"
+    context = (f"Code from other files of the workspace:\n{FENCE}{lang}\n{parts.context}{FENCE}\n\n"
+               if parts.context else "")
+    return (f"{INSTRUCTION}\n\n{context}The code after the cursor:\n{FENCE}{lang}\n{suffix}{FENCE}\n\n"
             f"The code before the cursor's line:\n{FENCE}{lang}\n{head}{FENCE}")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from engine.model.native import SpecialTokens
+from engine.model.special import SpecialTokens
 from engine.prompt.prompt_format import PromptFormat, read_template_file, turn_end
 
 BASE_NAME = re.compile(r"(^|[-_/.])base([-_/.]|$)", re.I)  # a base (not instruction-tuned) checkpoint
