@@ -117,7 +117,7 @@ class FakeSglang:
         block_delay_ms: float = 40.0,
         max_running_requests: int | None = None,
         fdfo: bool = True,
-        stall: Callable[[str, int], bool] | None = None,
+        stall: Callable[[str, int], bool] | None = None,  # (rid, 1-based row round) -> unresolved
         incremental_streaming_output: bool = False,
         model_path: str = "inclusionAI/LLaDA2.0-mini",
         architectures: Sequence[str] = ("LLaDA2MoeModelLM",),
@@ -213,7 +213,7 @@ class FakeSglang:
             await asyncio.sleep(self.block_delay_s)  # one batched forward
             self.rounds += 1
             for row in list(self._running):
-                stalled = self.fdfo and self.stall is not None and row.prefilled and self.stall(row.rid, row.rounds)
+                stalled = self.fdfo and self.stall is not None and row.prefilled and self.stall(row.rid, row.rounds + 1)
                 commit_round(row, self.block_size, bool(stalled), self._stop_ids(row.sp), self.codec.decode)
                 self._emit(row)
             await self._notify()
