@@ -1,0 +1,490 @@
+"""FAKE SGLang server for tests and benches: a loopback stand-in for `sglang.launch_server`
+serving a diffusion LM (`--dllm-algorithm`), following sglang 0.5.23 point by point.
+
+No model runs here: replies are scripted token ids, one block per `block_delay_ms` round.
+It is what the SGLang engine client's tests and the bench talk to where no GPU is.
+
+    python bench/fake_sglang.py --port 0 --block-delay-ms 40 --reply-file F \
+        --model-path inclusionAI/LLaDA2.0-mini --tokenizer engine/checkpoints/mini-code
+
+prints `{"port": N, "url": ...}` on stdout once it listens.
+
+Followed (files of the 0.5.23 wheel, `sglang/...`; the row rules are in `fake_sglang_rows`,
+the request checks in `fake_sglang_contract`):
+- `GET /health`, `/health_generate`: 503 while starting, else 200
+  (`srt/entrypoints/http_server.py:health_generate`).
+- `GET /model_info` (and the deprecated `/get_model_info`): the keys of
+  `http_server.py:model_info`; `GET /server_info` (`/get_server_info`): the resolved server
+  args (`srt/utils/common.py:build_server_info`, e.g. `dllm_algorithm`, `dllm_fdfo`,
+  `max_running_requests`, `page_size`) plus `startup_time`, `internal_states`, `version`.
+- `POST /generate`: contract check first (400 `{"error": "<text>"}`), then the request
+  checks; SSE `data: {json}\\n\\n` events ending `data: [DONE]\\n\\n`, sent chunked as uvicorn
+  sends a `StreamingResponse` (`http_server.py:serve_generate_request`).
+- Max running requests: a dLLM runs `--max-running-requests` rows, 1 when unset
+  (`srt/dllm/config.py:DllmConfig.from_server_args`); the rest wait in the queue and enter as
+  rows finish (`srt/dllm/mixin/scheduler.py:_fetch_waiting_reqs`).
+- `POST /abort_request {"rid", "abort_all"}` answers 200 with an empty body
+  (`http_server.py:abort_request`). The tokenizer manager forwards an abort only for a rid it
+  holds (`srt/managers/tokenizer_manager.py:TokenizerManager.abort_request`: with one tokenizer
+  worker an unknown rid, a bare prefix included, is dropped; an empty rid without `abort_all`
+  is ignored). The scheduler then matches by PREFIX (`srt/managers/scheduler.py:
+  Scheduler.abort_request`, `req.rid.startswith(recv_req.rid)`): aborting "a-1" also aborts
+  "a-10". A queued row ends at once with `{"type": "abort", "message": "Abort in waiting
+  queue"}` (`TokenizerManager._handle_abort_req`); a running row gets `to_finish` and ends at
+  its next committing round, with that round's tokens, as `FINISH_ABORT().to_json()`.
+- Client disconnect: a stream's background task aborts the rid 2 s after the response ends
+  (`TokenizerManager.create_abort_task`, `asyncio.sleep(2)`); a non-streaming request notices
+  on its 4 s wait timeout (`_stream_one_response`, `SGLANG_REQUEST_STATE_WAIT_TIMEOUT`).
+Not modelled: batches of prompts, `n > 1`, logprobs, sessions, LoRA, the radix cache,
+OpenAI routes, API keys, FastAPI's 422 detail lists (a body that is not JSON gets a plain 422).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.fake_http import HttpServer, Request, Responder  # noqa: E402
+from bench.fake_sglang_contract import contract_error, request_error, sampling_params, stop_strings  # noqa: E402
+from bench.fake_sglang_rows import (  # noqa: E402
+    Row,
+    Timing,
+    abort_reason,
+    chunk,
+    commit_round,
+    holds_stop_prefix,
+    waiting_abort_chunk,
+)
+
+Generator = Callable[[list[int], dict[str, Any]], list[int]]
+VERSION = "0.5.23"
+
+
+@dataclass
+class AbortRecord:
+    t: float  # time.perf_counter() at arrival
+    rid: str
+    abort_all: bool
+    matched: list[str] = field(default_factory=list)
+
+
+class Codec:
+    """Text <-> ids with the checkpoint tokenizer, or one id per character without one."""
+
+    def __init__(self, tokenizer_dir: str | Path | None) -> None:
+        self.tok: Any = None
+        if tokenizer_dir is not None:
+            from tokenizers import Tokenizer
+
+            self.tok = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False).ids) if self.tok else [ord(c) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True) if self.tok else "".join(map(chr, ids))
+
+    def token_id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token) if self.tok else None
+
+
+class FakeSglang:
+    """In-process fake server. Counters for tests: `requests_received`, `received_rids`,
+    `aborted_rids` (rows ended by an abort), `abort_log` (every `/abort_request`),
+    `running_peak`, `rounds`, `timings[rid]`; `wait_for(pred)` awaits a state change."""
+
+    def __init__(
+        self,
+        *,
+        reply: str = "",
+        reply_fn: Callable[[str], str] | None = None,
+        generator: Generator | None = None,
+        tokenizer: str | Path | None = None,
+        end_token_id: int | None = None,
+        block_size: int = 32,
+        block_delay_ms: float = 40.0,
+        max_running_requests: int | None = None,
+        fdfo: bool = True,
+        stall: Callable[[str, int], bool] | None = None,  # (rid, 1-based row round) -> unresolved
+        incremental_streaming_output: bool = False,
+        model_path: str = "inclusionAI/LLaDA2.0-mini",
+        architectures: Sequence[str] = ("LLaDA2MoeModelLM",),
+        dllm_algorithm: str = "LowConfidence",
+        ready: bool = True,
+        start_delay_s: float = 0.0,
+        disconnect_abort_s: float = 2.0,
+        nonstream_disconnect_s: float = 4.0,
+        tokenizer_worker_num: int = 1,
+    ) -> None:
+        self.codec = Codec(tokenizer)
+        self.reply, self.reply_fn, self.generator = reply, reply_fn, generator
+        self.end_token_id = end_token_id
+        self.block_size, self.block_delay_s = block_size, block_delay_ms / 1000.0
+        self.max_running = 1 if max_running_requests is None else max_running_requests
+        self.fdfo, self.stall = fdfo, stall
+        self.incremental = incremental_streaming_output
+        self.model_path, self.architectures = model_path, list(architectures)
+        self.dllm_algorithm = dllm_algorithm
+        self.ready, self.start_delay_s = ready, start_delay_s
+        self.disconnect_abort_s, self.nonstream_disconnect_s = disconnect_abort_s, nonstream_disconnect_s
+        self.tokenizer_worker_num = tokenizer_worker_num
+        self.requests_received = 0
+        self.received_rids: list[str] = []
+        self.aborted_rids: list[str] = []
+        self.abort_log: list[AbortRecord] = []
+        self.running_peak = 0
+        self.rounds = 0
+        self.timings: dict[str, Timing] = {}
+        self.port: int | None = None
+        self._http = HttpServer(self._handle)
+        self._waiting: deque[Row] = deque()
+        self._running: list[Row] = []
+        self._live: dict[str, Row] = {}
+        self._changed = asyncio.Condition()
+        self._work = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._bg: set[asyncio.Task[Any]] = set()
+        self.startup_time = time.time()
+
+    # ---- lifecycle ----
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self.port = await self._http.start(host, port if port else (self.port or 0))
+        self._loop_task = asyncio.create_task(self._rounds())
+        if self.start_delay_s > 0:
+            self.ready = False
+            asyncio.get_running_loop().call_later(self.start_delay_s, self._set_ready)
+        return f"http://{host}:{self.port}"
+
+    def _set_ready(self) -> None:
+        self.ready = True
+
+    async def stop(self) -> None:
+        """Like a killed server: connections drop, rows vanish; `start` again to restart."""
+        await self._http.stop()
+        for t in [self._loop_task, *self._bg]:
+            if t is not None:
+                t.cancel()
+        await asyncio.gather(*[t for t in [self._loop_task, *self._bg] if t], return_exceptions=True)
+        self._loop_task, self._bg = None, set()
+        self._waiting.clear()
+        self._running.clear()
+        self._live.clear()
+
+    async def wait_for(self, pred: Callable[[], bool], timeout: float = 5.0) -> None:
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(pred), timeout)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # ---- scheduling ----
+
+    def _stop_ids(self, sp: dict[str, Any]) -> set[int]:
+        ids = set(sp.get("stop_token_ids") or [])
+        if self.end_token_id is not None:
+            ids.add(self.end_token_id)  # the model's eos (`Req.eos_token_ids`)
+        return ids
+
+    async def _rounds(self) -> None:
+        while True:
+            await self._work.wait()
+            while self._waiting and len(self._running) < self.max_running:
+                row = self._waiting.popleft()
+                row.timing.admitted = time.perf_counter()
+                self._running.append(row)
+            self.running_peak = max(self.running_peak, len(self._running))
+            if not self._running:
+                self._work.clear()
+                continue
+            await asyncio.sleep(self.block_delay_s)  # one batched forward
+            self.rounds += 1
+            for row in list(self._running):
+                stalled = self.fdfo and self.stall is not None and row.prefilled and self.stall(row.rid, row.rounds + 1)
+                commit_round(row, self.block_size, bool(stalled), self._stop_ids(row.sp), self.codec.decode)
+                self._emit(row)
+            await self._notify()
+
+    def _emit(self, row: Row) -> None:
+        """Streams the row's step (`OutputStreamer.stream_output`); without FDFO a step that
+        committed nothing streams nothing (`process_batch_result_dllm` skips the output)."""
+        if row.done:
+            self._running.remove(row)
+            self._finish(row, chunk(row, self.codec.decode, self.incremental))
+        elif row.stream and not holds_stop_prefix(row, self.codec.decode):
+            if row.out or self.fdfo:
+                row.chunks.put_nowait(chunk(row, self.codec.decode, self.incremental))
+
+    def _finish(self, row: Row, final: dict[str, Any]) -> None:
+        row.timing.finished = time.perf_counter()
+        if (row.finish or {}).get("type") == "abort":
+            self.aborted_rids.append(row.rid)
+        self._live.pop(row.rid, None)
+        row.chunks.put_nowait(final)
+        row.chunks.put_nowait(None)
+
+    def _abort(self, rid: str, abort_all: bool) -> list[str]:
+        """`Scheduler.abort_request`: prefix match over queued and running rows."""
+        matched: list[str] = []
+        for row in list(self._waiting):
+            if abort_all or row.rid.startswith(rid):
+                self._waiting.remove(row)
+                self._finish(row, waiting_abort_chunk(row))
+                matched.append(row.rid)
+        for row in self._running:
+            if not row.done and (abort_all or row.rid.startswith(rid)):
+                row.to_finish = abort_reason()
+                matched.append(row.rid)
+        return matched
+
+    def abort(self, rid: str = "", abort_all: bool = False) -> AbortRecord:
+        """`TokenizerManager.abort_request` then the scheduler's; recorded in `abort_log`."""
+        rec = AbortRecord(time.perf_counter(), rid, abort_all)
+        self.abort_log.append(rec)
+        if not abort_all and not rid:
+            return rec
+        if not abort_all and rid not in self._live and self.tokenizer_worker_num == 1:
+            return rec
+        rec.matched = self._abort(rid, abort_all)
+        return rec
+
+    def _later_abort(self, row: Row, delay: float) -> None:
+        async def run() -> None:
+            await asyncio.sleep(delay)
+            if row.rid in self._live and self._live[row.rid] is row:
+                self.abort(row.rid)
+                await self._notify()
+
+        task = asyncio.create_task(run())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    # ---- HTTP ----
+
+    async def _handle(self, req: Request, resp: Responder) -> None:
+        routes: dict[tuple[str, str], Callable[[Request, Responder], Any]] = {
+            ("GET", "/health"): self._health,
+            ("GET", "/health_generate"): self._health,
+            ("GET", "/model_info"): self._model_info,
+            ("GET", "/get_model_info"): self._model_info,
+            ("GET", "/server_info"): self._server_info,
+            ("GET", "/get_server_info"): self._server_info,
+            ("POST", "/generate"): self._generate,
+            ("PUT", "/generate"): self._generate,
+            ("POST", "/abort_request"): self._abort_request,
+        }
+        handler = routes.get((req.method, req.path))
+        if handler is not None:
+            await handler(req, resp)
+        elif any(path == req.path for _, path in routes):
+            await resp.send_json(405, {"detail": "Method Not Allowed"})
+        else:
+            await resp.send_json(404, {"detail": "Not Found"})
+
+    async def _health(self, req: Request, resp: Responder) -> None:
+        await resp.send(200 if self.ready else 503)
+
+    def model_info(self) -> dict[str, Any]:
+        return {
+            "model_path": self.model_path, "served_model_name": self.model_path,
+            "tokenizer_path": self.model_path, "is_generation": True,
+            "preferred_sampling_params": None, "weight_version": "default", "load_format": "auto",
+            "reasoning_parser": None, "tool_call_parser": None, "disaggregation_mode": "null",
+            "has_image_understanding": False, "has_audio_understanding": False,
+            "model_type": "llada2_moe", "architectures": self.architectures,
+        }
+
+    async def _model_info(self, req: Request, resp: Responder) -> None:
+        await resp.send_json(200, self.model_info())
+
+    async def _server_info(self, req: Request, resp: Responder) -> None:
+        await resp.send_json(200, {
+            "model_path": self.model_path, "served_model_name": self.model_path,
+            "dllm_algorithm": self.dllm_algorithm, "dllm_algorithm_config": None,
+            "dllm_fdfo": self.fdfo, "max_running_requests": self.max_running,
+            "page_size": self.block_size, "stream_interval": 1,
+            "incremental_streaming_output": self.incremental, "disable_overlap_schedule": True,
+            "tokenizer_worker_num": self.tokenizer_worker_num, "weight_version": "default",
+            "startup_time": self.startup_time, "internal_states": [{}],
+            "version": VERSION, "frontend": "python",
+        })
+
+    async def _abort_request(self, req: Request, resp: Responder) -> None:
+        body = _json_or_none(req) or {}
+        self.abort(str(body.get("rid") or ""), bool(body.get("abort_all", False)))
+        await self._notify()
+        await resp.send(200)
+
+    def _make_row(self, body: dict[str, Any]) -> Row:
+        sp = sampling_params(body)
+        prompt = body["input_ids"] if body.get("input_ids") is not None else self.codec.encode(body["text"])
+        if self.generator is not None:
+            target = list(self.generator(list(prompt), sp))
+        else:
+            text = self.reply_fn(self.codec.decode(prompt)) if self.reply_fn else self.reply
+            target = self.codec.encode(text) + ([self.end_token_id] if self.end_token_id is not None else [])
+        rid = body.get("rid") or uuid.uuid4().hex
+        return Row(rid, list(prompt), target, sp, bool(body.get("stream")), stop_strings(sp),
+                   Timing(time.perf_counter()))
+
+    async def _generate(self, req: Request, resp: Responder) -> None:
+        body = _json_or_none(req)
+        if body is None:
+            await resp.send_json(422, {"detail": "JSON decode error"})
+            return
+        err = contract_error(body)
+        if err is not None:
+            await resp.send_json(400, {"error": err})
+            return
+        self.requests_received += 1
+        err = request_error(body, set(self._live))
+        if err is not None:
+            await self._reject(body, err, resp)
+            return
+        row = self._make_row(body)
+        self.received_rids.append(row.rid)
+        self.timings[row.rid] = row.timing
+        self._live[row.rid] = row
+        self._waiting.append(row)
+        self._work.set()
+        await self._notify()
+        if row.stream:
+            await self._stream(row, req, resp)
+        else:
+            await self._whole(row, req, resp)
+
+    async def _reject(self, body: dict[str, Any], err: str, resp: Responder) -> None:
+        if not body.get("stream"):
+            await resp.send_json(400, {"error": {"message": err}})
+            return
+        await resp.start_stream()
+        event = {"error": {"message": err, "type": "invalid_request_error", "code": 400, "retryable": False}}
+        await resp.chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+        await resp.chunk(b"data: [DONE]\n\n")
+        await resp.end_stream()
+
+    async def _stream(self, row: Row, req: Request, resp: Responder) -> None:
+        gone = asyncio.create_task(req.reader.read(1))
+        try:
+            await resp.start_stream()
+            while True:
+                get = asyncio.create_task(row.chunks.get())
+                await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not get.done():
+                    get.cancel()
+                    raise ConnectionResetError("client went away")
+                out = get.result()
+                if out is None:
+                    break
+                now = time.perf_counter()
+                row.timing.first_chunk = row.timing.first_chunk or now
+                row.timing.last_chunk = now
+                await resp.chunk(b"data: " + json.dumps(out).encode() + b"\n\n")
+            await resp.chunk(b"data: [DONE]\n\n")
+            await resp.end_stream()
+        except ConnectionError:
+            self._later_abort(row, self.disconnect_abort_s)
+            raise
+        finally:
+            gone.cancel()
+
+    async def _whole(self, row: Row, req: Request, resp: Responder) -> None:
+        gone = asyncio.create_task(req.reader.read(1))
+        final: dict[str, Any] | None = None
+        try:
+            while True:
+                get = asyncio.create_task(row.chunks.get())
+                await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not get.done():
+                    get.cancel()
+                    self._later_abort(row, self.nonstream_disconnect_s)
+                    raise ConnectionResetError("client went away")
+                out = get.result()
+                if out is None:
+                    break
+                final = out
+            row.timing.first_chunk = row.timing.last_chunk = time.perf_counter()
+            await resp.send_json(200, final)
+        finally:
+            gone.cancel()
+
+
+def _json_or_none(req: Request) -> Any:
+    try:
+        return req.json()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description="Fake SGLang 0.5.23 dLLM server (tests and benches only).")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--model-path", default="inclusionAI/LLaDA2.0-mini")
+    ap.add_argument("--tokenizer", default=None, help="directory holding tokenizer.json")
+    ap.add_argument("--reply", default="", help="reply text of every request")
+    ap.add_argument("--reply-file", default=None, help="file whose text is the reply")
+    ap.add_argument("--end-token", default=None, help="end token (text, looked up in the tokenizer, or an id)")
+    ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--block-delay-ms", type=float, default=40.0)
+    ap.add_argument("--max-running-requests", type=int, default=None)
+    ap.add_argument("--dllm-algorithm", default="LowConfidence")
+    ap.add_argument("--dllm-fdfo", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--fdfo-stall-every", type=int, default=0,
+                    help="under FDFO, a row's block stays unresolved on every Nth round (0: never)")
+    ap.add_argument("--incremental-streaming-output", action="store_true")
+    ap.add_argument("--start-delay-s", type=float, default=0.0)
+    return ap
+
+
+def fake_from_args(args: argparse.Namespace) -> FakeSglang:
+    reply = Path(args.reply_file).read_text() if args.reply_file else args.reply
+    codec = Codec(args.tokenizer)
+    end: int | None = None
+    if args.end_token is not None:
+        end = int(args.end_token) if args.end_token.isdigit() else codec.token_id(args.end_token)
+    every = args.fdfo_stall_every
+    stall = (lambda _rid, n: n % every == 0) if every > 0 else None
+    return FakeSglang(
+        reply=reply, tokenizer=args.tokenizer, end_token_id=end, block_size=args.block_size,
+        block_delay_ms=args.block_delay_ms, max_running_requests=args.max_running_requests,
+        fdfo=args.dllm_fdfo, stall=stall, incremental_streaming_output=args.incremental_streaming_output,
+        model_path=args.model_path, dllm_algorithm=args.dllm_algorithm, start_delay_s=args.start_delay_s,
+    )
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    fake = fake_from_args(args)
+    url = await fake.start(args.host, args.port)
+    print(json.dumps({"port": fake.port, "url": url}), flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await fake.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        asyncio.run(_serve(args))
+    except KeyboardInterrupt:
+        pass
+
+
+from bench.fake_sglang_router import FakeRouter  # noqa: E402,F401  (re-export)
+
+if __name__ == "__main__":
+    main()
