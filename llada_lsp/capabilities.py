@@ -1,0 +1,41 @@
+"""What an engine backend can do, as its `info` advertises it (and `llada/status` carries to
+editors): the language server degrades on these instead of asking for what is not there.
+
+Keys in `EngineClient.info` (absent: the native engine's answer):
+  backend      "native" | "sglang"
+  granularity  "step" (an event after each forward) | "block" (an event per committed block)
+  edits        the engine revises text it already streamed (T2T edits): `llada/refine` follows
+  remask       syntax-guided remasking is available (`EngineClient.remask`)
+  alternatives how many candidates one request can decode (1: the primary only)
+  next_edit    next-edit suggestions are available
+  presets      the presets (speedy, quality) this engine can serve
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.api import MAX_ALTERNATIVES
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    backend: str = "native"
+    granularity: str = "step"
+    edits: bool = True
+    remask: bool = True
+    alternatives: int = MAX_ALTERNATIVES
+    next_edit: bool = True
+
+    @classmethod
+    def of(cls, info: Mapping[str, Any]) -> Capabilities:
+        """The capabilities `info` advertises; what it does not mention is the native engine's."""
+        d = cls()
+        alt = info.get("alternatives", d.alternatives)
+        return cls(backend=str(info.get("backend", d.backend)),
+                   granularity=str(info.get("granularity", d.granularity)),
+                   edits=bool(info.get("edits", d.edits)), remask=bool(info.get("remask", d.remask)),
+                   alternatives=alt if isinstance(alt, int) and alt >= 1 else d.alternatives,
+                   next_edit=bool(info.get("next_edit", d.next_edit)))

@@ -1,0 +1,399 @@
+"""The SGLang backend: completions served by SGLang servers (docs/scale-out.md).
+
+`SglangEngineClient` implements the language server's `EngineClient` over SGLang's HTTP
+API (0.5.23): it builds each prompt locally with the checkpoint's tokenizer
+(`engine.prompt.builder.PromptBuilder`, offline), POSTs `/generate` with `input_ids`, its own
+request id and `stream: true`, and turns the block-granular stream (cumulative `output_ids`
+per committed block, or deltas under `--incremental-streaming-output`; empty FDFO chunks are
+skipped) into "draft" events and one "done". The plan's text stop rules are applied here on
+the cumulative answer; once one fires the request is aborted. A newer request for the same
+document supersedes the older one: its stream is closed and `/abort_request` sent to the
+server that has it (to every worker behind an `sglang-router`). Request ids are fixed-width
+(`llada-<session>-<serial:010d>`), so SGLang's abort-by-prefix never hits another request.
+
+What the protocol lacks is advertised in `info` (`llada_lsp.capabilities`): block
+granularity, no edit events, no remask, one candidate, no next edits; token healing is off
+(prompts are built with heal=False). Server choice and recovery: `llada_lsp.sglang_servers`.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engine.api import CompletionRequest, EngineEvent, diff_edits
+from engine.decoding.stops import cut_text
+from engine.prompt.builder import PromptBuilder
+from llada_lsp import http_client as http
+from llada_lsp.engine_base import EngineClient, EngineJob, Progress
+from llada_lsp.sglang_servers import ModelMismatch, NoServer, Server, ServerPool, SglangConfig, local_description
+
+log = logging.getLogger(__name__)
+
+FIRST_CHUNK_WAIT_S = 2.0  # a cancelled stream waits this long for the chunk that proves the rid is known
+BuilderFactory = Callable[[Path, int], PromptBuilder]
+
+
+def _resolve_model(model: str | None) -> Path:
+    from engine.model.model_path import resolve  # lazy: HF-cache lookup only when used
+
+    return resolve(model)
+
+
+@dataclass
+class SglangJob(EngineJob):
+    on_cancel: Callable[[SglangJob], None] | None = None
+    rid: str = ""  # the SGLang request id
+    server: Server | None = None
+    phase: str = "queued"  # queued | sending | streaming | ended
+    seen_chunk: bool = False  # the server streamed for it: it knows the rid
+    response: http.Response | None = None
+    task: asyncio.Task[None] | None = None
+    aborts: list[float] = field(default_factory=list)  # perf_counter of each abort sent
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        first = not self.cancel_event.is_set()
+        super().cancel(reason)
+        if not first or self.finished or self.on_cancel is None:
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self.on_cancel(self)
+        else:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nothing to cancel
+                self.loop.call_soon_threadsafe(self.on_cancel, self)
+
+    @property
+    def done_reason(self) -> str:
+        return "superseded" if self.cancel_reason == "superseded" else "cancelled"
+
+
+class SglangEngineClient(EngineClient):
+    """EngineClient over SGLang servers (see the module docstring)."""
+
+    def __init__(self, cfg: SglangConfig, builder_factory: BuilderFactory | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.builder: PromptBuilder | None = None
+        self.pool: ServerPool | None = None
+        self._builder_factory = builder_factory or PromptBuilder.from_dir
+        self._session = secrets.token_hex(4)
+        self._serial = itertools.count(1)
+        self._latest: dict[str, SglangJob] = {}
+        self._jobs: dict[int, SglangJob] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self.counters.update(aborts_sent=0, lost=0, http_errors=0, degraded=0)
+        self.info = self._capabilities()
+
+    def _capabilities(self) -> dict[str, Any]:
+        return {"backend": "sglang", "granularity": "block", "edits": False, "remask": False,
+                "alternatives": 1, "next_edit": False, "presets": self.cfg.presets()}
+
+    # -- start and health ---------------------------------------------------------------------
+    async def start(self, progress: Progress) -> None:
+        self.state = "loading"
+        progress("loading the tokenizer", 5)
+        try:
+            model_dir = await asyncio.to_thread(_resolve_model, self.cfg.model)
+            self.builder = await asyncio.to_thread(self._builder_factory, model_dir, self.cfg.max_prompt_tokens)
+        except Exception as e:  # noqa: BLE001 - any tokenizer failure becomes a reported state
+            self.state, self.error = "error", f"cannot load the tokenizer for the SGLang backend: {e}"
+            return
+        family, what = local_description(model_dir)
+        self.info["tokenizer"] = str(model_dir)
+        self.pool = ServerPool(self.cfg, family, what, self._pool_changed)
+        if not self.pool.servers:
+            self.state, self.error = "error", "no SGLang server configured (option sglang.urls or sglang.router)"
+            return
+        progress(f"checking {len(self.pool.servers)} SGLang server(s)", 20)
+        try:
+            await asyncio.gather(*(self.pool.wait_up(s, lambda m: progress(m, 30)) for s in self.pool.servers))
+        except ModelMismatch as e:
+            await self.pool.close()
+            self.state, self.error = "error", str(e)
+            return
+        self._pool_changed()
+        if self.ready:
+            progress("SGLang ready", 100)
+
+    def _pool_changed(self) -> None:
+        """A server was lost or came back: the state follows (each change is heard once)."""
+        if self.pool is None or self._closing:
+            return
+        self.info["servers"] = self.pool.status()
+        self.info["model"] = ", ".join(sorted({s.served for s in self.pool.servers if s.served}))
+        down = self.pool.down_presets()
+        if down:
+            lost = [s for s in self.pool.servers if not s.healthy]
+            self.counters["lost"] += 1
+            why = "; ".join(f"{s.url}: {s.lost}" for s in lost)
+            self.set_state("error", f"SGLang unavailable for preset(s) {', '.join(down)} ({why}); retrying")
+        else:
+            self.set_state("ready")
+
+    def job_timed_out(self, job: EngineJob) -> None:
+        """A request passed its deadline: a server that does not answer /health is marked lost."""
+        super().job_timed_out(job)
+        server = getattr(job, "server", None)
+        if self.pool is not None and server is not None and server.healthy:
+            self._spawn(self._check(server))
+
+    async def _check(self, server: Server) -> None:
+        assert self.pool is not None
+        try:
+            status = await self.pool.health(server)
+        except http.HttpError as e:
+            self.pool.mark_lost(server, str(e))
+            return
+        if status != 200:
+            self.pool.mark_lost(server, f"{server.url}/health: HTTP {status}")
+
+    # -- requests -------------------------------------------------------------------------------
+    def submit(self, request: CompletionRequest) -> EngineJob:
+        loop = asyncio.get_running_loop()
+        job = SglangJob(request, loop, on_cancel=self._cancel, rid=f"llada-{self._session}-{next(self._serial):010d}")
+        self.with_deadlines(job)
+        older = self._latest.get(request.doc_key)
+        if older is not None and not older.finished:
+            older.cancel("superseded")
+        self._latest[request.doc_key] = job
+        self.counters["submitted"] += 1
+        self._jobs[id(job)] = job
+        job.task = self._spawn(self._run(job))
+        return job
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _cancel(self, job: SglangJob) -> None:
+        """On the loop: abort on the server at once; close the stream once the server has
+        streamed for the rid (before that an abort may precede the rid's registration, so
+        the stream waits for its first chunk, then aborts again and ends)."""
+        if job.phase in ("queued", "ended"):
+            return  # `_run` sees the cancel before it sends anything
+        self._abort(job)
+        if job.seen_chunk:
+            if job.response is not None:
+                job.response.close()
+            if job.task is not None:
+                job.task.cancel()
+        else:
+            job.loop.call_later(FIRST_CHUNK_WAIT_S, self._give_up, job)
+
+    def _give_up(self, job: SglangJob) -> None:
+        if job.phase != "ended" and job.task is not None:
+            if job.response is not None:
+                job.response.close()
+            job.task.cancel()
+
+    def _abort(self, job: SglangJob) -> None:
+        if job.server is None:
+            return
+        job.aborts.append(time.perf_counter())
+        self.counters["aborts_sent"] += 1
+        for url in job.server.abort_targets:
+            self._spawn(self._post_abort(url, job.rid))
+
+    async def _post_abort(self, url: str, rid: str) -> None:
+        try:
+            await http.post_json(url, "/abort_request", {"rid": rid}, connect_timeout=self.cfg.connect_timeout_s,
+                                 read_timeout=self.cfg.probe_timeout_s)
+        except http.HttpError as e:
+            log.info("abort of %s at %s failed: %s", rid, url, e)
+
+    async def _run(self, job: SglangJob) -> None:
+        rid = job.request.request_id
+        server: Server | None = None
+        try:
+            if job.cancelled:
+                self.counters["skipped"] += 1
+                job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+                return
+            if self.builder is None or self.pool is None:
+                job.push(EngineEvent("error", rid, "", error=f"the SGLang backend is not ready: {self.error or self.state}"))
+                return
+            try:
+                server = self.pool.pick(job.request.plan.preset)
+            except NoServer as e:
+                job.push(EngineEvent("error", rid, "", error=str(e)))
+                return
+            server.outstanding += 1
+            job.server = server
+            await self._send(job, server)
+        except asyncio.CancelledError:
+            if not job.cancelled:
+                raise
+            job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+        finally:
+            if server is not None:
+                server.outstanding -= 1
+            job.phase = "ended"
+            job.finished = True
+            self._jobs.pop(id(job), None)
+            if job.response is not None:
+                job.response.close()
+
+    def _body(self, job: SglangJob) -> tuple[dict[str, Any], list[int], str]:
+        assert self.builder is not None
+        req, plan = job.request, job.request.plan
+        if (plan.alternatives or 1) > 1 or plan.first_token_prefix:
+            self.counters["degraded"] += 1  # one candidate, no token healing
+        layout = self.builder.layout(req.prefix, req.suffix, heal=False, doc_key=req.doc_key, context=req.context)
+        tail = self.builder.tail_of(layout.ids, "")
+        body = {"rid": job.rid, "input_ids": layout.ids, "stream": True,
+                "sampling_params": {"max_new_tokens": plan.max_tokens, "temperature": 0,
+                                    "stop_token_ids": sorted(self.builder.end_ids)}}
+        return body, layout.ids, tail
+
+    async def _send(self, job: SglangJob, server: Server) -> None:
+        rid, url = job.request.request_id, server.url
+        body, prompt, tail = self._body(job)
+        self.counters["engine_calls"] += 1
+        job.ran, job.started_at, job.phase = True, time.perf_counter(), "sending"
+        try:
+            resp = await http.request(url, "POST", "/generate", body, connect_timeout=self.cfg.connect_timeout_s,
+                                      read_timeout=self.cfg.stream_read_timeout_s, accept="text/event-stream")
+        except http.HttpError as e:
+            self._failed(job, server, e)
+            return
+        job.response, job.phase = resp, "streaming"
+        if resp.status != 200:
+            raw = await resp.body()
+            err = http.HttpError(f"HTTP {resp.status}", resp.status, raw, url)
+            self.counters["http_errors"] += 1
+            what = "is starting or overloaded" if resp.status == 503 else "refused the request"
+            job.push(EngineEvent("error", rid, "", error=f"the SGLang server at {url} {what} "
+                                 f"(HTTP {resp.status}): {err.detail()}"))
+            if resp.status == 503 and self.pool is not None:
+                self.pool.mark_lost(server, f"{url}: HTTP 503")
+            return
+        try:
+            await self._stream(job, resp, prompt, tail)
+        except http.HttpError as e:
+            self._failed(job, server, e)
+
+    def _failed(self, job: SglangJob, server: Server, e: http.HttpError) -> None:
+        rid = job.request.request_id
+        if job.cancelled:
+            job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+            return
+        if e.unreachable and self.pool is not None:
+            self.pool.mark_lost(server, str(e))
+        job.push(EngineEvent("error", rid, "", error=f"lost the SGLang server at {server.url}: {e}"))
+
+    async def _stream(self, job: SglangJob, resp: http.Response, prompt: list[int], tail: str) -> None:
+        """Chunks -> draft events and one done (or error)."""
+        assert self.builder is not None
+        b, rid, plan = self.builder, job.request.request_id, job.request.plan
+        loose = replace(plan, stop="none", max_lines=0)  # the stop rule is applied below, to know it fired
+        ids: list[int] = []
+        text, blocks, first_at = "", 0, None
+        meta: dict[str, Any] = {}
+        async for data in resp.sse():
+            if data.strip() == "[DONE]":
+                break
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                job.push(EngineEvent("error", rid, text, error=f"the SGLang server sent a bad event: {data[:200]!r}"))
+                return
+            if not isinstance(obj, dict):
+                continue
+            if obj.get("error") is not None:
+                err = obj["error"]
+                msg = err.get("message", err) if isinstance(err, dict) else err
+                self.counters["http_errors"] += 1
+                job.push(EngineEvent("error", rid, text, error=f"the SGLang server refused the request: {msg}"))
+                return
+            job.seen_chunk = True
+            if job.cancelled:  # the rid is known now: abort again (the first may have come too early)
+                self._abort(job)
+                job.push(EngineEvent("done", rid, text, reason=job.done_reason))  # type: ignore[arg-type]
+                return
+            meta = obj.get("meta_info") or {}
+            out = [int(t) for t in obj.get("output_ids") or []]
+            n = meta.get("completion_tokens")
+            before = len(ids)
+            ids = ids + out if isinstance(n, int) and ids and len(out) < n else out  # deltas or cumulative
+            finish = meta.get("finish_reason")
+            if len(ids) <= before and finish is None:
+                continue  # an empty FDFO delta: nothing committed this round
+            if len(ids) > before:
+                blocks += 1
+                first_at = first_at or time.perf_counter()
+            new, fired = cut_text(b.answer(ids, loose, "", tail), plan)
+            job.push(EngineEvent("draft", rid, new, edits=diff_edits(text, new), step=blocks, draft_complete=True))
+            text = new
+            if fired or finish is not None:
+                if finish is None:
+                    self._abort(job)  # the server would go on to the budget
+                reason = self._reason(finish, fired, ids)
+                job.push(EngineEvent("done", rid, text, step=blocks, reason=reason,  # type: ignore[arg-type]
+                                     stats=self._stats(job, ids, prompt, meta, blocks, first_at)))
+                return
+        if job.cancelled:
+            job.push(EngineEvent("done", rid, text, reason=job.done_reason))  # type: ignore[arg-type]
+            return
+        job.push(EngineEvent("error", rid, text, error="the SGLang stream ended without a finish reason"))
+
+    def _reason(self, finish: dict[str, Any] | None, fired: bool, ids: list[int]) -> str:
+        assert self.builder is not None
+        kind = (finish or {}).get("type")
+        if kind == "abort":
+            return "cancelled"
+        if any(t in self.builder.end_ids for t in ids):
+            return "end_of_middle"
+        if fired:
+            return "stop_rule"
+        return "budget" if kind == "length" else "end_of_middle"
+
+    @staticmethod
+    def _stats(job: SglangJob, ids: list[int], prompt: list[int], meta: dict[str, Any], blocks: int,
+               first_at: float | None) -> dict[str, Any]:
+        """What the server reports and what was timed here; forwards and tokens-per-forward are
+        not reported by SGLang, so they are None (never estimated)."""
+        now = time.perf_counter()
+        sent = job.started_at or job.submitted_at
+        prompt_tokens = meta.get("prompt_tokens", len(prompt))
+        cached = meta.get("cached_tokens")
+        return {"tokens": len(ids), "blocks": blocks, "prompt_tokens": prompt_tokens, "cached_tokens": cached,
+                "prefill_tokens": prompt_tokens - (cached or 0), "reused_tokens": cached or 0,
+                "forwards": None, "tpf": None, "queue_ms": (sent - job.submitted_at) * 1000,
+                "first_draft_ms": (first_at - job.submitted_at) * 1000 if first_at else None,
+                "total_ms": (now - job.submitted_at) * 1000,
+                "server": job.server.url if job.server else None, "rid": job.rid}
+
+    def running(self) -> int:
+        return len(self._jobs)
+
+    async def close(self) -> None:
+        self._closing = True
+        jobs = list(self._jobs.values())
+        for job in jobs:
+            job.cancel("shutdown")  # aborts on the server
+        for job in jobs:
+            if job.task is not None:
+                job.task.cancel()
+        if self.pool is not None:
+            await self.pool.close()
+        if self._tasks:  # the aborts, briefly
+            await asyncio.wait(list(self._tasks), timeout=1.0)
+        for task in list(self._tasks):
+            task.cancel()
