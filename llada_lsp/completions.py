@@ -27,6 +27,7 @@ from typing import Any
 from engine.api import CompletionRequest, EngineEvent
 from llada_lsp.answers import Answer, Request, Selected, Settled, capture, word_before
 from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_through
+from llada_lsp.capabilities import Capabilities
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
@@ -64,11 +65,18 @@ class CompletionService:
         self.last_empty = ""  # the latest of them, in full
         self.history: deque[dict[str, Any]] = deque(maxlen=500)
         self.last_plan: dict[str, str] = {}  # the latest request's plan (for debugInfo)
-        self.report = Reporter(notify, encoding, self.counters, self.history)
+        self.report = Reporter(notify, encoding, self.counters, self.history, lambda: self.caps.edits)
         self.weigh = Weigher(self.counters)
         self.refiner = Refiner(self.weigh, self.report, self.shown, self.finish)
         self.speculator = Speculator(store, self.cache, options, self.counters, self.recent,
                                      lambda: self.engine.ready, self.decode_ahead)
+
+    @property
+    def caps(self) -> Capabilities:
+        """What the engine can do (`llada_lsp.capabilities`): without edit events the answer
+        is the finished text and no `llada/refine` follows; without remask or alternatives
+        none is asked for."""
+        return Capabilities.of(self.engine.info)
 
     # -- the request -------------------------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int,
@@ -158,7 +166,7 @@ class CompletionService:
                                                    engine_plan))
         self.jobs[uri] = req.job = job
         try:
-            out = await self._first_answer(job, req, real, until_done=invoked)
+            out = await self._first_answer(job, req, real, until_done=invoked or not self.caps.edits)
         except asyncio.CancelledError:
             (req.job or job).cancel("cancelled")  # a remask's job, if one runs
             self.counters["client_cancelled"] += 1
@@ -214,7 +222,8 @@ class CompletionService:
         """Whether an invoked request should decode more candidates than the mode does and
         the cache holds for `key`."""
         assert plan.plan is not None
-        return self.options.invoked_alternatives > max(plan.candidates, self.cache.decoded(key))
+        wanted = min(self.options.invoked_alternatives, self.caps.alternatives)
+        return wanted > max(plan.candidates, self.cache.decoded(key))
 
     async def _first_answer(self, job: EngineJob, req: Request, doc: Document,
                             until_done: bool = False) -> tuple[Answer, EngineJob] | None:
@@ -246,7 +255,7 @@ class CompletionService:
         """An answer that came out empty, from fewer than `rescue_alternatives` candidates:
         decode that many (the prompt is in the engine's prompt cache) and settle on the first
         that fits. Returns `empty` when that finds nothing either (or is off)."""
-        n, plan = self.options.rescue_alternatives, empty.job.request.plan
+        n, plan = min(self.options.rescue_alternatives, self.caps.alternatives), empty.job.request.plan
         if n <= req.candidates or not wanted():
             return empty
         self.counters["empty_rescues"] += 1
@@ -304,7 +313,7 @@ class CompletionService:
                 if not done and self.weigh.line_awaits_alternatives(req, text):
                     continue  # a broken line with candidates coming: show the one that fits
                 req.engine_ms += (t_ev - job.submitted_at) * 1000
-                if spans and chosen == 0 and passes < self.options.syntax_remask_passes \
+                if spans and chosen == 0 and self.caps.remask and passes < self.options.syntax_remask_passes \
                         and remask_can_help(text, spans, bad[0] if bad is not None else None):
                     nxt = self.engine.remask(job, raw_spans(ev.text, text, spans))
                     if nxt is not None:

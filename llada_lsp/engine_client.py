@@ -210,15 +210,24 @@ class InProcessEngine(EngineClient):
 
 def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
                 token: str | None = None, max_prompt_tokens: int | None = None,
-                prompt_template: str | None = None) -> EngineClient:
+                prompt_template: str | None = None, sglang: Any = None) -> EngineClient:
     """The engine client for the `engine` option.
 
     "inprocess": `TextEngine` in a worker thread of this process (torch loads there, lazily);
     "auto": the user's resident daemon (from the per-user runtime file), started detached
     when none runs, so that every editor on the machine shares one model;
     "ws://host:port" / "wss://...": that daemon; `token` (else $LLADA_ENGINE_TOKEN, else the
-    runtime file's token when the URL is the user's own daemon) authenticates.
+    runtime file's token when the URL is the user's own daemon) authenticates;
+    "sglang": SGLang servers (`sglang`: the options' `SglangOptions`, urls per preset and/or a
+    router), prompts tokenized here with the tokenizer of `model_dir` (`llada_lsp.sglang_engine`).
     """
+    if location == "sglang":
+        from llada_lsp.sglang_engine import SglangEngineClient  # lazy: only when used
+        from llada_lsp.sglang_servers import SglangConfig
+
+        urls = dict(getattr(sglang, "urls", None) or {})
+        return SglangEngineClient(SglangConfig(urls=urls, router=getattr(sglang, "router", None), model=model_dir,
+                                               max_prompt_tokens=max_prompt_tokens or 2048, default_preset=mode))
     if location == "inprocess":
         return InProcessEngine(model_dir, mode=mode, device=device, max_prompt_tokens=max_prompt_tokens,
                                prompt_template=prompt_template)
@@ -228,4 +237,4 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
         return WsEngineClient(None, token=token, model=model_dir, mode=mode, device=device)
     if location.startswith(("ws://", "wss://")):
         return WsEngineClient(location, token=token)
-    raise ValueError(f"unknown engine location {location!r}: 'inprocess', 'auto' or a ws:// URL")
+    raise ValueError(f"unknown engine location {location!r}: 'inprocess', 'auto', 'sglang' or a ws:// URL")

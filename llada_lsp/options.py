@@ -26,7 +26,8 @@ class OptionsError(ValueError):
 # `initializationOptions` only (the editor's own, user-level configuration), never from
 # `workspace/configuration` or `workspace/didChangeConfiguration`, which a workspace can set.
 # (`prompt_template` names a template file that is rendered: a workspace's could run code.)
-MACHINE_SCOPED: frozenset[str] = frozenset({"engine", "engine_token", "model", "device", "prompt_template"})
+MACHINE_SCOPED: frozenset[str] = frozenset({"engine", "engine_token", "model", "device", "prompt_template",
+                                            "sglang"})
 
 
 @dataclass
@@ -48,12 +49,24 @@ class ContextOptions:
 
 
 @dataclass
+class SglangOptions:
+    """The SGLang servers of `engine = "sglang"` (docs/scale-out.md): `urls` maps a preset
+    (speedy, quality) to its servers (a URL or a list, load-balanced); `router` is an
+    sglang-router serving the presets `urls` does not list (aborts go to its workers)."""
+
+    urls: dict[str, list[str]] = field(default_factory=dict)
+    router: str | None = None
+
+
+@dataclass
 class Options:
     mode: Mode = "speedy"
     max_tokens: MaxTokens = field(default_factory=MaxTokens)
     context: ContextOptions = field(default_factory=ContextOptions)
     # "inprocess" | "auto" (the user's daemon, started when none runs) | "ws://host:port"
+    # | "sglang" (SGLang servers, the `sglang` option; `model` names their tokenizer)
     engine: str = "inprocess"
+    sglang: SglangOptions = field(default_factory=SglangOptions)
     engine_token: str | None = None  # for a ws:// daemon; None = $LLADA_ENGINE_TOKEN / runtime file
     model: str | None = None  # model directory; None = $LLADA_MODEL or the embedded model
     device: str = "cpu"  # "cpu" | "cuda" | "auto"
@@ -110,6 +123,8 @@ def _check(value: Any, expected: Any, key: str) -> Any:
         ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
         if ok and value is not None and value < 1:
             raise OptionsError(f"option {key!r} must be >= 1 or null, got {value}")
+    elif expected == "urls":
+        value, ok = _urls(value, key)
     elif expected == "list[str]":
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         if ok:
@@ -123,9 +138,30 @@ def _check(value: Any, expected: Any, key: str) -> Any:
 
 _TYPES: dict[str, Any] = {
     "int": int, "bool": bool, "str": str, "str | None": "str|None", "int | None": "int|None",
-    "list[str]": "list[str]",
+    "list[str]": "list[str]", "dict[str, list[str]]": "urls",
     "Mode": str,
 }
+
+
+def _http_url(url: str, key: str) -> str:
+    if not re.fullmatch(r"http://[^/\s]+(:\d+)?/?", url):
+        raise OptionsError(f"option {key!r}: {url!r} is not an http://host:port URL")
+    return url.rstrip("/")
+
+
+def _urls(value: Any, key: str) -> tuple[dict[str, list[str]], bool]:
+    """{preset: URL or [URL, ...]} with every URL checked."""
+    if not isinstance(value, dict):
+        return {}, False
+    out: dict[str, list[str]] = {}
+    for preset, urls in value.items():
+        urls = [urls] if isinstance(urls, str) else urls
+        if not isinstance(preset, str) or not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+            return {}, False
+        if not urls:
+            raise OptionsError(f"option '{key}.{preset}' lists no URL")
+        out[preset] = [_http_url(u, f"{key}.{preset}") for u in urls]
+    return out, True
 
 
 def _merge_into(obj: Any, data: dict[str, Any], path: str, warnings: list[str]) -> None:
@@ -176,6 +212,7 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
         opts.max_tokens = dataclasses.replace(base.max_tokens)
         opts.context = dataclasses.replace(base.context)
         opts.languages = list(base.languages)
+        opts.sglang = SglangOptions({k: list(v) for k, v in base.sglang.urls.items()}, base.sglang.router)
     warnings: list[str] = []
     for src in sources:
         if not src:
@@ -193,7 +230,25 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
             raise OptionsError(f"option {name!r} must be 0..{MAX_ALTERNATIVES}, got {n}")
     if opts.device not in ("cpu", "cuda", "auto"):
         raise OptionsError(f"option 'device' must be cpu, cuda or auto, got {opts.device!r}")
-    if not (opts.engine in ("inprocess", "auto") or opts.engine.startswith(("ws://", "wss://"))):
+    if not (opts.engine in ("inprocess", "auto", "sglang") or opts.engine.startswith(("ws://", "wss://"))):
         raise OptionsError(
-            f"option 'engine' must be 'inprocess', 'auto' or a ws:// URL, got {opts.engine!r}")
+            f"option 'engine' must be 'inprocess', 'auto', 'sglang' or a ws:// URL, got {opts.engine!r}")
+    _check_sglang(opts, warnings)
     return opts, warnings
+
+
+def _check_sglang(opts: Options, warnings: list[str]) -> None:
+    sg = opts.sglang
+    if sg.router is not None:
+        sg.router = _http_url(sg.router, "sglang.router")
+    for preset in sg.urls:
+        if preset not in MODES:
+            warnings.append(f"option 'sglang.urls.{preset}': no mode of that name ({', '.join(MODES)}); "
+                            "its servers serve only when asked for it")
+    if opts.engine == "sglang":
+        if not sg.urls and sg.router is None:
+            raise OptionsError("option 'engine' is 'sglang' but 'sglang' names no server: set sglang.urls "
+                               "(e.g. {\"speedy\": [\"http://host:30000\"]}) or sglang.router")
+        if opts.mode not in sg.urls and sg.router is None:
+            warnings.append(f"option 'sglang.urls' has no server for mode {opts.mode!r}: "
+                            "the other presets' servers serve it")

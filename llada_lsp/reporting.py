@@ -57,10 +57,15 @@ def edits_between(old: str, new: str, encoding: Encoding) -> list[dict[str, Any]
 
 
 class Reporter:
+    """`refines()`: whether `llada/refine` is sent at all (False for an engine without edit
+    events, e.g. SGLang: its answers are final, so editors get none)."""
+
     def __init__(self, notify: Notify, encoding: Callable[[], Encoding],
-                 counters: Counter[str], history: deque[dict[str, Any]]) -> None:
+                 counters: Counter[str], history: deque[dict[str, Any]],
+                 refines: Callable[[], bool] = lambda: True) -> None:
         self.notify, self.encoding = notify, encoding
         self.counters, self.history = counters, history
+        self.refines = refines
 
     def refine(self, cid: str, uri: str, version: int, old: str, new: str, step: int,
                final: bool, reason: str | None = None) -> None:
@@ -70,6 +75,9 @@ class Reporter:
             "final": final}
         if reason:
             params["reason"] = reason
+        if not self.refines():
+            self.counters["refines_suppressed"] += 1
+            return
         self.counters["refines"] += 1
         self.notify("llada/refine", params)
 
@@ -112,8 +120,9 @@ class Reporter:
         self.history.append(params)
 
         def final() -> None:
-            self.notify("llada/refine", {"completionId": cid, "uri": uri, "version": version,
-                                         "edits": [], "text": text, "step": 0, "final": True})
+            if self.refines():
+                self.notify("llada/refine", {"completionId": cid, "uri": uri, "version": version,
+                                             "edits": [], "text": text, "step": 0, "final": True})
             self.notify("llada/stats", params)
 
         return final

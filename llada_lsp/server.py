@@ -173,6 +173,8 @@ class LladaServer(LanguageServer):
         o = self.options
         prompt: dict[str, Any] = {k: v for k, v in (("max_prompt_tokens", o.max_prompt_tokens),
                                     ("prompt_template", o.prompt_template)) if v}  # set ones only
+        if o.engine == "sglang":
+            prompt["sglang"] = o.sglang
         self.engine = (self.engine_factory or make_engine)(
             o.engine, model_dir=o.model, mode=o.mode, device=o.device, token=o.engine_token, **prompt)
         self.engine.set_deadlines(o.engine_first_event_ms, o.engine_timeout_ms)

@@ -89,7 +89,7 @@ def check_family(url: str, info: dict[str, Any], local_family: str | None, local
     path = info.get("model_path") or info.get("served_model_name") or "?"
     arch = info.get("architectures") or []
     served = f"{path} ({', '.join(map(str, arch)) or info.get('model_type') or 'no architectures'})"
-    fam = family_of(path, *arch, info.get("model_type"))
+    fam = family_of(path, *arch)  # what 0.5.23 reports (model_path, architectures)
     if fam not in FAMILIES:
         raise ModelMismatch(f"the SGLang server at {url} serves {served}, which is not a LLaDA2.x/LLaDA "
                             f"model; the local tokenizer is {local_what}. Point the sglang URLs at a "
