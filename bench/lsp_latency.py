@@ -17,6 +17,11 @@ cache; and the server's counters and reasons for empty answers. Ends with one JS
     python bench/lsp_latency.py [--quick] [--file F] [--cps 10] [--model DIR] [--mode speedy|quality]
                                 [--alternatives N] [--rescue N] [--profile OUT]
     python bench/lsp_latency.py --big-file [LINES] [--huge-mb 20] [--server-root NAME=DIR ...]
+    python bench/lsp_latency.py --engine sglang fake|http://host:port [--quick]
+
+`--engine sglang URL` measures the SGLang backend instead (bench/sglang_latency.py): the
+adapter's overhead per request and the time from supersession to the abort reaching the
+server; URL `fake` runs the FAKE SGLang server in-process at a LLaDA2.1-mini block delay.
 
 `--big-file` measures the server's own time per keystroke on a generated file of LINES
 lines (default 50,000), with no engine (see bench/keystroke_cost.py): p50/p95 per row,
@@ -194,7 +199,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --big-file: also type into a document of this many MB (0: no)")
     p.add_argument("--server-root", action="append", default=[], metavar="NAME=DIR",
                    help="with --big-file: also measure the server of another checkout")
+    p.add_argument("--engine", nargs=2, metavar=("sglang", "URL"),
+                   help="measure the SGLang backend at URL ('fake': the fake server in-process)")
     args = p.parse_args(argv)
+    if args.engine:
+        if args.engine[0] != "sglang":
+            p.error("--engine takes 'sglang URL'")
+        from bench.sglang_latency import main as sglang_main
+
+        return sglang_main(args.engine[1], args.quick)
     if args.big_file:
         return big_file(args)
     res = asyncio.run(run(args))
