@@ -347,3 +347,22 @@ def test_the_completion_menu_has_the_screen_and_the_keys(tmp_path: Path, file: s
     assert before["current"]["text"].strip() not in line
     assert out["after_close"] is not None
     print(f"{file} {renderer}: {out['seconds']:.1f}s")
+
+
+@needs_nvim
+def test_statusline_names_a_non_native_backend(tmp_path: Path) -> None:
+    """llada/status's engine.backend shows in statusline(): "llada[sglang]"; none: "llada"."""
+    got = run_lua("""
+package.loaded['llada.client'] = { get = function() return { id = 7 } end }
+local llada = require('llada')
+local status = llada.handlers['llada/status']
+local out = {}
+status(nil, { state = 'ready', message = '', engine = {} }, { client_id = 7 })
+out.native = llada.statusline()
+status(nil, { state = 'ready', message = '', engine = { backend = 'sglang', edits = false } }, { client_id = 7 })
+out.sglang = llada.statusline()
+status(nil, { state = 'error', message = 'lost', engine = { backend = 'sglang' } }, { client_id = 7 })
+out.lost = llada.statusline()
+print(vim.json.encode(out))
+""", tmp_path)
+    assert got == {"native": "llada", "sglang": "llada[sglang]", "lost": "llada[sglang] ✗"}

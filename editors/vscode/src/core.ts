@@ -46,10 +46,18 @@ export interface StatsParams {
   groupForwards?: number; // forwards until the last of them finished
 }
 
-/** `llada/status`: the engine's state. */
+/** `llada/status`: the engine's state, and what the engine is (its capabilities). */
 export interface StatusParams {
   state: string; // "loading" | "ready" | "error"
   message?: string;
+  engine?: { backend?: string; granularity?: string; edits?: boolean; presets?: string[] };
+}
+
+/** The status bar's name for the server: "llada", or "llada[sglang]" when completions come
+ * from another backend than the native engine (block-granular, no refinements). */
+export function statusName(s: StatusParams | undefined): string {
+  const backend = s?.engine?.backend;
+  return backend && backend !== "native" ? `llada[${backend}]` : "llada";
 }
 
 /** The part of an LSP inline completion item the extension uses. */

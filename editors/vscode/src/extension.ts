@@ -18,6 +18,7 @@ import {
   machineValue,
   resolveServerCommand,
   serverOptions,
+  statusName,
   type LspInlineItem,
   type RefineParams,
   type Settings,
@@ -153,14 +154,17 @@ async function start(context: vscode.ExtensionContext): Promise<void> {
       scheduleRetrigger(p.uri);
     }
   });
-  client.onNotification("llada/stats", (s: StatsParams) => setStatus(`$(sparkle) ${formatStats(s)}`, describeStats(s)));
+  let name = "llada"; // with the backend when it is not the native engine (llada/status)
+  client.onNotification("llada/stats", (s: StatsParams) =>
+    setStatus(`$(sparkle) ${formatStats(s).replace(/^llada/, name)}`, describeStats(s)));
   client.onNotification("llada/status", (s: StatusParams) => {
+    name = statusName(s);
     if (s.state === "loading") {
-      setStatus("$(sync~spin) llada", `llada: ${s.message ?? "loading the model"}`);
+      setStatus(`$(sync~spin) ${name}`, `${name}: ${s.message ?? "loading the model"}`);
     } else if (s.state === "error") {
-      setStatus("$(error) llada", `llada: ${s.message ?? "engine error"}`);
+      setStatus(`$(error) ${name}`, `${name}: ${s.message ?? "engine error"}`);
     } else {
-      setStatus("$(sparkle) llada", "llada: ready");
+      setStatus(`$(sparkle) ${name}`, `${name}: ready`);
     }
   });
   setStatus("$(sync~spin) llada", "llada: starting the server");

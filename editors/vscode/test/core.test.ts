@@ -13,6 +13,7 @@ import {
   machineValue,
   resolveServerCommand,
   serverOptions,
+  statusName,
   type LspInlineItem,
   type LspTextEdit,
 } from "../src/core";
@@ -149,5 +150,14 @@ describe("settings", () => {
   it("formats the stats for the status bar", () => {
     assert.equal(formatStats({ completionId: "1", uri: "u", firstMs: 41.6, totalMs: 120.2 }), "llada 42ms → 120ms");
     assert.equal(formatStats({ completionId: "1", uri: "u", firstMs: 0.4, totalMs: 0.5, cacheHit: true }), "llada 0ms (cached)");
+  });
+});
+
+describe("statusName", () => {
+  it("shows a backend other than the native engine", () => {
+    assert.equal(statusName({ state: "ready" }), "llada");
+    assert.equal(statusName({ state: "ready", engine: {} }), "llada");
+    assert.equal(statusName({ state: "ready", engine: { backend: "native" } }), "llada");
+    assert.equal(statusName({ state: "error", engine: { backend: "sglang", edits: false } }), "llada[sglang]");
   });
 });

@@ -11,7 +11,7 @@ local lc = require('llada.client')
 
 local M = {}
 
----@type table<integer, {state: string, message: string}> llada/status per client
+---@type table<integer, {state: string, message: string, backend: string?}> llada/status per client
 M.status = {}
 ---@type table|nil the latest llada/stats
 M.last_stats = nil
@@ -49,7 +49,9 @@ M.handlers = {
   -- and when it is back), which Neovim shows; here it only feeds statusline() and :checkhealth.
   ['llada/status'] = function(_, params, ctx)
     if type(params) == 'table' then
-      M.status[ctx.client_id] = { state = params.state, message = params.message or '' }
+      local engine = type(params.engine) == 'table' and params.engine or {}
+      local backend = type(engine.backend) == 'string' and engine.backend or nil
+      M.status[ctx.client_id] = { state = params.state, message = params.message or '', backend = backend }
       vim.schedule(function()
         pcall(api.nvim_exec_autocmds, 'User', { pattern = 'LladaStatus', modeline = false })
       end)
@@ -97,17 +99,19 @@ function M.statusline()
     return ''
   end
   local st = M.status[client.id]
+  -- "llada[sglang]" when completions come from another backend than the native engine
+  local name = (st and st.backend and st.backend ~= 'native') and ('llada[' .. st.backend .. ']') or 'llada'
   if st and st.state == 'loading' then
-    return 'llada …'
+    return name .. ' …'
   elseif st and st.state == 'error' then
-    return 'llada ✗'
+    return name .. ' ✗'
   end
   local s = M.last_stats
   if not s then
-    return 'llada'
+    return name
   end
   local first, total = tonumber(s.firstMs) or 0, tonumber(s.totalMs) or 0
-  local out = ('llada %dms'):format(math.floor(first + 0.5))
+  local out = ('%s %dms'):format(name, math.floor(first + 0.5))
   if total > first + 1 then
     out = out .. (' (%dms)'):format(math.floor(total + 0.5))
   end
