@@ -52,10 +52,12 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def cursors(text: str, n: int) -> list[tuple[str, str]]:
-    """`n` (prefix, suffix) splits at line ends spread over the file."""
+    """`n` (prefix, suffix) splits at line ends spread over the file (again from the top when
+    the file has fewer lines)."""
     ends = [i for i, c in enumerate(text) if c == "\n"][5:]
     step = max(1, len(ends) // n)
-    return [(text[: ends[i] + 1], text[ends[i] + 1:]) for i in range(0, len(ends), step)][:n]
+    splits = [(text[: ends[i] + 1], text[ends[i] + 1:]) for i in range(0, len(ends), step)]
+    return [splits[i % len(splits)] for i in range(n)]
 
 
 async def overheads(eng: SglangEngineClient, fake: FakeSglang | None, splits: list[tuple[str, str]]
