@@ -29,6 +29,7 @@ import json
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,10 @@ async def overheads(eng: SglangEngineClient, fake: FakeSglang | None, splits: li
     return over, wall
 
 
+def more_aborts(fake: FakeSglang, seen: int) -> bool:
+    return len(fake.abort_log) > seen
+
+
 async def aborts(eng: SglangEngineClient, fake: FakeSglang, splits: list[tuple[str, str]]) -> list[float]:
     out = []
     for i, (pre, suf) in enumerate(splits):
@@ -89,7 +94,7 @@ async def aborts(eng: SglangEngineClient, fake: FakeSglang, splits: list[tuple[s
         seen = len(fake.abort_log)
         t0 = time.perf_counter()
         new = eng.submit(CompletionRequest(f"b{i}", doc, pre, suf, Plan(max_tokens=8)))
-        await fake.wait_for(lambda seen=seen: len(fake.abort_log) > seen, timeout=5.0)
+        await fake.wait_for(partial(more_aborts, fake, seen), timeout=5.0)
         out.append((fake.abort_log[seen].t - t0) * 1000)
         async for _ev, _ in new.events():
             pass

@@ -17,7 +17,14 @@ from typing import Any
 
 from llada_lsp import http_client as http
 from llada_lsp.options import Options
-from llada_lsp.sglang_servers import ModelMismatch, Server, ServerPool, SglangConfig, check_family, local_description
+from llada_lsp.sglang_servers import (
+    ModelMismatch,
+    Server,
+    ServerPool,
+    SglangConfig,
+    check_family,
+    local_description,
+)
 
 Print = Callable[[str], None]
 PROBE = "def add(a, b):\n    return "  # the round trip's prompt

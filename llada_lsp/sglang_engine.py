@@ -36,7 +36,14 @@ from engine.decoding.stops import cut_text
 from engine.prompt.builder import PromptBuilder
 from llada_lsp import http_client as http
 from llada_lsp.engine_base import EngineClient, EngineJob, Progress
-from llada_lsp.sglang_servers import ModelMismatch, NoServer, Server, ServerPool, SglangConfig, local_description
+from llada_lsp.sglang_servers import (
+    ModelMismatch,
+    NoServer,
+    Server,
+    ServerPool,
+    SglangConfig,
+    local_description,
+)
 
 log = logging.getLogger(__name__)
 

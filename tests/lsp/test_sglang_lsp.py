@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,10 @@ async def lsp(fake: FakeSglang, tmp_path: Path) -> AsyncIterator[LladaClient]:
     await client.close()
 
 
+def received_more_than(fake: FakeSglang, n: int) -> bool:
+    return fake.requests_received > n
+
+
 def at_end(text: str) -> t.Position:
     lines = text.split("\n")
     return t.Position(len(lines) - 1, len(lines[-1]))
@@ -74,7 +79,7 @@ async def test_typing_storm_aborts_superseded_requests_and_the_last_answers(fake
         text = type_char(lsp, version, text, ch)
         pending.append(send_inline(lsp, URI, at_end(text)))
         if i < 4:  # these reach the server before the next keystroke; the rest is a burst
-            await fake.wait_for(lambda i=i: fake.requests_received > i, timeout=10)
+            await fake.wait_for(partial(received_more_than, fake, i), timeout=10)
     answers = await asyncio.wait_for(asyncio.gather(*pending), 30)
     assert first_text(answers[-1]) == "a + b"
     assert all(first_text(a) == "" for a in answers[:-1])

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sglang_helpers import PREFIX, REPLY, client, collect, fake, first_draft, llada2_dir, request
 
-from bench.fake_sglang import FakeRouter
+from bench.fake_sglang import FakeRouter, FakeSglang
 from engine.api import Plan, apply_edits
 from engine.model.model_path import CHECKPOINTS_DIR
 from llada_lsp.sglang_engine import SglangEngineClient
@@ -23,6 +24,10 @@ pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 @pytest.fixture
 def tok(tmp_path: Path) -> Path:
     return llada2_dir(tmp_path / "llada2")
+
+
+def aborted_at(server: FakeSglang, rid: str) -> bool:
+    return any(r.rid == rid for r in server.abort_log)
 
 
 def progress(msgs: list[str]) -> Any:
@@ -235,7 +240,7 @@ async def test_router_forwards_and_aborts_fan_out_to_its_workers(tok: Path) -> N
         rid = worker.received_rids[0]
         await worker.wait_for(lambda: rid in worker.aborted_rids)
         for w in (a, b):  # the abort went to every worker; the router was never asked
-            await w.wait_for(lambda w=w: any(r.rid == rid for r in w.abort_log))
+            await w.wait_for(partial(aborted_at, w, rid))
         assert "/abort_request" not in router.refused and router.forwarded[0][1] == "/generate"
     finally:
         await eng.close()
