@@ -28,9 +28,20 @@ from engine.decoding import local
 from engine.decoding.alternatives import only
 from engine.decoding.decode import Sequence
 from engine.decoding.decode_bidir import make_sequence
-from engine.decoding.next_edit import MAX_REGION_TOKENS, RegionTokens, make_edit_sequence, next_edit_doc, \
-    tokenize_region
-from engine.decoding.policies import EditOnly, EditOnlyConfig, Policy, edit_threshold_of, make_policy
+from engine.decoding.next_edit import (
+    MAX_REGION_TOKENS,
+    RegionTokens,
+    make_edit_sequence,
+    next_edit_doc,
+    tokenize_region,
+)
+from engine.decoding.policies import (
+    EditOnly,
+    EditOnlyConfig,
+    Policy,
+    edit_threshold_of,
+    make_policy,
+)
 from engine.decoding.rejections import BadRequest, TooLong
 from engine.decoding.scheduler import Scheduler
 from engine.decoding.stops import cut_text, stop_index

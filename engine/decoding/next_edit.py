@@ -31,9 +31,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from engine.api import EditSuggestion, EngineEvent, NextEditRequest, TextEdit, apply_edits, diff_edits
+from engine.api import (
+    EditSuggestion,
+    EngineEvent,
+    NextEditRequest,
+    TextEdit,
+    apply_edits,
+    diff_edits,
+)
 from engine.decoding.decode import Feed, Sequence, Staged, TokenEvent
-from engine.decoding.decode_bidir import BidirSequence
+from engine.decoding.decode_bidir import BidirSequence, Refresh
 from engine.decoding.policies import Policy
 from engine.model.native import CLEAN, ModelConfig
 from kernels import Confidence
@@ -118,18 +125,18 @@ def rewritten(text: str, suggestions: tuple[EditSuggestion, ...]) -> str:
     return apply_edits(text, [TextEdit(s.start, s.end, s.text) for s in suggestions])
 
 
-class _Draft:
+class _Draft(Sequence):
     """Edit passes over a committed draft: the done reason says whether the passes reached a
     fixed point (`end_of_middle`: a pass changed nothing) or ran out (`budget`)."""
 
     def commit(self, st: Staged, conf: Confidence) -> TokenEvent:
-        ev = super().commit(st, conf)  # type: ignore[misc]
-        if self.phase == "done":  # type: ignore[attr-defined]
-            self.reason = "budget" if ev.edits else "end_of_middle"  # type: ignore[attr-defined]
+        ev = super().commit(st, conf)
+        if self.phase == "done":
+            self.reason = "budget" if ev.edits else "end_of_middle"
         return ev
 
 
-class EditSequence(_Draft, Sequence):
+class EditSequence(_Draft):
     """A block-causal draft: each forward is a multi-block pass (`Sequence._prepare_multi`);
     the first also feeds the prompt's uncached tokens and, with shifted logits, the last prompt
     token, whose logits predict the region's first token (kept for later passes)."""
@@ -182,7 +189,7 @@ def make_edit_sequence(model: nn.Module, prompt: list[int], suffix: list[int], p
     c: ModelConfig = model.config  # type: ignore[assignment]
     seq: Sequence
     if c.attention == "bidirectional":
-        refresh = "step" if len(getattr(model, "layers", [])) == 0 else "block"
+        refresh: Refresh = "step" if len(getattr(model, "layers", [])) == 0 else "block"
         seq = BidirEditSequence(prompt, suffix, c.special, policy, c.block_size, len(ids), c.shift_logits,
                                 row=row, refresh=refresh, max_len=max_len)
     else:
