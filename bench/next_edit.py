@@ -6,7 +6,10 @@
 Tasks come from the held-out standard-library files of `engine/train/heldout.txt` (as
 bench/tasks.py picks them; never training files). Each task makes one real-looking edit: a
 parameter of a function, or a local variable at its first assignment, is renamed at its
-definition (`name` -> `name_<suffix>`, a name the file does not use). The next-edit request
+definition to a name the file does not use. Token-to-token edits keep the token count, so by
+default the new name is one (of a fixed list of common names, then `name_<suffix>`) with which
+the renamed window has as many tokens as the original: a follow-up the model can express
+(`--any-length`: the first unused `name_<suffix>`, mostly out of T2T's reach). The next-edit request
 then covers a window of up to `--window` lines after the edited line, inside the function
 (the edited line itself is in the prefix, as the editor would send it after the keystroke);
 tasks whose window holds no use of the old name are skipped.
@@ -40,6 +43,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import tree_sitter_python
 from tree_sitter import Language, Node, Parser
@@ -52,6 +56,8 @@ from engine.train.corpus import heldout_files, read_text  # noqa: E402
 
 PY = Language(tree_sitter_python.language())
 SUFFIXES = ("new", "val", "obj", "ref", "arg", "item")
+NAMES = ("value", "item", "data", "result", "obj", "node", "key", "name", "count", "total", "size", "path",
+         "text", "line", "entry", "index", "args", "res", "out", "buf", "msg", "val", "num", "tmp")
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,9 @@ def _line_start(text: str, i: int) -> int:
     return text.rfind("\n", 0, i) + 1
 
 
-def make_tasks(n: int, window: int, seed: int = 0, max_file_chars: int = 60_000) -> list[RenameTask]:
+def make_tasks(n: int, window: int, seed: int = 0, max_file_chars: int = 60_000,
+               tok: Any = None) -> list[RenameTask]:
+    """`tok` (a tokenizers.Tokenizer): pick new names that keep the window's token count."""
     files = sorted((f for f in heldout_files() if f.key.startswith("stdlib/")), key=lambda f: f.key)
     texts = [(f.key, t) for f in files if (t := read_text(f)) and len(t) <= max_file_chars and t.isascii()
              and parses(t)]
@@ -127,7 +135,7 @@ def make_tasks(n: int, window: int, seed: int = 0, max_file_chars: int = 60_000)
         if not defs:
             continue
         d = rng.choice(defs)
-        task = _task(key, text, fn, d, rng, window)
+        task = _task(key, text, fn, d, rng, window, tok)
         if task is not None:
             tasks.append(task)
     return tasks
@@ -142,15 +150,10 @@ def _walk(root: Node) -> list[Node]:
     return out
 
 
-def _task(key: str, text: str, fn: Node, d: Node, rng: random.Random, window: int) -> RenameTask | None:
+def _task(key: str, text: str, fn: Node, d: Node, rng: random.Random, window: int, tok: Any) -> RenameTask | None:
     old = _text(d)
-    new = f"{old}_{rng.choice(SUFFIXES)}"
-    if re.search(rf"\b{re.escape(new)}\b", text):
-        return None
     # ascii files: byte offsets are character offsets
     a, b = d.start_byte, d.end_byte
-    edited = text[:a] + new + text[b:]
-    shift = len(new) - len(old)
     line_end = text.find("\n", b)
     if line_end < 0:
         return None
@@ -168,8 +171,26 @@ def _task(key: str, text: str, fn: Node, d: Node, rng: random.Random, window: in
                   and _is_use(n))
     if not sites:
         return None
-    return RenameTask(key, old, new, edited[: r0 + shift], edited[r0 + shift: r1 + shift], edited[r1 + shift:],
-                      tuple(sorted(sites)))
+    sites = tuple(sorted(sites))
+    region = text[r0:r1]
+    names = [*rng.sample(NAMES, len(NAMES)), *(f"{old}_{x}" for x in rng.sample(SUFFIXES, len(SUFFIXES)))] \
+        if tok is not None else [f"{old}_{rng.choice(SUFFIXES)}"]
+    for new in names:
+        if new == old or re.search(rf"\b{re.escape(new)}\b", text):
+            continue
+        if tok is not None and len(tok.encode(_renamed(region, sites, new)).ids) != len(tok.encode(region).ids):
+            continue
+        edited = text[:a] + new + text[b:]
+        shift = len(new) - len(old)
+        return RenameTask(key, old, new, edited[: r0 + shift], edited[r0 + shift: r1 + shift],
+                          edited[r1 + shift:], sites)
+    return None
+
+
+def _renamed(region: str, sites: tuple[tuple[int, int], ...], new: str) -> str:
+    for a, b in sorted(sites, reverse=True):
+        region = region[:a] + new + region[b:]
+    return region
 
 
 def score(task: RenameTask, suggestions: tuple[EditSuggestion, ...]) -> tuple[int, int, int]:
@@ -222,11 +243,13 @@ def main() -> None:
     ap.add_argument("--max-passes", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--any-length", action="store_true", help="new names regardless of their token count")
     args = ap.parse_args()
     from engine.service import TextEngine
 
     eng = TextEngine(args.model, threads=args.threads)
-    tasks = make_tasks(3 if args.quick else args.tasks, args.window, args.seed)
+    tasks = make_tasks(3 if args.quick else args.tasks, args.window, args.seed,
+                       tok=None if args.any_length else eng.tok)
     n_sites = sum(len(t.sites) for t in tasks)
     rows = [summarize("textual rename", [score(t, textual(t)) for t in tasks], n_sites, [], [])]
     for th in args.thresholds.split(","):
@@ -244,13 +267,15 @@ def main() -> None:
         rows.append(summarize(f"model @ {th}", per, n_sites, ms, fw))
     info = eng.info()
     print(f"next-edit after a rename: {len(tasks)} tasks, {n_sites} true sites, window {args.window} lines, "
-          f"model {info['model']} ({info['dtype']}), max_passes {args.max_passes}")
+          f"model {info['model']} ({info['dtype']}), max_passes {args.max_passes}, "
+          f"{'any-length' if args.any_length else 'same-token-count'} names")
     print(f"{'row':18} {'prec':>6} {'recall':>6} {'sugg':>5} {'ok':>4} {'p50 ms':>8} {'p95 ms':>8} {'fwd/req':>7}")
     for r in rows:
         print(f"{r['name']:18} {r['precision']:6.3f} {r['recall']:6.3f} {r['suggestions']:5} {r['correct']:4} "
               f"{r['p50_ms']:8.1f} {r['p95_ms']:8.1f} {r['forwards_per_request']:7.2f}")
     print(json.dumps({"bench": "next_edit", "model": info["model"], "tasks": len(tasks), "sites": n_sites,
-                      "window": args.window, "max_passes": args.max_passes, "rows": rows}))
+                      "window": args.window, "max_passes": args.max_passes,
+                      "same_token_count": not args.any_length, "rows": rows}))
 
 
 if __name__ == "__main__":
