@@ -172,6 +172,12 @@ class EngineClient(ABC):
         text. None when the engine has no remask entry point."""
         return None
 
+    @property
+    def has_next_edit(self) -> bool:
+        """Whether `next_edit` reaches an engine (the client overrides it); `llada/status` tells
+        editors, so that they do not ask a backend without one."""
+        return type(self).next_edit is not EngineClient.next_edit
+
     def next_edit(self, request: NextEditRequest) -> EngineJob | None:
         """Next-edit suggestions: edit passes over `request.region`; the job's done event carries
         `suggestions` (and `text`, the region with them applied). An older unfinished next-edit
