@@ -107,6 +107,12 @@ def touches(index: LineIndex, s: Suggested, kept: tuple[int, int]) -> bool:
     return a <= kept[1] and b >= kept[0]
 
 
+def mangled(text: str, s: Suggested) -> bool:
+    """Whether the suggestion writes a replacement character the text did not have there (a
+    byte-level token that splits a character: never meant as code)."""
+    return "\ufffd" in s.text and "\ufffd" not in text[s.start:s.end]
+
+
 def lsp_suggestion(text: str, index: LineIndex, s: Suggested, enc: Encoding) -> dict[str, object]:
     """The wire form: {range, newText, oldText, confidence, line} (line: the range's start line)."""
     (l1, c1), (l2, c2) = index.position(s.start, enc), index.position(s.end, enc)

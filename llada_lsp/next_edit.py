@@ -3,7 +3,8 @@
 The lines around the edit (`llada_lsp.edit_window`: below the edited lines, then above them;
 the edited lines themselves stay out) go to the engine as drafts for edit-only passes
 (`EngineClient.next_edit`); the tokens it replaces come back as suggestions, which are mapped
-onto the document, merged per line and answered as LSP ranges. The newest request for a
+onto the document, merged per line (those that would write a U+FFFD, a split character, are
+dropped) and answered as LSP ranges. The newest request for a
 document wins: it cancels the older one's engine job and the older one answers an empty list
 with the reason `superseded`; an edit of the document does the same to a running request
 (`document changed`), since its answer would be stale.
@@ -28,6 +29,7 @@ from llada_lsp.edit_window import (
     by_line,
     in_document,
     lsp_suggestion,
+    mangled,
     prompt_around,
     regions,
     touches,
@@ -151,7 +153,8 @@ class NextEditService:
                 return self._empty(version, "superseded")
             if self.store.docs.get(p.uri) is not doc or doc.version != version or doc.revision != revision:
                 return self._empty(version, "document changed")
-        kept_out = [s for s in by_line(text, index, found) if not touches(index, s, kept)]
+        kept_out = [s for s in by_line(text, index, found)
+                    if not touches(index, s, kept) and not mangled(text, s)]
         self.counters["answered"] += 1
         self.counters["suggestions"] += len(kept_out)
         return Answer(version, [lsp_suggestion(text, index, s, enc) for s in kept_out])

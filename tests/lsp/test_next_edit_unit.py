@@ -14,6 +14,7 @@ from llada_lsp.edit_window import (
     Suggested,
     by_line,
     lsp_suggestion,
+    mangled,
     prompt_around,
     regions,
     touches,
@@ -69,6 +70,13 @@ def test_touches_counts_a_joined_line_break() -> None:
     assert touches(index, Suggested(1, 2, "", 1.0), (1, 1))  # "a\n" -> "a": joins line 1
     assert not touches(index, Suggested(0, 1, "x", 1.0), (1, 1))
     assert not touches(index, Suggested(4, 5, "y", 1.0), (1, 1))
+
+
+def test_a_split_character_is_mangled() -> None:
+    text = "s = 'é'\n"
+    assert mangled(text, Suggested(5, 6, "\ufffd", 0.5))
+    assert not mangled(text, Suggested(5, 6, "è", 0.5))
+    assert not mangled("s = '\ufffd'\n", Suggested(5, 6, "\ufffd!", 0.5))  # it was there
 
 
 def test_lsp_suggestion_counts_utf16_units() -> None:
