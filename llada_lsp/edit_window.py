@@ -14,6 +14,7 @@ change whose definition precedes it). Each side holds at most `window_lines` lin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from engine.api import EditSuggestion
 from llada_lsp.positions import Encoding, LineIndex
@@ -113,7 +114,7 @@ def mangled(text: str, s: Suggested) -> bool:
     return "\ufffd" in s.text and "\ufffd" not in text[s.start:s.end]
 
 
-def lsp_suggestion(text: str, index: LineIndex, s: Suggested, enc: Encoding) -> dict[str, object]:
+def lsp_suggestion(text: str, index: LineIndex, s: Suggested, enc: Encoding) -> dict[str, Any]:
     """The wire form: {range, newText, oldText, confidence, line} (line: the range's start line)."""
     (l1, c1), (l2, c2) = index.position(s.start, enc), index.position(s.end, enc)
     return {"range": {"start": {"line": l1, "character": c1}, "end": {"line": l2, "character": c2}},
