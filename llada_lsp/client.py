@@ -201,3 +201,21 @@ def completion_id(res: t.InlineCompletionList | None) -> str | None:
 async def debug_info(client: LanguageClient) -> dict[str, Any]:
     """The server's `llada/debugInfo`: counters, engine state, why requests got nothing."""
     return dict(plain(await client.protocol.send_request_async("llada/debugInfo", {})))
+
+
+def send_next_edit(client: LanguageClient, uri: str, version: int | None, pos: t.Position,
+                   edited: t.Range | None = None) -> asyncio.Future[Any]:
+    """A `llada/nextEdit` request, written at once (as an editor does after its debounce);
+    `edited`: the range just edited (docs/lsp.md "Next-edit suggestions")."""
+    params: dict[str, Any] = {"textDocument": {"uri": uri, "version": version},
+                              "position": {"line": pos.line, "character": pos.character}}
+    if edited is not None:
+        params["range"] = {"start": {"line": edited.start.line, "character": edited.start.character},
+                           "end": {"line": edited.end.line, "character": edited.end.character}}
+    return client.protocol.send_request_async("llada/nextEdit", params)
+
+
+async def next_edit(client: LanguageClient, uri: str, version: int | None, pos: t.Position,
+                    edited: t.Range | None = None) -> dict[str, Any]:
+    """The answer of `llada/nextEdit` as a dict: {version, suggestions, reason?}."""
+    return dict(plain(await send_next_edit(client, uri, version, pos, edited)))

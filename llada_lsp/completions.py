@@ -255,7 +255,7 @@ class CompletionService:
         """An answer that came out empty, from fewer than `rescue_alternatives` candidates:
         decode that many (the prompt is in the engine's prompt cache) and settle on the first
         that fits. Returns `empty` when that finds nothing either (or is off)."""
-        n, plan = min(self.options.rescue_alternatives, self.caps.alternatives), empty.job.request.plan
+        n, plan = min(self.options.rescue_alternatives, self.caps.alternatives), empty.job.completion.plan
         if n <= req.candidates or not wanted():
             return empty
         self.counters["empty_rescues"] += 1

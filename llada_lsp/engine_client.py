@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent
+from engine.api import CompletionRequest, EngineEvent, NextEditRequest
 from llada_lsp.engine_base import (
     TIMED_OUT,
     EngineClient,
@@ -138,14 +138,17 @@ class InProcessEngine(EngineClient):
             return None
         return self._enqueue("remask", job.request, spans)
 
-    def _enqueue(self, op: str, request: CompletionRequest, spans: Any) -> EngineJob:
+    def next_edit(self, request: NextEditRequest) -> EngineJob:
+        return self._enqueue("next_edit", request, None)
+
+    def _enqueue(self, op: str, request: CompletionRequest | NextEditRequest, spans: Any) -> EngineJob:
         job = self.with_deadlines(InProcessJob(request, asyncio.get_running_loop(), on_cancel=self._cancel))
-        older = self._latest.get(request.doc_key)
+        older = self._latest.get(job.doc_key)
         if older is not None and not older.finished:
             older.cancel_reason = "superseded"  # the loop supersedes it by document key
             older.cancel_event.set()
             self._count(older, False)
-        self._latest[request.doc_key] = job
+        self._latest[job.doc_key] = job
         self.counters["submitted"] += 1
         if self.state != "ready" or self._stop.is_set():
             job.finished = True
@@ -164,6 +167,8 @@ class InProcessEngine(EngineClient):
         deadline_ms = max(1, int(job.deadline_s * 1000)) if job.deadline_s else None
         if op == "remask":
             self._loop.remask(job.request.request_id, spans, self.OWNER, emit, deadline_ms)
+        elif isinstance(job.request, NextEditRequest):
+            self._loop.submit_next_edit(job.request, self.OWNER, emit, deadline_ms)
         else:
             self._loop.submit(job.request, self.OWNER, emit, deadline_ms)
 

@@ -59,10 +59,24 @@ class SglangOptions:
 
 
 @dataclass
+class NextEditOptions:
+    """`llada/nextEdit` (docs/lsp.md "Next-edit suggestions"): the window of lines around the
+    edit given to the model as a draft, and the edit rule's threshold and passes. The debounce
+    is the client's."""
+
+    enabled: bool = True
+    window_lines: int = 20  # lines above and below the edited lines (each side)
+    max_region_chars: int = 3000  # a side's region at most (lines farthest from the edit go first)
+    threshold: float | None = None  # edit threshold in (0, 1]; None: the mode's preset
+    max_passes: int = 4  # edit passes at most (1..16)
+
+
+@dataclass
 class Options:
     mode: Mode = "speedy"
     max_tokens: MaxTokens = field(default_factory=MaxTokens)
     context: ContextOptions = field(default_factory=ContextOptions)
+    next_edit: NextEditOptions = field(default_factory=NextEditOptions)
     # "inprocess" | "auto" (the user's daemon, started when none runs) | "ws://host:port"
     # | "sglang" (SGLang servers, the `sglang` option; `model` names their tokenizer)
     engine: str = "inprocess"
@@ -125,6 +139,12 @@ def _check(value: Any, expected: Any, key: str) -> Any:
             raise OptionsError(f"option {key!r} must be >= 1 or null, got {value}")
     elif expected == "urls":
         value, ok = _urls(value, key)
+    elif expected == "float|None":
+        ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        if ok and value is not None:
+            value = float(value)
+            if not 0.0 < value <= 1.0:
+                raise OptionsError(f"option {key!r} must be in (0, 1] or null, got {value}")
     elif expected == "list[str]":
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         if ok:
@@ -138,7 +158,7 @@ def _check(value: Any, expected: Any, key: str) -> Any:
 
 _TYPES: dict[str, Any] = {
     "int": int, "bool": bool, "str": str, "str | None": "str|None", "int | None": "int|None",
-    "list[str]": "list[str]", "dict[str, list[str]]": "urls",
+    "list[str]": "list[str]", "dict[str, list[str]]": "urls", "float | None": "float|None",
     "Mode": str,
 }
 
@@ -211,6 +231,7 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
     if base is not None:  # deep copy the nested dataclasses
         opts.max_tokens = dataclasses.replace(base.max_tokens)
         opts.context = dataclasses.replace(base.context)
+        opts.next_edit = dataclasses.replace(base.next_edit)
         opts.languages = list(base.languages)
         opts.sglang = SglangOptions({k: list(v) for k, v in base.sglang.urls.items()}, base.sglang.router)
     warnings: list[str] = []
@@ -228,6 +249,8 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
         n = getattr(opts, attr)
         if not 0 <= n <= MAX_ALTERNATIVES:
             raise OptionsError(f"option {name!r} must be 0..{MAX_ALTERNATIVES}, got {n}")
+    if not 1 <= opts.next_edit.max_passes <= 16:
+        raise OptionsError(f"option 'nextEdit.maxPasses' must be 1..16, got {opts.next_edit.max_passes}")
     if opts.device not in ("cpu", "cuda", "auto"):
         raise OptionsError(f"option 'device' must be cpu, cuda or auto, got {opts.device!r}")
     if not (opts.engine in ("inprocess", "auto", "sglang") or opts.engine.startswith(("ws://", "wss://"))):

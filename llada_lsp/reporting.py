@@ -6,7 +6,7 @@ Shapes (docs/lsp.md; the VS Code and Neovim clients read them):
   llada/stats  {completionId, uri, kind, source, cacheHit, reason, queueMs, forwards, tokens,
                 tpf, prefillTokens, reusedTokens, firstDraftMs, engineMs, firstMs,
                 overheadMs, totalMs}
-  llada/status {state: "loading"|"ready"|"error", message, engine}
+  llada/status {state: "loading"|"ready"|"error", message, engine, nextEdit}
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ class EngineStatus:
     """Tells the client of each change of the engine's state: `llada/status` every time, and a
     message once when the engine is lost (or refuses) and once when it is back."""
 
-    def __init__(self, notify: Notify, show: Show, info: Callable[[], dict[str, Any]]) -> None:
-        self.notify, self.show, self.info = notify, show, info
+    def __init__(self, notify: Notify, show: Show, info: Callable[[], dict[str, Any]],
+                 features: Callable[[], dict[str, Any]] = dict) -> None:
+        self.notify, self.show, self.info, self.features = notify, show, info, features
         self.down = False  # an outage was shown and the engine has not come back since
 
     def changed(self, state: str, message: str) -> None:
-        self.notify("llada/status", {"state": state, "message": message, "engine": self.info()})
+        self.notify("llada/status", {"state": state, "message": message, "engine": self.info(),
+                                     **self.features()})
         if state == "error" and not self.down:
             self.down = True
             self.show("warning", f"llada: the engine is unavailable: {message}")

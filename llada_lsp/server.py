@@ -1,8 +1,8 @@
 """The language server: one thin handler per LSP method.
 
 Custom messages (docs/lsp.md): notifications `llada/refine`, `llada/stats`, `llada/status`
-from the server; the request `llada/debugInfo` and the command `llada.acceptCompletion`
-from the client; `textDocument/didShowCompletion` and
+from the server; the requests `llada/nextEdit` and `llada/debugInfo` and the command
+`llada.acceptCompletion` from the client; `textDocument/didShowCompletion` and
 `textDocument/didPartiallyAcceptCompletion` (Copilot protocol style) are accepted.
 """
 
@@ -24,6 +24,8 @@ from llada_lsp.answers import Selected
 from llada_lsp.completions import Answer, CompletionService, PositionError
 from llada_lsp.documents import DocumentError, DocumentStore
 from llada_lsp.engine_client import EngineClient, make_engine
+from llada_lsp.next_edit import METHOD as NEXT_EDIT
+from llada_lsp.next_edit import NextEditParamsError, NextEditService, parse_params
 from llada_lsp.options import Options, OptionsError, parse_options, workspace_settings
 from llada_lsp.positions import units
 from llada_lsp.reporting import EngineStatus
@@ -102,7 +104,10 @@ class LladaProtocol(LanguageServerProtocol):
                 general.position_encodings = [t.PositionEncodingKind.Utf8]
             elif t.PositionEncodingKind.Utf16 in offered or not offered:
                 general.position_encodings = [t.PositionEncodingKind.Utf16]
-        return (yield from super().lsp_initialize(params))
+        result = yield from super().lsp_initialize(params)
+        if NEXT_EDIT in self.fm.features:  # the engine's support comes with llada/status (nextEdit)
+            result.capabilities.experimental = {"llada": {"nextEdit": True}}
+        return result
 
 
 class LladaServer(LanguageServer):
@@ -114,9 +119,10 @@ class LladaServer(LanguageServer):
         self.engine: EngineClient | None = None
         self.engine_factory = engine_factory
         self.service: CompletionService | None = None
+        self.next_edits: NextEditService | None = None
         self.start_task: asyncio.Task[None] | None = None
         self.background: set[asyncio.Future[None]] = set()
-        self.engine_status = EngineStatus(self.notify, self.show, self._engine_info)
+        self.engine_status = EngineStatus(self.notify, self.show, self._engine_info, self._features)
         self.refused: set[tuple[str, str]] = set()  # workspace settings refused (shown once each)
 
     def encoding(self) -> str:
@@ -132,6 +138,10 @@ class LladaServer(LanguageServer):
 
     def _engine_info(self) -> dict[str, Any]:
         return self.engine.info if self.engine is not None else {}
+
+    def _features(self) -> dict[str, Any]:
+        """What `llada/status` says the client may ask for beyond completions."""
+        return {"nextEdit": self.next_edits is not None and self.next_edits.available}
 
     def apply_workspace_options(self, settings: Any) -> None:
         """Settings from the workspace (`workspace/configuration`, `didChangeConfiguration`):
@@ -162,12 +172,14 @@ class LladaServer(LanguageServer):
         if self.service is not None:
             self.service.options = opts
             self.service.cache.size = opts.cache_size
+        if self.next_edits is not None:
+            self.next_edits.options = opts
         if self.engine is not None:
             self.engine.set_deadlines(opts.engine_first_event_ms, opts.engine_timeout_ms)
 
     def status(self, state: str, message: str = "") -> None:
         info = self.engine.info if self.engine is not None else {}
-        self.notify("llada/status", {"state": state, "message": message, "engine": info})
+        self.notify("llada/status", {"state": state, "message": message, "engine": info, **self._features()})
 
     async def start_engine(self) -> None:
         o = self.options
@@ -179,6 +191,7 @@ class LladaServer(LanguageServer):
             o.engine, model_dir=o.model, mode=o.mode, device=o.device, token=o.engine_token, **prompt)
         self.engine.set_deadlines(o.engine_first_event_ms, o.engine_timeout_ms)
         self.service = CompletionService(self.store, self.engine, o, self.notify, self.encoding)
+        self.next_edits = NextEditService(self.store, self.engine, o, self.encoding)
         token: str | None = None
         caps = self.client_capabilities
         if caps.window is not None and caps.window.work_done_progress:
@@ -271,12 +284,16 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
         ls.store.change(d.uri, d.version, list(params.content_changes), ls.encoding())
         if ls.service is not None:
             ls.service.document_changed(d.uri)
+        if ls.next_edits is not None:
+            ls.next_edits.document_changed(d.uri)
 
     @ls.feature(t.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LladaServer, params: t.DidCloseTextDocumentParams) -> None:
         ls.store.close(params.text_document.uri)
         if ls.service is not None:
             ls.service.document_closed(params.text_document.uri)
+        if ls.next_edits is not None:
+            ls.next_edits.document_closed(params.text_document.uri)
 
     @ls.feature(t.TEXT_DOCUMENT_INLINE_COMPLETION, t.InlineCompletionOptions())
     async def inline_completion(ls: LladaServer, params: t.InlineCompletionParams
@@ -341,6 +358,20 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
             n = getattr(params, "acceptedLength", None) or getattr(params, "accepted_length", 0)
             ls.service.counters["partially_accepted_chars"] += int(n or 0)
 
+    @ls.feature(NEXT_EDIT)
+    async def next_edit(ls: LladaServer, params: Any) -> dict[str, Any]:
+        """Next-edit suggestions after an edit (docs/lsp.md "Next-edit suggestions")."""
+        try:
+            p = parse_params(params)
+        except NextEditParamsError as e:
+            raise JsonRpcInvalidParams(str(e)) from e
+        if ls.next_edits is None:  # not initialized yet: no result, not an error
+            return {"version": p.version, "suggestions": [], "reason": "engine not started"}
+        try:
+            return (await ls.next_edits.suggest(p)).to_json()
+        except (DocumentError, PositionError) as e:
+            raise JsonRpcInvalidParams(str(e)) from e
+
     @ls.feature("llada/debugInfo")
     def debug_info(ls: LladaServer, params: Any) -> dict[str, Any]:
         base: dict[str, Any] = {"options": ls.options.to_json(), "encoding": ls.encoding(),
@@ -348,6 +379,8 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
                                 "pendingHandlers": len(ls.protocol._request_futures)}
         if ls.service is not None:
             base.update(ls.service.debug_info())
+        if ls.next_edits is not None:
+            base["nextEdit"] = ls.next_edits.debug_info()
         return base
 
     @ls.feature(t.SHUTDOWN)

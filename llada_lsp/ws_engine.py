@@ -23,7 +23,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
-from engine.api import CompletionRequest, EngineEvent
+from engine.api import CompletionRequest, EngineEvent, NextEditRequest
 from engine.daemon import protocol as P
 from engine.daemon import runtime
 from llada_lsp import reconnect
@@ -142,6 +142,10 @@ class WsConnection:
     def complete(self, req: CompletionRequest, deadline_ms: int | None = None,
                  model: str | None = None) -> AsyncIterator[EngineEvent]:
         return self.stream(P.complete_message(req, deadline_ms, model))
+
+    def next_edit(self, req: NextEditRequest, deadline_ms: int | None = None,
+                  model: str | None = None) -> AsyncIterator[EngineEvent]:
+        return self.stream(P.next_edit_message(req, deadline_ms, model))
 
     def remask(self, request_id: str, spans: list[tuple[int, int]]) -> AsyncIterator[EngineEvent]:
         return self.stream({"type": "remask", "id": request_id, "spans": [list(s) for s in spans]})
@@ -283,18 +287,23 @@ class WsEngineClient(EngineClient):
     def remask(self, job: EngineJob, spans: list[tuple[int, int]]) -> EngineJob | None:
         return self._spawn(job.request, spans)
 
-    def _spawn(self, request: CompletionRequest, spans: list[tuple[int, int]] | None) -> WsJob:
+    def next_edit(self, request: NextEditRequest) -> EngineJob:
+        """A `next_edit` message to the daemon (docs/protocol.md); its done event carries the
+        suggestions."""
+        return self._spawn(request, None)
+
+    def _spawn(self, request: CompletionRequest | NextEditRequest, spans: list[tuple[int, int]] | None) -> WsJob:
         loop = asyncio.get_running_loop()
         job = WsJob(request, loop, on_cancel=self._send_cancel)
         self.with_deadlines(job)
-        older = self._latest.get(request.doc_key)
+        older = self._latest.get(job.doc_key)
         if older is not None and not older.finished:
             older.cancel_reason = "superseded"  # the daemon supersedes it by document key
             older.cancel_event.set()
             if isinstance(older, WsJob) and older.streaming is not None:
                 older.streaming.cancel()  # ends here at once: one stream per document
                 self._count_running(older, False)
-        self._latest[request.doc_key] = job
+        self._latest[job.doc_key] = job
         self.counters["submitted"] += 1
         self._jobs[id(job)] = job
         task = loop.create_task(self._run(job, spans))
@@ -342,7 +351,7 @@ class WsEngineClient(EngineClient):
         rid = job.request.request_id
         job.streaming = asyncio.current_task()
         try:
-            async for ev in conn.remask(rid, spans) if spans is not None else conn.complete(job.request):
+            async for ev in self._events_of(job, conn, spans):
                 if job.started_at is None:
                     job.started_at = job.submitted_at
                 job.push(ev)
@@ -355,6 +364,15 @@ class WsEngineClient(EngineClient):
             job.push(EngineEvent("done", rid, "", reason="superseded"))
         finally:
             job.streaming = None
+
+    @staticmethod
+    def _events_of(job: WsJob, conn: WsConnection, spans: list[tuple[int, int]] | None
+                   ) -> AsyncIterator[EngineEvent]:
+        if spans is not None:
+            return conn.remask(job.request.request_id, spans)
+        if isinstance(job.request, NextEditRequest):
+            return conn.next_edit(job.request)
+        return conn.complete(job.request)
 
     def _count_running(self, job: WsJob, running: bool) -> None:
         if job.counted == running:

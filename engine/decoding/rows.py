@@ -40,7 +40,7 @@ class Rows:
 
     # -- alternatives --------------------------------------------------------------------------
     def _spawn_forks(self, job: Job) -> None:
-        assert job.seq is not None
+        assert job.seq is not None and isinstance(job.req, CompletionRequest)
         n = alternatives_for(job.req.plan, self.engine.preset)
         if job.seq.first_logits is None or n < 2:
             return
@@ -93,8 +93,8 @@ class Rows:
     # -- endings -------------------------------------------------------------------------------
     def _release(self, job: Job) -> None:
         self.running.pop(job.key, None)
-        if self.by_doc.get((job.owner, job.req.doc_key)) == job.key:
-            del self.by_doc[(job.owner, job.req.doc_key)]
+        if self.by_doc.get((job.owner, job.doc)) == job.key:
+            del self.by_doc[(job.owner, job.doc)]
         if job.row >= 0:
             self.free_rows.append(job.row)
             self.free_rows.sort(reverse=True)  # the lowest free row is taken first
@@ -120,7 +120,8 @@ class Rows:
             self.counters["completed"] += 1
         elif reason in ("cancelled", "superseded", "deadline"):
             self.counters[reason] += 1
-        self.finished[job.key] = job
+        if job.op != "next_edit":  # nothing to remask in a next-edit request
+            self.finished[job.key] = job
         while len(self.finished) > self.keep_finished:
             self.finished.popitem(last=False)
         self._send(job, done, None)

@@ -50,6 +50,7 @@ export interface StatsParams {
 export interface StatusParams {
   state: string; // "loading" | "ready" | "error"
   message?: string;
+  nextEdit?: boolean; // llada/nextEdit can answer with suggestions
   engine?: { backend?: string; granularity?: string; edits?: boolean; presets?: string[] };
 }
 
@@ -232,6 +233,8 @@ export interface Settings {
   alternatives: number;
   /** Candidates an explicitly invoked request (next/previous suggestion) decodes at least. */
   invokedAlternatives: number;
+  /** Next-edit suggestions: sent after edits (client-side debounce); the server's window and threshold. */
+  nextEdit: { enabled: boolean; debounceMs: number; windowLines: number; threshold: number | null };
 }
 
 export const DEFAULT_SETTINGS: Settings = {
@@ -244,6 +247,7 @@ export const DEFAULT_SETTINGS: Settings = {
   debounceMs: 0,
   alternatives: 0,
   invokedAlternatives: 4,
+  nextEdit: { enabled: true, debounceMs: 300, windowLines: 20, threshold: null },
 };
 
 /**
@@ -292,6 +296,20 @@ export function serverOptions(s: Settings): Record<string, unknown> {
   }
   if (s.invokedAlternatives !== DEFAULT_SETTINGS.invokedAlternatives) {
     out.invokedAlternatives = Math.max(0, Math.min(8, Math.floor(s.invokedAlternatives)));
+  }
+  const ne: Record<string, unknown> = {};
+  const d = DEFAULT_SETTINGS.nextEdit;
+  if (s.nextEdit.enabled !== d.enabled) {
+    ne.enabled = s.nextEdit.enabled;
+  }
+  if (s.nextEdit.windowLines !== d.windowLines && s.nextEdit.windowLines >= 0) {
+    ne.windowLines = Math.floor(s.nextEdit.windowLines);
+  }
+  if (typeof s.nextEdit.threshold === "number" && s.nextEdit.threshold > 0 && s.nextEdit.threshold <= 1) {
+    ne.threshold = s.nextEdit.threshold;
+  }
+  if (Object.keys(ne).length > 0) {
+    out.nextEdit = ne; // the server's side; the debounce is the extension's
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // The VS Code side: starts llada-lsp through vscode-languageclient, shows its inline
 // completions, re-triggers the inline suggestion when `llada/refine` changes the shown one,
-// and shows `llada/stats` in the status bar. The protocol logic lives in ./core.
+// shows `llada/stats` in the status bar, and draws next-edit suggestions as decorations
+// (llada.nextEdit.jump / accept / dismiss). The protocol logic lives in ./core and ./nextEdit.
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
@@ -25,6 +26,7 @@ import {
   type StatsParams,
   type StatusParams,
 } from "./core";
+import { NEXT_EDIT_METHOD, NextEditController, type NextEditDecoration, type NextEditResult } from "./nextEdit";
 
 let client: LanguageClient | undefined;
 let status: vscode.StatusBarItem;
@@ -32,6 +34,10 @@ let output: vscode.LogOutputChannel;
 const tracker = new SuggestionTracker();
 let retrigger: NodeJS.Timeout | undefined;
 let ownRetrigger = false; // the next provider call is the extension's re-trigger, not the user's
+let nextEditServer = false; // llada/status says llada/nextEdit can answer
+let nextEdits: NextEditController;
+let oldTextDecoration: vscode.TextEditorDecorationType;
+let newTextDecoration: vscode.TextEditorDecorationType;
 
 function readSettings(): Settings {
   const c = vscode.workspace.getConfiguration("llada");
@@ -47,6 +53,12 @@ function readSettings(): Settings {
     debounceMs: c.get<number>("debounceMs", DEFAULT_SETTINGS.debounceMs),
     alternatives: c.get<number>("alternatives", DEFAULT_SETTINGS.alternatives),
     invokedAlternatives: c.get<number>("invokedAlternatives", DEFAULT_SETTINGS.invokedAlternatives),
+    nextEdit: {
+      enabled: c.get<boolean>("nextEdit.enabled", DEFAULT_SETTINGS.nextEdit.enabled),
+      debounceMs: c.get<number>("nextEdit.debounceMs", DEFAULT_SETTINGS.nextEdit.debounceMs),
+      windowLines: c.get<number>("nextEdit.windowLines", DEFAULT_SETTINGS.nextEdit.windowLines),
+      threshold: c.get<number | null>("nextEdit.threshold", DEFAULT_SETTINGS.nextEdit.threshold),
+    },
   };
 }
 
@@ -146,6 +158,78 @@ function clientOptions(): LanguageClientOptions {
   };
 }
 
+// -- next-edit suggestions ------------------------------------------------------------------
+function uriOf(doc: vscode.TextDocument): string | undefined {
+  return client?.code2ProtocolConverter.asUri(doc.uri);
+}
+
+function editorOf(uri: string): vscode.TextEditor | undefined {
+  return vscode.window.visibleTextEditors.find((e) => uriOf(e.document) === uri);
+}
+
+const toRange = (r: { start: { line: number; character: number }; end: { line: number; character: number } }): vscode.Range =>
+  new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
+
+function renderNextEdits(uri: string, decorations: NextEditDecoration[]): void {
+  const editor = editorOf(uri);
+  if (editor) {
+    editor.setDecorations(oldTextDecoration, decorations.map((d) => ({ range: toRange(d.range), hoverMessage: d.hover })));
+    editor.setDecorations(newTextDecoration, decorations.map((d) => ({
+      range: new vscode.Range(toRange(d.range).end, toRange(d.range).end),
+      renderOptions: { after: { contentText: d.after } },
+    })));
+  }
+  const active = vscode.window.activeTextEditor;
+  if (active && uriOf(active.document) === uri) {
+    void vscode.commands.executeCommand("setContext", "llada.nextEditVisible", decorations.length > 0);
+  }
+}
+
+function makeNextEdits(): NextEditController {
+  return new NextEditController({
+    send: (params) => client ? client.sendRequest<NextEditResult>(NEXT_EDIT_METHOD, params) : Promise.reject(new Error("no client")),
+    version: (uri) => vscode.workspace.textDocuments.find((d) => uriOf(d) === uri)?.version,
+    cursor: (uri) => {
+      const e = vscode.window.activeTextEditor;
+      return e && uriOf(e.document) === uri ? { line: e.selection.active.line, character: e.selection.active.character } : undefined;
+    },
+    render: renderNextEdits,
+    enabled: () => nextEditServer && readSettings().nextEdit.enabled,
+    log: (m) => output.appendLine(m),
+  }, readSettings().nextEdit.debounceMs);
+}
+
+function onEdit(e: vscode.TextDocumentChangeEvent): void {
+  const uri = uriOf(e.document);
+  if (!uri || e.contentChanges.length === 0 || vscode.window.activeTextEditor?.document !== e.document) {
+    return;
+  }
+  // the lines the change touched, as the document is now
+  const first = Math.min(...e.contentChanges.map((c) => c.range.start.line));
+  const last = Math.max(...e.contentChanges.map((c) => c.range.start.line + c.text.split("\n").length - 1));
+  nextEdits.changed(uri, { start: { line: first, character: 0 }, end: { line: last, character: 0 } });
+}
+
+function jumpToNextEdit(): void {
+  const editor = vscode.window.activeTextEditor;
+  const uri = editor && uriOf(editor.document);
+  const at = uri && nextEdits.jump(uri, editor.selection.active);
+  if (editor && at) {
+    const pos = new vscode.Position(at.line, at.character);
+    editor.selection = new vscode.Selection(pos, pos);
+    editor.revealRange(new vscode.Range(pos, pos), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+  }
+}
+
+async function acceptNextEdit(): Promise<void> {
+  const editor = vscode.window.activeTextEditor;
+  const uri = editor && uriOf(editor.document);
+  const edit = uri && nextEdits.accept(uri, editor.selection.active);
+  if (editor && edit) {
+    await editor.edit((b) => b.replace(toRange(edit.range), edit.newText));
+  }
+}
+
 async function start(context: vscode.ExtensionContext): Promise<void> {
   const settings = readSettings();
   client = new LanguageClient("llada", "llada", serverCommand(settings), clientOptions());
@@ -159,6 +243,7 @@ async function start(context: vscode.ExtensionContext): Promise<void> {
     setStatus(`$(sparkle) ${formatStats(s).replace(/^llada/, name)}`, describeStats(s)));
   client.onNotification("llada/status", (s: StatusParams) => {
     name = statusName(s);
+    nextEditServer = s.state === "ready" && s.nextEdit === true;
     if (s.state === "loading") {
       setStatus(`$(sync~spin) ${name}`, `${name}: ${s.message ?? "loading the model"}`);
     } else if (s.state === "error") {
@@ -185,7 +270,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   output = vscode.window.createOutputChannel("llada", { log: true });
   status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
   status.command = "llada.showStats";
-  context.subscriptions.push(output, status);
+  oldTextDecoration = vscode.window.createTextEditorDecorationType({
+    backgroundColor: new vscode.ThemeColor("diffEditor.removedTextBackground"),
+    textDecoration: "line-through",
+  });
+  newTextDecoration = vscode.window.createTextEditorDecorationType({
+    after: { backgroundColor: new vscode.ThemeColor("diffEditor.insertedTextBackground"), margin: "0 0 0 0.5em" },
+  });
+  nextEdits = makeNextEdits();
+  context.subscriptions.push(output, status, oldTextDecoration, newTextDecoration);
   context.subscriptions.push(
     vscode.commands.registerCommand("llada.restartServer", () => restart(context)),
     vscode.commands.registerCommand("llada.showStats", async () => {
@@ -201,13 +294,34 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (!e.affectsConfiguration("llada") || !client) {
         return;
       }
+      nextEdits.debounceMs = readSettings().nextEdit.debounceMs;
       if (e.affectsConfiguration("llada.serverPath") || e.affectsConfiguration("llada.engine") || e.affectsConfiguration("llada.model")) {
         await restart(context);
       } else {
         await client.sendNotification("workspace/didChangeConfiguration", { settings: serverOptions(readSettings()) });
       }
     }),
-    vscode.workspace.onDidCloseTextDocument((d) => tracker.forget(d.uri.toString())),
+    vscode.commands.registerCommand("llada.nextEdit.jump", jumpToNextEdit),
+    vscode.commands.registerCommand("llada.nextEdit.accept", acceptNextEdit),
+    vscode.commands.registerCommand("llada.nextEdit.dismiss", () => {
+      const editor = vscode.window.activeTextEditor;
+      const uri = editor && uriOf(editor.document);
+      if (uri) {
+        nextEdits.clear(uri);
+      }
+    }),
+    vscode.workspace.onDidChangeTextDocument(onEdit),
+    vscode.window.onDidChangeActiveTextEditor((e) => {
+      const uri = e && uriOf(e.document);
+      void vscode.commands.executeCommand("setContext", "llada.nextEditVisible", !!uri && nextEdits.suggestions(uri).length > 0);
+    }),
+    vscode.workspace.onDidCloseTextDocument((d) => {
+      tracker.forget(d.uri.toString());
+      const uri = uriOf(d);
+      if (uri) {
+        nextEdits.forget(uri);
+      }
+    }),
     vscode.workspace.onDidGrantWorkspaceTrust(() => restart(context)), // its .venv may now be used
   );
   await start(context);

@@ -9,6 +9,18 @@ local M = {}
 ---@field next string|false        show the next candidate (asks the server for them if needed)
 ---@field prev string|false        show the previous candidate
 
+---@class llada.NextEditKeymaps (normal mode; each falls back to the key itself without suggestions)
+---@field jump string|false   move to the next suggestion
+---@field accept string|false apply the suggestion on the cursor's line (else the next one)
+---@field dismiss string|false hide the suggestions
+
+---@class llada.NextEditConfig
+---@field enabled boolean       send llada/nextEdit after edits (when the server says it can answer)
+---@field debounce_ms integer   wait this long after the last edit
+---@field hl_old string         the text a suggestion replaces (linked to DiffDelete)
+---@field hl_new string         the suggested text (linked to DiffAdd)
+---@field keymaps llada.NextEditKeymaps|false
+
 ---@class llada.Config
 ---@field cmd string[]|nil          server command; default { server_path }
 ---@field server_path string        the `llada-lsp` executable ($LLADA_LSP, else on $PATH)
@@ -24,6 +36,7 @@ local M = {}
 ---                                  shown or requested and the keymaps are the menu's; it
 ---                                  comes back when the menu closes
 ---@field enable boolean            setup() calls vim.lsp.enable('llada')
+---@field next_edit llada.NextEditConfig next-edit suggestions (README: "Next-edit suggestions")
 M.defaults = {
   cmd = nil,
   server_path = vim.env.LLADA_LSP or 'llada-lsp',
@@ -43,6 +56,13 @@ M.defaults = {
   hl_group = 'LladaGhost',
   hide_during_completion = true,
   enable = true,
+  next_edit = {
+    enabled = true,
+    debounce_ms = 300,
+    hl_old = 'LladaNextEditOld',
+    hl_new = 'LladaNextEditNew',
+    keymaps = { jump = '<M-n>', accept = '<M-y>', dismiss = '<M-x>' },
+  },
 }
 
 ---@type llada.Config

@@ -8,10 +8,14 @@
 local api = vim.api
 local config = require('llada.config')
 local lc = require('llada.client')
+local next_edit = require('llada.next_edit')
 
 local M = {}
 
----@type table<integer, {state: string, message: string, backend: string?}> llada/status per client
+--- Next-edit suggestions: jump(), accept(), dismiss(), request(buf) (llada.next_edit).
+M.next_edit = next_edit
+
+---@type table<integer, {state: string, message: string, backend: string?, next_edit: boolean}> llada/status per client
 M.status = {}
 ---@type table|nil the latest llada/stats
 M.last_stats = nil
@@ -51,7 +55,9 @@ M.handlers = {
     if type(params) == 'table' then
       local engine = type(params.engine) == 'table' and params.engine or {}
       local backend = type(engine.backend) == 'string' and engine.backend or nil
-      M.status[ctx.client_id] = { state = params.state, message = params.message or '', backend = backend }
+      M.status[ctx.client_id] = { state = params.state, message = params.message or '', backend = backend,
+                                  next_edit = params.nextEdit == true }
+      next_edit.servers[ctx.client_id] = params.state == 'ready' and params.nextEdit == true
       vim.schedule(function()
         pcall(api.nvim_exec_autocmds, 'User', { pattern = 'LladaStatus', modeline = false })
       end)
@@ -62,6 +68,9 @@ M.handlers = {
 --- Called by lsp/llada.lua's on_attach.
 function M.attach(client, buf)
   renderer().attach(client, buf)
+  if (config.options.next_edit or {}).enabled then
+    next_edit.attach(buf)
+  end
 end
 
 --- The suggestion shown in `buf` (text still to insert, completion id, position), or nil.
@@ -147,10 +156,43 @@ local function attached()
   return not config.menu_open() and lc.get(api.nvim_get_current_buf()) ~= nil
 end
 
+--- Normal-mode keys of the next-edit suggestions: act when some are shown, else the key itself.
+local function map_next_edit(keys)
+  if not keys then
+    return
+  end
+  for name, fn in pairs({ jump = next_edit.jump, accept = next_edit.accept, dismiss = next_edit.dismiss }) do
+    local lhs = keys[name]
+    if lhs then
+      vim.keymap.set('n', lhs, function()
+        if not next_edit.active() then
+          return vim.keycode(lhs)
+        end
+        vim.schedule(fn)
+        return ''
+      end, { expr = true, replace_keycodes = false, desc = 'llada: next edit ' .. name })
+    end
+  end
+end
+
 ---@param opts? table see llada.config
 function M.setup(opts)
   local o = config.set(opts)
   api.nvim_set_hl(0, 'LladaGhost', { link = 'Comment', default = true })
+  api.nvim_set_hl(0, 'LladaNextEditOld', { link = 'DiffDelete', default = true })
+  api.nvim_set_hl(0, 'LladaNextEditNew', { link = 'DiffAdd', default = true })
+  local actions = { jump = next_edit.jump, accept = next_edit.accept, dismiss = next_edit.dismiss,
+                   request = function() next_edit.request(api.nvim_get_current_buf()) end }
+  api.nvim_create_user_command('LladaNextEdit', function(c)
+    local fn = actions[c.args ~= '' and c.args or 'jump']
+    if not fn then
+      vim.notify('llada: :LladaNextEdit jump|accept|dismiss|request', vim.log.levels.ERROR)
+      return
+    end
+    fn()
+  end, { nargs = '?', complete = function() return vim.tbl_keys(actions) end,
+         desc = 'llada: next-edit suggestions' })
+  map_next_edit(o.next_edit and o.next_edit.keymaps)
   if vim.lsp.config then -- Neovim 0.11+: lsp/llada.lua is the base, these override it
     local overrides = { cmd = config.cmd(), init_options = o.server, cmd_env = o.cmd_env }
     if o.filetypes then

@@ -1,0 +1,295 @@
+--- Next-edit suggestions (docs/lsp.md "Next-edit suggestions"): after edits, with a debounce,
+--- asks the server (`llada/nextEdit`) which other lines the model would now change, and shows
+--- each suggestion as a diff in the buffer: the old text highlighted as removed
+--- (LladaNextEditOld, linked to DiffDelete), the new text as virtual text after it
+--- (LladaNextEditNew, linked to DiffAdd; a multi-line one as virtual lines below). `jump` moves
+--- the cursor to the next suggestion, `accept` applies the one on the cursor's line (else the
+--- next one). Any edit of the buffer clears them; a newer answer replaces them.
+local api = vim.api
+local config = require('llada.config')
+local lc = require('llada.client')
+local text = require('llada.text')
+
+local M = {}
+
+M.METHOD = 'llada/nextEdit'
+M.ns = api.nvim_create_namespace('llada.next_edit')
+
+---@type table<integer, boolean> client id -> the server can answer (llada/status nextEdit)
+M.servers = {}
+
+---@class llada.NextEdit
+---@field row integer        0-based start row of the old text
+---@field col integer        byte column
+---@field end_row integer
+---@field end_col integer
+---@field new_text string
+---@field old_text string
+---@field range table        the LSP range (client encoding)
+---@field confidence number
+
+---@class llada.NextEdits
+---@field client_id integer
+---@field tick integer        b:changedtick the suggestions were drawn against
+---@field items llada.NextEdit[]
+---@field marks integer[]
+
+---@type table<integer, llada.NextEdits>
+M.shown = {}
+---@type table<integer, table> the latest answer per buffer (for :checkhealth and tests)
+M.last = {}
+---@type table<integer, {timer: uv.uv_timer_t|nil, request: integer|nil, client_id: integer|nil}>
+local pending = {}
+
+local function opts()
+  return config.options.next_edit or {}
+end
+
+--- Hide the suggestions of `buf`.
+function M.clear(buf)
+  M.shown[buf] = nil
+  if api.nvim_buf_is_valid(buf) then
+    api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
+  end
+end
+
+local function stop(buf)
+  local p = pending[buf]
+  if not p then
+    return
+  end
+  if p.timer and not p.timer:is_closing() then
+    p.timer:stop()
+    p.timer:close()
+  end
+  p.timer = nil
+  if p.request and p.client_id then
+    local client = vim.lsp.get_client_by_id(p.client_id)
+    if client then
+      lc.cancel(client, p.request)
+    end
+  end
+  p.request = nil
+end
+
+--- Byte column of LSP position `pos` in `buf` (characters counted in `encoding`).
+local function byte_col(buf, pos, encoding)
+  local line = api.nvim_buf_get_lines(buf, pos.line, pos.line + 1, false)[1] or ''
+  return text.offset(line, { line = 0, character = pos.character }, encoding)
+end
+
+--- One suggestion from the server's answer, in buffer rows and byte columns.
+local function item_of(buf, s, encoding)
+  local r = s.range
+  return {
+    row = r.start.line, col = byte_col(buf, r.start, encoding),
+    end_row = r['end'].line, end_col = byte_col(buf, r['end'], encoding),
+    new_text = s.newText or '', old_text = s.oldText or '', range = r,
+    confidence = tonumber(s.confidence) or 0,
+  }
+end
+
+--- Draw one suggestion; returns its extmark ids.
+local function draw_item(buf, it)
+  local o = opts()
+  local marks = {}
+  local function mark(row, col, extmark)
+    local ok, id = pcall(api.nvim_buf_set_extmark, buf, M.ns, row, col, extmark)
+    if ok then
+      table.insert(marks, id)
+    end
+  end
+  if it.end_row > it.row or it.end_col > it.col then
+    mark(it.row, it.col, { end_row = it.end_row, end_col = it.end_col, hl_group = o.hl_old,
+                           hl_mode = 'combine', priority = 200 })
+  end
+  local lines = text.lines(it.new_text)
+  if #lines > 1 and lines[#lines] == '' then
+    table.remove(lines) -- a trailing line break: no empty virtual line for it
+  end
+  if #lines == 0 or (#lines == 1 and lines[1] == '') then
+    return marks -- a deletion: the highlight says it
+  end
+  if #lines == 1 and it.end_row == it.row then
+    mark(it.end_row, it.end_col, { virt_text = { { lines[1], o.hl_new } },
+                                   virt_text_pos = 'inline', hl_mode = 'combine', priority = 200 })
+  else
+    local below = (it.end_col == 0 and it.end_row > it.row) and it.end_row - 1 or it.end_row
+    local virt = {}
+    for _, l in ipairs(lines) do
+      table.insert(virt, { { l, o.hl_new } })
+    end
+    mark(below, 0, { virt_lines = virt, priority = 200 })
+  end
+  return marks
+end
+
+--- Show the server's answer `res` in `buf` (when the buffer is still as it was asked about).
+local function show(buf, client, res, tick)
+  M.last[buf] = res
+  if not api.nvim_buf_is_valid(buf) or vim.b[buf].changedtick ~= tick then
+    return
+  end
+  M.clear(buf)
+  local items = {}
+  for _, s in ipairs(res.suggestions or {}) do
+    table.insert(items, item_of(buf, s, client.offset_encoding or 'utf-16'))
+  end
+  if #items == 0 then
+    return
+  end
+  local state = { client_id = client.id, tick = tick, items = items, marks = {} }
+  for _, it in ipairs(items) do
+    vim.list_extend(state.marks, draw_item(buf, it))
+  end
+  M.shown[buf] = state
+  pcall(api.nvim_exec_autocmds, 'User', { pattern = 'LladaNextEdit', modeline = false })
+end
+
+--- Ask the server now (the debounce has passed).
+function M.request(buf)
+  stop(buf)
+  local client = lc.get(buf)
+  if not client or not M.servers[client.id] or not api.nvim_buf_is_valid(buf) then
+    return
+  end
+  local win = api.nvim_get_current_win()
+  if api.nvim_win_get_buf(win) ~= buf then
+    return
+  end
+  local params = vim.lsp.util.make_position_params(win, client.offset_encoding or 'utf-16')
+  params.textDocument.version = vim.lsp.util.buf_versions[buf]
+  local first, last = api.nvim_buf_get_mark(buf, '['), api.nvim_buf_get_mark(buf, ']')
+  if first[1] > 0 and last[1] >= first[1] then -- the lines the last change touched
+    params.range = { start = { line = first[1] - 1, character = 0 },
+                     ['end'] = { line = last[1] - 1, character = 0 } }
+  end
+  local tick = vim.b[buf].changedtick
+  local p = pending[buf] or {}
+  pending[buf] = p
+  p.client_id = client.id
+  p.request = lc.request(client, M.METHOD, params, function(err, res)
+    if pending[buf] and pending[buf].request == p.request then
+      pending[buf].request = nil
+    end
+    if err or type(res) ~= 'table' then
+      M.last[buf] = { error = err and err.message or 'no result' }
+      return
+    end
+    vim.schedule(function()
+      show(buf, client, res, tick)
+    end)
+  end, buf)
+end
+
+--- An edit: hide what is shown, and ask again once the edits stop for `debounce_ms`.
+function M.changed(buf)
+  M.clear(buf)
+  stop(buf)
+  local o = opts()
+  local client = lc.get(buf)
+  if not o.enabled or not client or not M.servers[client.id] then
+    return
+  end
+  local timer = vim.uv.new_timer()
+  pending[buf] = pending[buf] or {}
+  pending[buf].timer = timer
+  timer:start(o.debounce_ms or 300, 0, vim.schedule_wrap(function()
+    if pending[buf] and pending[buf].timer == timer then
+      timer:close()
+      pending[buf].timer = nil
+      M.request(buf)
+    end
+  end))
+end
+
+--- The suggestions of `buf` from the cursor on: the one on the cursor's row (or after it) first.
+local function ordered(buf)
+  local s = M.shown[buf]
+  if not s or vim.b[buf].changedtick ~= s.tick then
+    return {}
+  end
+  local row = api.nvim_win_get_cursor(0)[1] - 1
+  local after, before = {}, {}
+  for _, it in ipairs(s.items) do
+    table.insert((it.end_row >= row and it.row <= row or it.row > row) and after or before, it)
+  end
+  return vim.list_extend(after, before)
+end
+
+--- The suggestion `accept` would apply in the current window's buffer, or nil.
+---@return llada.NextEdit|nil
+function M.target(buf)
+  return ordered(buf or api.nvim_get_current_buf())[1]
+end
+
+--- Whether suggestions are shown in `buf` (the keys act on them).
+function M.active(buf)
+  return #ordered(buf or api.nvim_get_current_buf()) > 0
+end
+
+--- Move the cursor to the next suggestion (after the cursor's row, wrapping). False without one.
+function M.jump()
+  local buf = api.nvim_get_current_buf()
+  local row = api.nvim_win_get_cursor(0)[1] - 1
+  for _, it in ipairs(ordered(buf)) do
+    if it.row ~= row then
+      api.nvim_win_set_cursor(0, { it.row + 1, it.col })
+      return true
+    end
+  end
+  local only = ordered(buf)[1]
+  if only then
+    api.nvim_win_set_cursor(0, { only.row + 1, only.col })
+    return true
+  end
+  return false
+end
+
+--- Apply the suggestion on the cursor's row (else the next one) and move there; the others
+--- are cleared and asked for again (the edit triggers a new request). False without one.
+function M.accept()
+  local buf = api.nvim_get_current_buf()
+  local it = M.target(buf)
+  local s = M.shown[buf]
+  if not it or not s then
+    return false
+  end
+  local client = vim.lsp.get_client_by_id(s.client_id)
+  M.clear(buf)
+  vim.lsp.util.apply_text_edits({ { range = it.range, newText = it.new_text } }, buf,
+    client and client.offset_encoding or 'utf-16')
+  local lines = text.lines(it.new_text)
+  local row = it.row + #lines - 1
+  local col = #lines == 1 and it.col + #lines[1] or #lines[#lines]
+  local count = api.nvim_buf_line_count(buf)
+  row = math.min(row, count - 1)
+  local len = #(api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or '')
+  api.nvim_win_set_cursor(0, { row + 1, math.max(0, math.min(col, len) - 1) })
+  return true
+end
+
+--- Hide the suggestions of the current buffer (until the next edit).
+function M.dismiss()
+  local buf = api.nvim_get_current_buf()
+  stop(buf)
+  M.clear(buf)
+end
+
+--- Start following `buf`'s edits.
+function M.attach(buf)
+  local group = api.nvim_create_augroup('llada.next_edit.' .. buf, { clear = true })
+  api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
+    group = group, buffer = buf,
+    callback = function() M.changed(buf) end,
+  })
+  api.nvim_create_autocmd('BufUnload', {
+    group = group, buffer = buf,
+    callback = function()
+      stop(buf)
+      pending[buf], M.shown[buf], M.last[buf] = nil, nil, nil
+    end,
+  })
+end
+
+return M
