@@ -237,7 +237,7 @@ class SglangEngineClient(EngineClient):
                 job.push(EngineEvent("error", rid, "", error=f"the SGLang backend is not ready: {self.error or self.state}"))
                 return
             try:
-                server = self.pool.pick(job.request.plan.preset)
+                server = self.pool.pick(job.completion.plan.preset)
             except NoServer as e:
                 job.push(EngineEvent("error", rid, "", error=str(e)))
                 return
@@ -259,7 +259,7 @@ class SglangEngineClient(EngineClient):
 
     def _body(self, job: SglangJob) -> tuple[dict[str, Any], list[int], str]:
         assert self.builder is not None
-        req, plan = job.request, job.request.plan
+        req, plan = job.request, job.completion.plan
         if (plan.alternatives or 1) > 1 or plan.first_token_prefix:
             self.counters["degraded"] += 1  # one candidate, no token healing
         layout = self.builder.layout(req.prefix, req.suffix, heal=False, doc_key=req.doc_key, context=req.context)
@@ -308,7 +308,7 @@ class SglangEngineClient(EngineClient):
     async def _stream(self, job: SglangJob, resp: http.Response, prompt: list[int], tail: str) -> None:
         """Chunks -> draft events and one done (or error)."""
         assert self.builder is not None
-        b, rid, plan = self.builder, job.request.request_id, job.request.plan
+        b, rid, plan = self.builder, job.request.request_id, job.completion.plan
         loose = replace(plan, stop="none", max_lines=0)  # the stop rule is applied below, to know it fired
         ids: list[int] = []
         text, blocks, first_at = "", 0, None
