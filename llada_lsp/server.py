@@ -177,6 +177,7 @@ class LladaServer(LanguageServer):
             o.engine, model_dir=o.model, mode=o.mode, device=o.device, token=o.engine_token, **prompt)
         self.engine.set_deadlines(o.engine_first_event_ms, o.engine_timeout_ms)
         self.service = CompletionService(self.store, self.engine, o, self.notify, self.encoding)
+        self.service.workspace.set_roots([self.workspace.root_uri, *(f.uri for f in self.workspace.folders.values())])
         token: str | None = None
         caps = self.client_capabilities
         if caps.window is not None and caps.window.work_done_progress:
@@ -268,7 +269,8 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
                         doc.version)
         ls.store.change(d.uri, d.version, list(params.content_changes), ls.encoding())
         if ls.service is not None:
-            ls.service.document_changed(d.uri)
+            ls.service.document_changed(d.uri, tuple(c.range.start.line for c in params.content_changes
+                                                     if isinstance(c, t.TextDocumentContentChangePartial)))
 
     @ls.feature(t.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LladaServer, params: t.DidCloseTextDocumentParams) -> None:

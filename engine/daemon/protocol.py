@@ -11,7 +11,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import MAX_ALTERNATIVES, CompletionRequest, ContextChunk, EngineEvent, Plan, TextEdit
+from engine.api import (
+    MAX_ALTERNATIVES,
+    CompletionRequest,
+    ContextChunk,
+    EngineEvent,
+    Plan,
+    TextEdit,
+)
 from engine.decoding.rejections import Rejection, RejectKind
 
 PROTOCOL_VERSION = 1
