@@ -203,6 +203,7 @@ class CompletionService:
     def context_for(self, doc: Document, offset: int, plan: InfillPlan) -> tuple[ContextChunk, ...]:
         """The workspace context of a request (llada_lsp.workspace; () when the option is off)."""
         if not self.options.workspace_context:
+            self.workspace.note(doc.uri, (), False)
             return ()
         budget = context_budget(self.options.context_tokens, self.engine.info.get("max_prompt_tokens"))
         return self.workspace.chunks_for(doc, offset, plan.prefix + plan.suffix, budget)

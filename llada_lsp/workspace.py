@@ -175,13 +175,13 @@ class WorkspaceContext:
         others = [d for u, d in self.store.docs.items() if u != doc.uri]
         self.index.request_scan(doc.language_id)
         if budget <= 0 or (not others and not self.index.files):
-            self._note(doc.uri, (), False)
+            self.note(doc.uri, (), False)
             return ()
         world = tuple((d.uri, d.revision) for d in others)
         sel = self.selections.get(doc.uri)
         if sel is not None and sel.world == world and sel.budget == budget \
                 and set(self._wanted(doc, offset)) <= sel.weighed:
-            self._note(doc.uri, sel.chunks, False)
+            self.note(doc.uri, sel.chunks, False)
             return sel.chunks
         for d in (doc, *others):
             self.index.index_open(d)
@@ -193,7 +193,7 @@ class WorkspaceContext:
         chosen = tuple(k for k, c in defs if c in chunks)
         self.selections[doc.uri] = Selection(world, budget, chunks, chosen, frozenset(wanted) | frozenset(sticky))
         self.builds += 1
-        self._note(doc.uri, chunks, True)
+        self.note(doc.uri, chunks, True)
         return chunks
 
     def _wanted(self, doc: Document, offset: int) -> list[DefKey]:
@@ -236,7 +236,7 @@ class WorkspaceContext:
                 out.append(ContextChunk(self.index.relative(path_of(other)), block_text(doc.text, 0)))
         return out
 
-    def _note(self, uri: str, chunks: tuple[ContextChunk, ...], built: bool) -> None:
+    def note(self, uri: str, chunks: tuple[ContextChunk, ...], built: bool) -> None:
         self.last = {"uri": uri, "paths": [c.path for c in chunks],
                      "tokens": sum(estimate_tokens(c) for c in chunks), "built": built}
 
