@@ -24,6 +24,9 @@ LEAVES = frozenset({
     "struct_specifier", "enum_specifier", "type_definition", "variable_declarator", "assignment",
     "assignment_statement",
 })
+# variables: defined at the top level only (not a class's fields)
+VARIABLES = frozenset({"assignment", "assignment_statement", "variable_declarator", "const_spec", "var_spec",
+                       "const_item", "static_item"})
 # nodes that define a name and hold more definitions (methods)
 CONTAINERS = frozenset({
     "class_definition", "class_declaration", "abstract_class_declaration", "interface_declaration",
@@ -101,23 +104,25 @@ def definitions_in(root: Any) -> tuple[Definition, ...]:
     """The definitions under a tree's root node, in document order."""
     out: list[Definition] = []
 
-    def visit(node: Any, depth: int) -> list[int]:
+    def visit(node: Any, depth: int, member: bool = False) -> list[int]:
         starts: list[int] = []
         for child in node.named_children:
             if len(out) >= MAX_DEFINITIONS:
                 break
             kind = child.type
+            if member and kind in VARIABLES:
+                continue  # a class's fields: one line each, and their names are everywhere
             if kind in LEAVES or kind in CONTAINERS:
                 name = name_of(child)
                 at = len(out)
                 if name is not None:  # before its members
                     out.append(Definition(name, _start(child), int(child.end_point[0])))
                     starts.append(out[at].start)
-                inner = visit(child, depth + 1) if kind in CONTAINERS and depth < MAX_DEPTH else []
+                inner = visit(child, depth + 1, True) if kind in CONTAINERS and depth < MAX_DEPTH else []
                 if name is not None and inner:
                     out[at] = Definition(name, out[at].start, out[at].end, tuple(inner))
             elif kind in TRANSPARENT and depth < MAX_DEPTH:
-                starts.extend(visit(child, depth + 1))
+                starts.extend(visit(child, depth + 1, member))
         return starts
 
     visit(root, 0)

@@ -236,3 +236,8 @@ def test_options() -> None:
                 {"workspaceContext": "yes"}):
         with pytest.raises(OptionsError, match="workspaceContext|contextTokens"):
             parse_options(bad)
+
+
+def test_class_fields_are_not_definitions() -> None:
+    src = "LIMIT = 3\n\n\nclass Point:\n    x: int = 0\n    y = 1\n\n    def norm(self):\n        z = 2\n        return z\n"
+    assert [d.name for d in extract_definitions("python", src)] == ["LIMIT", "Point", "norm"]
