@@ -22,6 +22,14 @@ cache; and the server's counters and reasons for empty answers. Ends with one JS
 `--engine sglang URL` measures the SGLang backend instead (bench/sglang_latency.py): the
 adapter's overhead per request and the time from supersession to the abort reaching the
 server; URL `fake` runs the FAKE SGLang server in-process at a LLaDA2.1-mini block delay.
+    python bench/lsp_latency.py --workspace-context [--quick] [--file F] [--open N]
+
+`--workspace-context` types into one file of a package (default llada_lsp/completions.py)
+while N other files of the same folder are open (those it imports first; the folder is the
+workspace root, so it is indexed too), twice in one run: with the server's workspace context
+off, then on. It reports the prompt reuse of each (the share of prompt tokens the engine
+restored from its prompt cache), the engine answers that reused nothing, the first-suggestion
+latency, and how often the context was built, as a table and one JSON line.
 
 `--big-file` measures the server's own time per keystroke on a generated file of LINES
 lines (default 50,000), with no engine (see bench/keystroke_cost.py): p50/p95 per row,
@@ -58,6 +66,19 @@ from llada_lsp.client import (  # noqa: E402 - after the path fix, for `python b
 )
 
 DEFAULT_FILE = ROOT / "tests/lsp/data/shapes.py.txt"
+BIG_PREFILL = 64  # prompt tokens prefilled by one answer: more than typing explains (a cache miss)
+PACKAGE_FILE = ROOT / "llada_lsp/completions.py"  # --workspace-context types into it
+
+
+def siblings(path: Path, n: int) -> list[Path]:
+    """Up to `n` other files of `path`'s folder with its extension: those it imports first
+    (in import order), then the rest by name."""
+    others = sorted(p for p in path.parent.glob(f"*{path.suffix}") if p != path)
+    text = path.read_text()
+    imported = sorted((p for p in others if f".{p.stem} import" in text or f"import {p.stem}" in text),
+                      key=lambda p: min(i for i in (text.find(f".{p.stem} import"), text.find(f"import {p.stem}"))
+                                        if i >= 0))
+    return (imported + [p for p in others if p not in imported])[:n]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -94,7 +115,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     text = full[:start] + full[start + len(whole):]  # the whole body goes; its start is typed
     uri = path.as_uri()
     client = LladaClient("llada-bench")
-    init: dict[str, Any] = {"mode": args.mode}
+    init: dict[str, Any] = {"mode": args.mode, "workspaceContext": bool(args.context_on)}
     if args.alternatives:
         init["alternatives"] = args.alternatives
     if args.rescue is not None:
@@ -103,10 +124,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         init["model"] = args.model
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
     server = ["-m", "llada_lsp"] if not args.server_script else [args.server_script]
-    await client.start(init, [sys.executable, *prof, *server], caps=t.ClientCapabilities())
+    root = path.parent.as_uri() if args.workspace_context else None
+    await client.start(init, [sys.executable, *prof, *server], caps=t.ClientCapabilities(), root_uri=root)
     name = path.name.removesuffix(".txt")
     lid = {".py": "python", ".ts": "typescript", ".go": "go", ".rs": "rust"}.get(
         name[name.rfind("."):], "plaintext")
+    for other in siblings(path, args.open) if args.workspace_context else []:
+        open_document(client, other.as_uri(), lid, other.read_text())
     open_document(client, uri, lid, text)
     timeline: list[Any] = []
     rows: list[dict[str, Any]] = []
@@ -160,6 +184,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                  - stats[r["cid"]]["overheadMs"])
            for r in answered if r["cid"] in stats and stats[r["cid"]]["source"] == "engine"]
     hits = sum(1 for s in st if s["cacheHit"])
+    ctx = server_info.get("workspaceContext", {})
     reused = sum(s["reusedTokens"] for s in st)
     prefill = sum(s["prefillTokens"] for s in st)
     return {
@@ -171,6 +196,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "cache_hit_rate": round(hits / max(1, len(st)), 3),
         "prompt_reuse": round(reused / max(1, reused + prefill), 3),
         "requests": len(rows), "answered": len(answered), "keystrokes": len(body),
+        "big_prefills": sum(1 for s in st if s["source"] == "engine" and s["prefillTokens"] >= BIG_PREFILL),
+        "context_builds": ctx.get("builds", 0), "context_paths": ctx.get("paths", []),
+        "context_tokens": ctx.get("tokens", 0),
         "file": path.name, "server_counters": server_info.get("counters", {}),
         "empty_reasons": {r["reason"]: r["count"] for r in server_info.get("emptyReasons", [])},
     }
@@ -180,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="type 60 characters (< 2 minutes)")
-    p.add_argument("--file", default=str(DEFAULT_FILE))
+    p.add_argument("--file", default=None, help=f"default {DEFAULT_FILE.relative_to(ROOT)} "
+                   f"({PACKAGE_FILE.relative_to(ROOT)} with --workspace-context)")
+    p.add_argument("--workspace-context", action="store_true",
+                   help="type with other files of the package open: workspace context off, then on")
+    p.add_argument("--open", type=int, default=4, help="with --workspace-context: other files open")
     p.add_argument("--chars", type=int, default=300, help="characters to type (full run)")
     p.add_argument("--cps", type=float, default=10.0, help="typing speed, characters/second")
     p.add_argument("--model", help="model directory (default: $LLADA_MODEL or embedded)")
@@ -210,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         return sglang_main(args.engine[1], args.quick)
     if args.big_file:
         return big_file(args)
+    if args.workspace_context:
+        return context_on_off(args)
+    args.file = args.file or str(DEFAULT_FILE)
+    args.context_on = True
     res = asyncio.run(run(args))
     print(f"{'metric':<22}{'value':>12}")
     for k in ("first_ms_p50", "first_ms_p95", "final_ms_p50", "overhead_ms_p50",
@@ -222,6 +258,35 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("first_ms_p50", "first_ms_p95", "final_ms_p50", "overhead_ms_p50",
             "e2e_overhead_ms_p50", "cache_hit_rate", "prompt_reuse", "requests")
     print(json.dumps({k: res[k] for k in keys}))
+    return 0
+
+
+def context_on_off(args: argparse.Namespace) -> int:
+    """--workspace-context: the same typing with the server's workspace context off, then on."""
+    args.file = args.file or str(PACKAGE_FILE)
+    res = {}
+    for on in (False, True):
+        args.context_on = on
+        res[on] = asyncio.run(run(args))
+    print(f"typing {res[True]['keystrokes']} characters into {res[True]['file']} with "
+          f"{args.open} other files of its folder open")
+    print(f"{'context':<9}{'prompt_reuse':>13}{'big_prefills':>14}{'engine_answers':>15}"
+          f"{'first_ms_p50':>13}{'builds':>8}{'ctx_tokens':>11}")
+    for on in (False, True):
+        r = res[on]
+        print(f"{'on' if on else 'off':<9}{r['prompt_reuse']:>13.3f}{r['big_prefills']:>14}{r['engine_answers']:>15}"
+              f"{r['first_ms_p50']:>13}{r['context_builds']:>8}{r['context_tokens']:>11}")
+    print("context chunks (last request):", ", ".join(res[True]["context_paths"]) or "none")
+    print("(prompt_reuse: prompt tokens restored from the engine's prompt cache / all prompt tokens, "
+          f"engine answers; big_prefills: engine answers that prefilled {BIG_PREFILL}+ tokens; builds: times the "
+          "context was chosen again)")
+    print(json.dumps({"prompt_reuse_off": res[False]["prompt_reuse"], "prompt_reuse_on": res[True]["prompt_reuse"],
+                      "big_prefills_off": res[False]["big_prefills"], "big_prefills_on": res[True]["big_prefills"],
+                      "engine_answers_off": res[False]["engine_answers"], "engine_answers_on": res[True]["engine_answers"],
+                      "first_ms_p50_off": res[False]["first_ms_p50"], "first_ms_p50_on": res[True]["first_ms_p50"],
+                      "context_builds": res[True]["context_builds"], "context_tokens": res[True]["context_tokens"],
+                      "context_paths": res[True]["context_paths"], "keystrokes": res[True]["keystrokes"],
+                      "file": res[True]["file"]}))
     return 0
 
 

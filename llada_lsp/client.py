@@ -119,15 +119,16 @@ class LladaClient(Recorder):
 
     async def start(self, init: dict[str, Any], command: Sequence[str] = SERVER,
                     env: dict[str, str] | None = None, caps: t.ClientCapabilities | None = None,
-                    timeout: float = 300.0, transient_errors: bool = False) -> None:
+                    timeout: float = 300.0, transient_errors: bool = False, root_uri: str | None = None) -> None:
         """Start the server (`command`), initialize it with `init` (initializationOptions)
         and wait for its engine; RuntimeError when the engine fails (`transient_errors`: wait
-        past failures for "ready", as while a daemon is being started)."""
+        past failures for "ready", as while a daemon is being started). `root_uri`: the
+        workspace folder (workspace context indexes it)."""
         await self.start_io(*command, env=env)
         server = getattr(self, "_server", None)
         self.server_pid = server.pid if server is not None else 0
         self.init_result = await self.initialize_async(t.InitializeParams(
-            capabilities=caps or capabilities(), initialization_options=init))
+            capabilities=caps or capabilities(), initialization_options=init, root_uri=root_uri))
         self.initialized(t.InitializedParams())
         if transient_errors:
             await self.until(lambda: any(s["state"] == "ready" for s in self.statuses), timeout)

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent
+from engine.api import CompletionRequest, ContextChunk, EngineEvent
 from llada_lsp.answers import Answer, Request, Selected, Settled, capture, word_before
 from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_through
 from llada_lsp.capabilities import Capabilities
@@ -38,6 +38,7 @@ from llada_lsp.refining import Refiner
 from llada_lsp.reporting import Reporter
 from llada_lsp.speculation import Ahead, Speculator
 from llada_lsp.weighing import Weigher
+from llada_lsp.workspace import WorkspaceContext, context_budget
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class CompletionService:
         self.history: deque[dict[str, Any]] = deque(maxlen=500)
         self.last_plan: dict[str, str] = {}  # the latest request's plan (for debugInfo)
         self.report = Reporter(notify, encoding, self.counters, self.history, lambda: self.caps.edits)
+        self.workspace = WorkspaceContext(store)
         self.weigh = Weigher(self.counters)
         self.refiner = Refiner(self.weigh, self.report, self.shown, self.finish)
         self.speculator = Speculator(store, self.cache, options, self.counters, self.recent,
@@ -109,7 +111,7 @@ class CompletionService:
         if why is not None:
             self._nothing(why)
             return None
-        offset = doc.offset_at(line, character, enc)
+        offset = real_offset = doc.offset_at(line, character, enc)
         lead = ""
         if selected is not None and span is not None:
             doc, offset, lead = real.replaced(*span, selected.text), span[0] + len(selected.text), selected.text
@@ -162,8 +164,9 @@ class CompletionService:
             req.candidates = self.options.invoked_alternatives
             engine_plan = replace(engine_plan, alternatives=req.candidates)
             self.counters["invoked"] += 1
+        context = self.context_for(real, real_offset, plan)
         job = self.engine.submit(CompletionRequest(cid, uri, plan.prefix, plan.suffix,
-                                                   engine_plan))
+                                                   engine_plan, context))
         self.jobs[uri] = req.job = job
         try:
             out = await self._first_answer(job, req, real, until_done=invoked or not self.caps.edits)
@@ -185,8 +188,9 @@ class CompletionService:
         req = capture(ahead.doc, ahead.offset, ahead.cid, ahead.plan, ahead.key, ahead.tree,
                       ahead.t0, syntax_check=self.options.syntax_check, speculative=True)
         assert ahead.plan.plan is not None
+        context = self.context_for(ahead.doc, ahead.offset, ahead.plan)
         job = self.engine.submit(CompletionRequest(ahead.cid, ahead.doc.uri, ahead.plan.prefix,
-                                                   ahead.plan.suffix, ahead.plan.plan))
+                                                   ahead.plan.suffix, ahead.plan.plan, context))
         version, revision, doc = ahead.doc.version, ahead.doc.revision, ahead.doc
 
         def wanted() -> bool:
@@ -203,6 +207,14 @@ class CompletionService:
             return out.text
 
         return run()
+
+    def context_for(self, doc: Document, offset: int, plan: InfillPlan) -> tuple[ContextChunk, ...]:
+        """The workspace context of a request (llada_lsp.workspace; () when the option is off)."""
+        if not self.options.workspace_context:
+            self.workspace.note(doc.uri, (), False)
+            return ()
+        budget = context_budget(self.options.context_tokens, self.engine.info.get("max_prompt_tokens"))
+        return self.workspace.chunks_for(doc, offset, plan.prefix + plan.suffix, budget)
 
     def _selected_span(self, doc: Document, sel: Selected) -> tuple[int, int]:
         """The string offsets of a selected item's range; a range outside the document or
@@ -261,7 +273,7 @@ class CompletionService:
         self.counters["empty_rescues"] += 1
         req.candidates = n
         job = self.engine.submit(CompletionRequest(req.cid, req.uri, req.plan.prefix, req.plan.suffix,
-                                                   replace(plan, alternatives=n)))
+                                                   replace(plan, alternatives=n), empty.job.request.context))
         if self.jobs.get(req.uri) is empty.job:
             self.jobs[req.uri] = job  # a newer request cancels the rescue
         req.job = job
@@ -382,11 +394,14 @@ class CompletionService:
         if self.options.speculative:
             self.speculator.accepted(cid)
 
-    def document_changed(self, uri: str) -> None:
+    def document_changed(self, uri: str, lines: tuple[int, ...] = ()) -> None:
+        """`uri` changed (at these lines, 0-based, where the client said)."""
         self.speculator.document_changed(uri)
+        self.workspace.edited(uri, lines)
 
     def document_closed(self, uri: str) -> None:
         self.shown.pop(uri, None)
+        self.workspace.closed(uri)
         self.speculator.document_changed(uri, closed=True)
         job = self.jobs.pop(uri, None)
         if job is not None:
@@ -402,4 +417,4 @@ class CompletionService:
                 "emptyReasons": [{"reason": r, "count": n}
                                  for r, n in self.empty_reasons.most_common()],
                 "lastEmptyReason": self.last_empty,
-                "lastPlan": dict(self.last_plan)}
+                "lastPlan": dict(self.last_plan), "workspaceContext": self.workspace.info()}

@@ -16,6 +16,7 @@ from engine.api import MAX_ALTERNATIVES
 
 Mode = Literal["speedy", "quality"]
 MODES: tuple[str, ...] = ("speedy", "quality")
+MAX_CONTEXT_TOKENS = 65536
 
 
 class OptionsError(ValueError):
@@ -106,6 +107,11 @@ class Options:
     # deadlines of every engine request: its first event, and its end (ms; 0 = none)
     engine_first_event_ms: int = 10000
     engine_timeout_ms: int = 30000
+    # workspace context (llada_lsp.workspace): definitions of the names near the cursor found in
+    # other files, and blocks of other open documents, in the prompt before the prefix
+    workspace_context: bool = True
+    # its budget in estimated tokens, capped by the engine's share (40%) of its prompt budget
+    context_tokens: int = 1024
 
     def language_enabled(self, language_id: str) -> bool:
         return "*" in self.languages or language_id in self.languages
@@ -251,6 +257,8 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
             raise OptionsError(f"option {name!r} must be 0..{MAX_ALTERNATIVES}, got {n}")
     if not 1 <= opts.next_edit.max_passes <= 16:
         raise OptionsError(f"option 'nextEdit.maxPasses' must be 1..16, got {opts.next_edit.max_passes}")
+    if opts.context_tokens > MAX_CONTEXT_TOKENS:
+        raise OptionsError(f"option 'contextTokens' must be 0..{MAX_CONTEXT_TOKENS}, got {opts.context_tokens}")
     if opts.device not in ("cpu", "cuda", "auto"):
         raise OptionsError(f"option 'device' must be cpu, cuda or auto, got {opts.device!r}")
     if not (opts.engine in ("inprocess", "auto", "sglang") or opts.engine.startswith(("ws://", "wss://"))):

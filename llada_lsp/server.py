@@ -192,6 +192,7 @@ class LladaServer(LanguageServer):
         self.engine.set_deadlines(o.engine_first_event_ms, o.engine_timeout_ms)
         self.service = CompletionService(self.store, self.engine, o, self.notify, self.encoding)
         self.next_edits = NextEditService(self.store, self.engine, o, self.encoding)
+        self.service.workspace.set_roots([self.workspace.root_uri, *(f.uri for f in self.workspace.folders.values())])
         token: str | None = None
         caps = self.client_capabilities
         if caps.window is not None and caps.window.work_done_progress:
@@ -283,7 +284,8 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
                         doc.version)
         ls.store.change(d.uri, d.version, list(params.content_changes), ls.encoding())
         if ls.service is not None:
-            ls.service.document_changed(d.uri)
+            ls.service.document_changed(d.uri, tuple(c.range.start.line for c in params.content_changes
+                                                     if isinstance(c, t.TextDocumentContentChangePartial)))
         if ls.next_edits is not None:
             ls.next_edits.document_changed(d.uri)
 

@@ -14,6 +14,7 @@ from typing import Any
 from engine.api import (
     MAX_ALTERNATIVES,
     CompletionRequest,
+    ContextChunk,
     EditSuggestion,
     EngineEvent,
     NextEditRequest,
@@ -25,6 +26,8 @@ from engine.decoding.rejections import Rejection, RejectKind
 PROTOCOL_VERSION = 1
 MAX_ID_CHARS = 256
 DEFAULT_MAX_MESSAGE = 1 << 20  # application limit: larger frames get a "too_large" error event
+MAX_CONTEXT_CHUNKS = 64  # workspace context: chunks of one `complete` at most
+MAX_CONTEXT_CHARS = 256 * 1024  # and their paths and texts together, in characters
 HARD_FRAME_FACTOR = 4  # frames above factor x the limit close the connection (code 1009)
 
 # close codes the daemon uses (besides 1000 and websockets' own 1009 "message too big")
@@ -164,6 +167,30 @@ def parse_plan(d: Any, rid: str | None, max_tokens: int = 1024) -> Plan:
     return plan
 
 
+def parse_context(v: Any, rid: str | None) -> tuple[ContextChunk, ...]:
+    """A `complete` message's workspace context: a list of {"path", "text"} objects (strings),
+    at most MAX_CONTEXT_CHUNKS of them and MAX_CONTEXT_CHARS characters in all."""
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        raise ProtocolError(BAD_MESSAGE, "field 'context' must be a list of {path, text} objects", rid)
+    if len(v) > MAX_CONTEXT_CHUNKS:
+        raise ProtocolError(BAD_MESSAGE, f"field 'context' has {len(v)} chunks; at most {MAX_CONTEXT_CHUNKS}", rid)
+    chunks: list[ContextChunk] = []
+    total = 0
+    for i, c in enumerate(v):
+        if not isinstance(c, dict) or set(c) - {"path", "text"}:
+            raise ProtocolError(BAD_MESSAGE, f"context[{i}] must be an object with the fields path and text", rid)
+        path, text = c.get("path"), c.get("text")
+        if not isinstance(path, str) or not isinstance(text, str):
+            raise ProtocolError(BAD_MESSAGE, f"context[{i}].path and context[{i}].text must be strings", rid)
+        total += len(path) + len(text)
+        if total > MAX_CONTEXT_CHARS:
+            raise ProtocolError(BAD_MESSAGE, f"field 'context' holds more than {MAX_CONTEXT_CHARS} characters", rid)
+        chunks.append(ContextChunk(clean_text(path), clean_text(text)))
+    return tuple(chunks)
+
+
 def parse(raw: str | bytes, max_tokens: int = 1024) -> Message:
     """One client frame -> a message. Raises ProtocolError (code, message, request id)."""
     if isinstance(raw, bytes):
@@ -216,7 +243,8 @@ def parse(raw: str | bytes, max_tokens: int = 1024) -> Message:
     if kind == "next_edit":
         return NextEdit(parse_next_edit(d, request_id, doc, prefix, suffix), deadline, model)
     plan = parse_plan(d.get("plan"), request_id, max_tokens)
-    return Complete(CompletionRequest(request_id, doc, prefix, suffix, plan), deadline, model)
+    context = parse_context(d.get("context"), request_id)
+    return Complete(CompletionRequest(request_id, doc, prefix, suffix, plan, context), deadline, model)
 
 
 def parse_next_edit(d: dict[str, Any], rid: str, doc: str, prefix: str, suffix: str) -> NextEditRequest:
@@ -270,6 +298,8 @@ def complete_message(req: CompletionRequest, deadline_ms: int | None = None,
                      model: str | None = None) -> dict[str, Any]:
     d: dict[str, Any] = {"type": "complete", "id": req.request_id, "doc": req.doc_key,
                          "prefix": req.prefix, "suffix": req.suffix, "plan": req.plan.to_json()}
+    if req.context:
+        d["context"] = [{"path": c.path, "text": c.text} for c in req.context]
     if deadline_ms is not None:
         d["deadline_ms"] = deadline_ms
     if model is not None:

@@ -14,7 +14,7 @@ from daemon_helpers import ROOT, Daemon, child_env
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from engine.api import CompletionRequest, EngineEvent, Plan
+from engine.api import CompletionRequest, ContextChunk, EngineEvent, Plan
 from llada_lsp.ws_engine import WsConnection, WsEngineClient
 
 PREFIX = "def fibonacci(n):\n    if n < 2:\n        return n\n    "
@@ -108,6 +108,20 @@ async def test_disconnect_frees_the_slot_busy_and_fair_rows(daemon: Daemon) -> N
     await b.close()
 
 
+async def test_workspace_context_reaches_the_prompt(daemon: Daemon) -> None:
+    """A `complete` with context builds a longer prompt than the same one without (docs/protocol.md)."""
+    conn = await WsConnection.open(daemon.url, daemon.token)
+    ctx = (ContextChunk("util.py", "def helper(a, b):\n    return a * b + 1\n"),)
+    sizes = []
+    for i, context in enumerate(((), ctx)):
+        evs = await collect(conn.complete(CompletionRequest(f"c{i}", f"ctx{i}", PREFIX, "", Plan(max_tokens=4),
+                                                            context)))
+        assert evs[-1].kind == "done", evs[-1]
+        sizes.append(evs[-1].stats["prefill_tokens"] + evs[-1].stats["reused_tokens"])
+    assert sizes[1] > sizes[0] + 10, sizes
+    await conn.close()
+
+
 async def test_bad_input_gets_errors_and_the_connection_stays_usable(daemon: Daemon) -> None:
     ok = {"type": "complete", "id": "ok", "doc": "d", "prefix": PREFIX, "suffix": "", "plan": {"max_tokens": 4}}
     async with connect(daemon.url, max_size=None, additional_headers=bearer(daemon)) as ws:
@@ -123,6 +137,8 @@ async def test_bad_input_gets_errors_and_the_connection_stays_usable(daemon: Dae
             (json.dumps({**ok, "plan": {"alternatives": 0}}), "invalid_plan"),
             (json.dumps({**ok, "plan": {"alternatives": 9}}), "invalid_plan"),
             (json.dumps({**ok, "plan": {"alternatives": "all"}}), "invalid_plan"),
+            (json.dumps({**ok, "context": [{"path": 1, "text": "x"}]}), "bad_message"),
+            (json.dumps({**ok, "context": "def helper(): pass"}), "bad_message"),
             (json.dumps({**ok, "prefix": "x" * 5000}), "prompt_too_long"),
             (json.dumps({**ok, "model": "nobody/no-such-model"}), "unknown_model"),
             (json.dumps({"type": "hello", "protocol": 99}), "unsupported_version"),
