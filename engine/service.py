@@ -186,7 +186,8 @@ class TextEngine:
         except ValueError as e:
             raise BadRequest(str(e)) from e
         policy = EditOnly(EditOnlyConfig(threshold, req.max_passes, self.special_ids))
-        ids, suffix, _partial, _allowed = self.layout(req.prefix, req.suffix, heal=False, doc_key=req.doc_key)
+        ids, suffix, _partial, _allowed = self.layout(req.prefix, req.suffix, heal=False, doc_key=req.doc_key,
+                                                       context=req.context)
         doc = next_edit_doc(req.doc_key)
         reused = self.prompt_cache.restore(self.model, row, doc, ids) if self.exact_cache else 0
         seq = make_edit_sequence(self.model, ids, suffix, policy, region.ids, row, reused, self.max_len)
