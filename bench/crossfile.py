@@ -39,6 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -185,7 +186,7 @@ def boot_mean(xs: Sequence[float], seed: int = 0) -> tuple[float, float]:
     return ms[int(0.025 * BOOT)], ms[int(0.975 * BOOT) - 1]
 
 
-def paired_effect(base: Score, arm: Score, seed: int = 0) -> dict[str, object]:
+def paired_effect(base: Score, arm: Score, seed: int = 0) -> dict[str, Any]:
     """`arm` against `base` on the same tasks: exact-match difference and ratio with paired
     bootstrap intervals (the ratio's bounds are None where a resample has no base match),
     edit-similarity difference, and exact-match wins and losses."""
@@ -222,15 +223,15 @@ def paired_effect(base: Score, arm: Score, seed: int = 0) -> dict[str, object]:
                 "hit_diff_ci": [round(hit_d[lo], 4), round(hit_d[hi], 4)]} if hits else {})}
 
 
-def doubles(none: dict[str, object], arm: dict[str, object], effect: dict[str, object]) -> bool:
+def doubles(none: dict[str, Any], arm: dict[str, Any], effect: dict[str, Any]) -> bool:
     """The issue's goal for one context arm: at least twice the exact match of `none`, and a gain
     whose paired interval excludes 0 (from 0 matches, one lucky task would "double" nothing)."""
-    em, base = float(arm["exact_match"]), float(none["exact_match"])  # type: ignore[arg-type]
-    lo = effect["em_diff_ci"][0]  # type: ignore[index]
+    em, base = float(arm["exact_match"]), float(none["exact_match"])
+    lo = effect["em_diff_ci"][0]
     return em >= 2 * base and lo > 0
 
 
-def summary(s: Score) -> dict[str, object]:
+def summary(s: Score) -> dict[str, Any]:
     k, n = sum(s.em), len(s.em)
     return {"n": n, "exact_match": round(k / max(1, n), 4), "em_ci": [round(x, 4) for x in wilson(k, n)],
             "edit_sim": round(mean(s.es), 4), "es_ci": [round(x, 4) for x in boot_mean(s.es)],

@@ -119,3 +119,27 @@ def test_bench_runs_on_a_couple_of_tasks() -> None:
     assert out["arms"]["ordinary/unrelated"]["context_chunks"] == 1
     assert set(out["effects"]) == {"crossfile/near", "crossfile/defs", "ordinary/unrelated"}
     assert isinstance(out["goal_doubles_em"], bool)
+
+
+def test_a_training_batch_takes_its_share_of_crossfile_rows() -> None:
+    import argparse
+
+    import torch
+
+    from engine.model.native import preset
+    from engine.train.data import ExampleStream
+    from engine.train.train import next_batch
+
+    builder = PromptBuilder.from_dir(EMBEDDED_DIR, 448)
+    sp = builder.sp
+    cfg = preset("tiny-code", vocab_size=builder.tok.get_vocab_size(), special=sp)
+    plain = ExampleStream([CONFIG, MODEL], [1.0, 1.0], builder.tok, sp, cfg.block_size, seed=0)
+    cross = CrossfileStream(FILES, builder, cfg.block_size, seed=0)
+    drawn = []
+    own_next = cross.next
+    cross.next = lambda: drawn.append(1) or own_next()  # type: ignore[method-assign]
+    args = argparse.Namespace(batch=4, distill_frac=0.5, crossfile=0.5, distill_suffix=0.0)
+    b = next_batch(None, plain, None, torch.Generator().manual_seed(0), args, cfg, True, torch.device("cpu"),
+                   None, cross)
+    assert b.idx.shape[0] == 4 and len(drawn) == 2  # half the batch from the cross-file stream
+    assert all(int(b.idx[r, 0]) == sp.fim_suffix for r in range(4))
