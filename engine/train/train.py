@@ -27,6 +27,7 @@ from engine.model.native import ModelConfig, Transformer, preset
 from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.bank import BankSampler, TokenBank
 from engine.train.corpus import read_text, split
+from engine.train.crossfile import CrossfileStream
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
 from engine.train.distill import load_rows
 from engine.train.echo import Echo, batch_index, echo_batch
@@ -44,6 +45,19 @@ def load_texts() -> tuple[list[str], list[float], list[str]]:
             weights.append(2.0 if f.key.startswith("stdlib/") else 1.0)
     held_texts = [t for f in held if f.key.startswith("stdlib/") and (t := read_text(f))]
     return texts, weights, held_texts
+
+
+def crossfile_stream(tokenizer: Path, block: int, seed: int) -> CrossfileStream:
+    """Cross-file examples from the training split alone: the target and its context files are
+    all training files (held-out files are never read), the prompt laid out as the engine lays it."""
+    from engine.prompt.builder import PromptBuilder
+    from engine.service import EMBEDDED_MAX_PROMPT
+
+    train, _held = split()
+    files = {f.key: t for f in train if (t := read_text(f)) is not None and t.strip()}
+    stream = CrossfileStream(files, PromptBuilder.from_dir(tokenizer, EMBEDDED_MAX_PROMPT), block, seed + 77)
+    print(f"cross-file examples: {len(stream.targets)} training files in {len(stream.pkgs)} packages")
+    return stream
 
 
 class TeacherRows:
@@ -103,19 +117,23 @@ def to_device(b: Batch, dev: torch.device) -> Batch:
 
 def next_batch(par: ParallelStream | None, stream: ExampleStream, teacher: TeacherRows | None,
                noise: torch.Generator, args: argparse.Namespace, cfg: ModelConfig, diffusion: bool,
-               dev: torch.device, bank: BankSampler | None = None) -> Batch:
+               dev: torch.device, bank: BankSampler | None = None, cross: CrossfileStream | None = None) -> Batch:
     """The step's batch on `dev`, its mask built there: cut there from the token bank, from
     the workers' built batches, or from rows (the workers' or this process's) with the
-    teacher's rows mixed in."""
+    teacher's rows and the cross-file rows (`--crossfile`) mixed in."""
     if bank is not None:
         return attach_mask(bank.batch(args.batch, diffusion))
     got = par.next_batch() if par is not None else None
     if isinstance(got, Batch):
         return attach_mask(to_device(got, dev))
     n_teach = round(args.batch * args.distill_frac) if teacher is not None else 0
-    rows = got[n_teach:] if got is not None else [stream.next() for _ in range(args.batch - n_teach)]
+    n_cross = round(args.batch * args.crossfile) if cross is not None else 0
+    n_own = args.batch - n_teach - n_cross
+    rows = got[n_teach + n_cross:] if got is not None else [stream.next() for _ in range(n_own)]
     if teacher is not None:
         rows += teacher.next(n_teach)
+    if cross is not None:
+        rows += [cross.next() for _ in range(n_cross)]
     b = make_batch(rows, stream.sp, cfg.vocab_size, cfg.block_size, noise, diffusion,
                    teacher_suffix=args.distill_suffix, with_mask=False)
     return attach_mask(to_device(b, dev))
@@ -198,6 +216,9 @@ def main() -> None:
                     "blocks masked as a left-to-right decode leaves them (a known start, the rest masked) "
                     "instead of at random")
     ap.add_argument("--certainty", type=float, default=1.0, help="with --distill: the certainty term's weight")
+    ap.add_argument("--crossfile", type=float, default=0.0, help="the share of each batch drawn from "
+                    "engine.train.crossfile (training files of multi-file packages, with workspace context "
+                    "from the package's other training files, laid out by the engine's prompt builder)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     ap.add_argument("--data-workers", type=int, default=0, help="processes preparing examples (0: the "
                     "trainer's own; a GPU run needs several: see engine/train/parallel.py)")
@@ -223,6 +244,8 @@ def main() -> None:
         ap.error(f"--echo: {e}")
     if args.bank is not None and (args.distill is not None or args.data_workers or echo.mode != "off"):
         ap.error("--bank does not go with --distill, --data-workers or --echo")
+    if args.crossfile and (args.bank is not None or args.data_workers):
+        ap.error("--crossfile goes with this process's own example stream (no --bank, no --data-workers)")
     if echo.mode != "off" and args.distill is not None:
         ap.error("--echo does not go with --distill (the teacher rows' targets follow their noise)")
     if args.time_budget_s is not None:
@@ -277,6 +300,7 @@ def main() -> None:
     stream = ExampleStream(texts, weights, tok, sp, cfg.block_size, seed=data_seed)
     noise = torch.Generator().manual_seed(args.seed + 1)
     teacher = TeacherRows(load_rows(args.distill), data_seed) if args.distill is not None else None
+    cross = crossfile_stream(args.tokenizer, cfg.block_size, data_seed) if args.crossfile > 0 else None
     held_noise_seed = 4321
     args.out.mkdir(parents=True, exist_ok=True)
     step, tokens = 0, 0
@@ -344,7 +368,7 @@ def main() -> None:
         model.train()
         diffusion = step >= args.ar_steps
         t_data = time.time()
-        b, fresh = echo.next(functools.partial(next_batch, par, stream, teacher, noise, args, cfg, diffusion, dev, bank),
+        b, fresh = echo.next(functools.partial(next_batch, par, stream, teacher, noise, args, cfg, diffusion, dev, bank, cross),
                              lambda: par is None or par.ready(),
                              lambda held: echo_batch(held, echo_noise, sp.mask, cfg.vocab_size, cfg.block_size))
         data_s += time.time() - t_data
