@@ -102,6 +102,12 @@ class LladaServer(LanguageServer):
         if self.engine is not None:
             self.engine.set_deadlines(opts.engine_first_event_ms, opts.engine_timeout_ms)
 
+    def roots(self) -> list[str | None]:
+        """The workspace folders as pygls keeps them; rootUri only when there are none (LSP:
+        workspaceFolders take precedence, and a removed first folder is gone)."""
+        folders = [f.uri for f in self.workspace.folders.values()]
+        return list(folders) if folders else [self.workspace.root_uri]
+
     def status(self, state: str, message: str = "") -> None:
         info = self.engine.info if self.engine is not None else {}
         self.notify("llada/status", {"state": state, "message": message, "engine": info, **self._features()})
@@ -117,7 +123,7 @@ class LladaServer(LanguageServer):
         self.engine.set_deadlines(o.engine_first_event_ms, o.engine_timeout_ms)
         self.service = CompletionService(self.store, self.engine, o, self.notify, self.encoding)
         self.next_edits = NextEditService(self.store, self.engine, o, self.encoding)
-        self.service.workspace.set_roots([self.workspace.root_uri, *(f.uri for f in self.workspace.folders.values())])
+        self.service.workspace.set_roots(self.roots())
         token: str | None = None
         caps = self.client_capabilities
         if caps.window is not None and caps.window.work_done_progress:
@@ -191,6 +197,12 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
             task = asyncio.ensure_future(_pull_configuration(ls))
             ls.background.add(task)
             task.add_done_callback(ls.background.discard)
+
+    @ls.feature(t.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_workspace_folders(ls: LladaServer, params: t.DidChangeWorkspaceFoldersParams) -> None:
+        """pygls has updated its folders; the workspace index follows them."""
+        if ls.service is not None:
+            ls.service.workspace.set_roots(ls.roots())
 
     @ls.feature(t.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: LladaServer, params: t.DidOpenTextDocumentParams) -> None:

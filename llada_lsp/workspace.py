@@ -135,7 +135,7 @@ DefKey = tuple[str, str]  # (file key, name)
 class Selection:
     """One document's context as last built, and what it was built from."""
 
-    world: tuple[tuple[str, int], ...]  # the other open documents and their revisions
+    world: tuple[tuple[tuple[str, int], ...], int]  # other open documents' revisions; index generation
     budget: int
     chunks: tuple[ContextChunk, ...]
     defs: tuple[DefKey, ...]  # definitions chosen, in order
@@ -177,7 +177,7 @@ class WorkspaceContext:
         if budget <= 0 or (not others and not self.index.files):
             self.note(doc.uri, (), False)
             return ()
-        world = tuple((d.uri, d.revision) for d in others)
+        world = (tuple((d.uri, d.revision) for d in others), self.index.generation)
         sel = self.selections.get(doc.uri)
         if sel is not None and sel.world == world and sel.budget == budget \
                 and set(self._wanted(doc, offset)) <= sel.weighed:

@@ -6,7 +6,10 @@ language family at a time (the one a completion asks about), within bounds: file
 size, total characters kept and wall time; binary files and the usual generated or vendored
 folders are skipped. Each file's entry is cached by (mtime, size): a rescan parses only what
 changed. Open documents are indexed on the event loop from their own syntax tree, cached by
-revision; an open document's entry hides its file's entry on disk. `scan` runs a scan in the
+revision; an open document's entry hides its file's entry on disk. A language's scan is
+repeated when a completion asks after RESCAN_S (only changed files are parsed again; deleted
+ones are forgotten), a closed document's file is read again at once, and `generation` moves
+whenever an entry on disk changes, so that a cached selection of chunks knows it is stale. `scan` runs a scan in the
 caller's thread (the tests and the benches); `request_scan` starts one in the background.
 """
 
@@ -31,6 +34,7 @@ MAX_FILE_BYTES = 256 * 1024  # larger files are skipped
 MAX_TOTAL_CHARS = 16 * 1024 * 1024  # of definition text kept, over all files
 MAX_SCAN_S = 5.0  # wall time of one scan
 MAX_DIRS = 20000  # directories visited by one scan
+RESCAN_S = 60.0  # a language's files are looked at again after this long
 SKIP_DIRS = frozenset({"node_modules", "__pycache__", "venv", "site-packages", "target", "build", "dist",
                        "out", "vendor", "third_party"})
 FAMILIES = ({"javascript", "javascriptreact", "typescript", "typescriptreact"}, {"c", "cpp"})
@@ -88,12 +92,19 @@ class WorkspaceIndex:
     lock: threading.Lock = field(default_factory=threading.Lock)
     thread: threading.Thread | None = None
     max_files: int = MAX_FILES
+    generation: int = 0  # moves on whenever a file's entry is added, changed or forgotten
 
     def set_roots(self, uris: list[str | None]) -> None:
-        """The workspace folders (rootUri, workspaceFolders): file:// URIs of directories."""
+        """The workspace folders (rootUri, workspaceFolders): file:// URIs of directories. Files
+        outside the new folders are forgotten; every language is scanned again when asked."""
         roots = [Path(path_of(u)) for u in uris if u and u.startswith("file:")]
         self.roots = [r for i, r in enumerate(roots) if r.is_dir() and r not in roots[:i]]
         self.scanned.clear()
+        for key in [k for k in list(self.files) if not self._under_roots(k)]:
+            self._forget(key)
+
+    def _under_roots(self, key: str) -> bool:
+        return any(Path(key).is_relative_to(r) for r in self.roots)
 
     def relative(self, key: str) -> str:
         """How a chunk names its file: relative to the workspace folder holding it."""
@@ -138,14 +149,23 @@ class WorkspaceIndex:
         return e
 
     def close(self, uri: str) -> None:
+        """An open document closed: its file on disk (perhaps saved since) is read again."""
+        key = path_of(uri)
         with self.lock:
-            self.opened.pop(path_of(uri), None)
+            self.opened.pop(key, None)
+        if key in self.files or (self.roots and self._under_roots(key)):
+            lang = self.files[key].language if key in self.files else normalize_language("", key)
+            if self._index_file(key, lang) is None and not os.path.isfile(key):
+                self._forget(key)
 
     # -- files on disk (a background thread) ------------------------------------------------------
     def request_scan(self, language: str) -> bool:
         """Start a background scan for `language`'s family unless one runs or it was scanned
         (True: one was started)."""
-        if not self.roots or language in self.scanned or (self.thread is not None and self.thread.is_alive()):
+        if not self.roots or (self.thread is not None and self.thread.is_alive()):
+            return False
+        last = self.scanned.get(language)
+        if last is not None and (last == 0.0 or time.monotonic() - last < RESCAN_S):
             return False
         self.scanned[language] = 0.0  # asked for; a later request does not start it again
         self.thread = threading.Thread(target=self.scan, args=(language,), name="llada-index", daemon=True)
@@ -159,6 +179,7 @@ class WorkspaceIndex:
         t0 = time.monotonic()
         parsed = seen = dirs = 0
         total = sum(e.chars() for e in list(self.files.values()))
+        found: set[str] = set()
         for root in list(self.roots):
             for dirpath, dirnames, filenames in os.walk(root):
                 dirs += 1
@@ -168,6 +189,7 @@ class WorkspaceIndex:
                     if lang not in langs:
                         continue
                     seen += 1
+                    found.add(os.path.join(dirpath, name))
                     if seen > self.max_files or total > MAX_TOTAL_CHARS or time.monotonic() - t0 > max_s:
                         self.scanned[language] = time.monotonic()
                         log.info("workspace index for %s stopped at its bounds (%d files)", language, seen - 1)
@@ -178,8 +200,20 @@ class WorkspaceIndex:
                         total += got
                 if dirs > MAX_DIRS:
                     break
+        if dirs <= MAX_DIRS:  # a whole walk: what it did not find was deleted or moved
+            for key in [k for k, e in list(self.files.items()) if e.language in langs and k not in found]:
+                self._forget(key)
         self.scanned[language] = time.monotonic()
         return parsed
+
+    def _forget(self, key: str) -> None:
+        with self.lock:
+            old = self.files.pop(key, None)
+            if old is None:
+                return
+            for d in old.defs:
+                self.names.get(d.name, set()).discard(key)
+            self.generation += 1
 
     def _index_file(self, path: str, language: str) -> int | None:
         """Parse one file when it changed since its entry; the characters kept, or None."""
@@ -207,4 +241,5 @@ class WorkspaceIndex:
             self.files[path] = e
             for d in e.defs:
                 self.names.setdefault(d.name, set()).add(path)
+            self.generation += 1
         return e.chars()

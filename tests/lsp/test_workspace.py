@@ -174,6 +174,59 @@ def test_definition_from_a_file_on_disk(tmp_path: Path) -> None:
     assert ws.index.scan("python") == 0  # unchanged files are not parsed again
 
 
+def test_files_changed_deleted_or_saved_on_disk_are_followed(tmp_path: Path) -> None:
+    units, spare = tmp_path / "units.py", tmp_path / "spare.py"
+    units.write_text("def to_metres(feet):\n    return feet * 0.3048\n")
+    spare.write_text("def spare_part():\n    pass\n")
+    store = DocumentStore()
+    doc = store.open((tmp_path / "app.py").as_uri(), "python", 1, "y = to_metres(spare_part())\n")
+    ws = WorkspaceContext(store, WorkspaceIndex())
+    ws.set_roots([tmp_path.as_uri()])
+    assert ws.index.scan("python") == 2
+    first = ws.chunks_for(doc, len(doc.text), "", 1000)
+    assert [c.path for c in first] == ["spare.py", "units.py"]
+    gen = ws.index.generation
+    # another tool rewrites one file and deletes the other; the next scan sees both
+    units.write_text("def to_metres(feet, exact=True):\n    return feet * 0.3048\n")
+    spare.unlink()
+    assert ws.index.scan("python") == 1 and ws.index.generation == gen + 2
+    assert ws.index.lookup("spare_part") == []
+    second = ws.chunks_for(doc, len(doc.text), "", 1000)
+    assert [c.text.split("\n")[0] for c in second] == ["def to_metres(feet, exact=True):"]
+    # a document opened, edited, saved and closed: its file is read again at once, no scan
+    uri = units.as_uri()
+    store.open(uri, "python", 1, units.read_text())
+    ws.index.index_open(store.get(uri))
+    units.write_text("def to_metres(feet, exact=True, places=2):\n    return round(feet * 0.3048, places)\n")
+    ws.closed(uri)
+    store.close(uri)
+    (entry, i), = ws.index.lookup("to_metres")
+    assert entry.texts[i].startswith("def to_metres(feet, exact=True, places=2):")
+
+
+def test_rescan_after_its_interval_and_new_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import llada_lsp.workspace_index as wi
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "one.py").write_text("def one():\n    pass\n")
+    (b / "two.py").write_text("def two():\n    pass\n")
+    index = WorkspaceIndex()
+    index.set_roots([a.as_uri()])
+    assert index.request_scan("python") and index.thread is not None
+    index.thread.join()
+    assert index.lookup("one") != [] and len(index.files) == 1
+    assert not index.request_scan("python")  # scanned just now
+    monkeypatch.setattr(wi, "RESCAN_S", 0.0)
+    (a / "three.py").write_text("def three():\n    pass\n")
+    assert index.request_scan("python") and index.thread is not None
+    index.thread.join()
+    assert index.lookup("three") != []
+    index.set_roots([b.as_uri()])  # the folder was swapped: a's files are forgotten
+    assert index.lookup("one") == [] and index.lookup("three") == []
+    index.scan("python")
+    assert index.lookup("two") != []
+
+
 def test_scan_is_bounded_by_file_count(tmp_path: Path) -> None:
     for i in range(5):
         (tmp_path / f"m{i}.py").write_text(f"def f{i}():\n    pass\n")

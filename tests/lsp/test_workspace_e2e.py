@@ -4,10 +4,11 @@ chunk set holds while typing, and the `workspaceContext` option turns it off."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from lsp_helpers import DATA, debug_info, inline, needs_model, open_doc, session_fixture
+from lsp_helpers import DATA, debug_info, inline, needs_model, open_doc, poll, session_fixture
 from lsprotocol import types as t
 
 from llada_lsp.client import insert
@@ -58,3 +59,33 @@ async def test_definition_from_the_other_open_document(client: Any) -> None:
     assert info["options"]["workspace_context"] is False
     assert info["engine"]["submitted"] > submitted
     assert info["workspaceContext"]["paths"] == [], info["workspaceContext"]
+
+
+async def test_a_folder_added_later_is_indexed(client: Any, tmp_path: Path) -> None:
+    """workspace/didChangeWorkspaceFolders: the index follows the new folder (scanned in the
+    background), and a completion there gets the definition from a file on disk."""
+    folder = tmp_path / "later"
+    folder.mkdir()
+    (folder / "scaling.py").write_text(
+        "def rescale_points(points, factor):\n    return [(x * factor, y * factor) for x, y in points]\n")
+    client.workspace_did_change_workspace_folders(t.DidChangeWorkspaceFoldersParams(
+        event=t.WorkspaceFoldersChangeEvent(added=[t.WorkspaceFolder(uri=folder.as_uri(), name="later")],
+                                            removed=[])))
+    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
+        settings={"llada": {"workspaceContext": True}}))
+    text = "from scaling import rescale_points\n\n\ndef grow(points):\n    return rescale_points("
+    uri = open_doc(client, folder / "grow.py", "python", text)
+    line, col = text.count("\n"), len(text.split("\n")[-1])
+    typed = iter(range(1, 200))
+
+    async def context_paths() -> list[str] | None:
+        k = next(typed)  # a new prefix each time, so the engine (not the cache) is asked
+        insert(client, uri, 1 + k, line, col + k - 1, "p" if k == 1 else "o")
+        await inline(client, uri, t.Position(line, col + k))
+        paths = (await debug_info(client))["workspaceContext"]["paths"]
+        return paths if "scaling.py" in paths else None
+
+    paths = await poll(context_paths, timeout=60)
+    assert paths[0] == "scaling.py"  # relative to the new folder
+    info = await debug_info(client)
+    assert info["workspaceContext"]["indexedFiles"] == 1  # the session root's files are gone
