@@ -32,7 +32,7 @@ from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
 from llada_lsp.plans import InfillPlan, make_plan
-from llada_lsp.positions import Encoding
+from llada_lsp.positions import Encoding, PositionError, selected_span
 from llada_lsp.postprocess import raw_spans, remask_can_help
 from llada_lsp.refining import Refiner
 from llada_lsp.reporting import Reporter
@@ -43,10 +43,6 @@ from llada_lsp.workspace import WorkspaceContext, context_budget
 log = logging.getLogger(__name__)
 
 Notify = Callable[[str, dict[str, Any]], None]
-
-
-class PositionError(ValueError):
-    """The position lies outside the document."""
 
 
 class CompletionService:
@@ -97,7 +93,7 @@ class CompletionService:
         if not doc.index.is_valid(line, character, enc):
             raise PositionError(f"position {line}:{character} is past the end of {uri} "
                                 f"({doc.index.line_count} lines)")
-        span = self._selected_span(doc, selected) if selected is not None else None
+        span = selected_span(doc.index, selected.start, selected.end, enc) if selected is not None else None
         serial = next(self.serial)
         self.latest[uri] = serial
         self.counters["requests"] += 1
@@ -216,20 +212,6 @@ class CompletionService:
         budget = context_budget(self.options.context_tokens, self.engine.info.get("max_prompt_tokens"))
         return self.workspace.chunks_for(doc, offset, plan.prefix + plan.suffix, budget)
 
-    def _selected_span(self, doc: Document, sel: Selected) -> tuple[int, int]:
-        """The string offsets of a selected item's range; a range outside the document or
-        ending before it starts is the client's error."""
-        enc = self.encoding()
-        for line, ch in (sel.start, sel.end):
-            if not doc.index.is_valid(line, ch, enc):
-                raise PositionError(f"selectedCompletionInfo range {sel.start[0]}:{sel.start[1]}-"
-                                    f"{sel.end[0]}:{sel.end[1]} lies outside {doc.uri}")
-        start, end = doc.offset_at(*sel.start, enc), doc.offset_at(*sel.end, enc)
-        if end < start:
-            raise PositionError(f"selectedCompletionInfo range ends before it starts "
-                                f"({sel.start[0]}:{sel.start[1]}-{sel.end[0]}:{sel.end[1]})")
-        return start, end
-
     def _wants_more(self, plan: InfillPlan, key: str) -> bool:
         """Whether an invoked request should decode more candidates than the mode does and
         the cache holds for `key`."""
@@ -344,7 +326,6 @@ class CompletionService:
             if not req.speculative and self.jobs.get(req.uri) is job:
                 self.jobs[req.uri] = nxt  # a newer request cancels the remask
             job = req.job = nxt
-
 
     def finish(self, req: Request, ev: EngineEvent, final_text: str | None,
                 others: tuple[str, ...] = ()) -> None:

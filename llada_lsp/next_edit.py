@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import NextEditRequest
-from llada_lsp.completions import PositionError
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.edit_window import (
     Region,
@@ -36,7 +35,7 @@ from llada_lsp.edit_window import (
 )
 from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
-from llada_lsp.positions import Encoding
+from llada_lsp.positions import Encoding, PositionError
 
 log = logging.getLogger(__name__)
 

@@ -162,3 +162,22 @@ def byte_point(text: str, offset: int) -> tuple[int, int]:
     row = text.count("\n", 0, offset)
     col_start = text.rfind("\n", 0, offset) + 1
     return row, len(text[col_start:offset].encode("utf-8", "surrogatepass"))
+
+
+class PositionError(ValueError):
+    """A position or range lies outside the document."""
+
+
+def selected_span(index: LineIndex, start: tuple[int, int], end: tuple[int, int],
+                  encoding: Encoding) -> tuple[int, int]:
+    """The string offsets of a (line, character) range, as selectedCompletionInfo gives it; a
+    range outside the document or ending before it starts is the client's error."""
+    for line, ch in (start, end):
+        if not index.is_valid(line, ch, encoding):
+            raise PositionError(f"selectedCompletionInfo range {start[0]}:{start[1]}-"
+                                f"{end[0]}:{end[1]} lies outside the document")
+    a, b = index.offset(*start, encoding), index.offset(*end, encoding)
+    if b < a:
+        raise PositionError(f"selectedCompletionInfo range ends before it starts "
+                            f"({start[0]}:{start[1]}-{end[0]}:{end[1]})")
+    return a, b

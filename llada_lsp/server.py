@@ -18,13 +18,13 @@ from pygls.lsp.server import LanguageServer
 
 from llada_lsp import __version__
 from llada_lsp.answers import Selected
-from llada_lsp.completions import Answer, CompletionService, PositionError
+from llada_lsp.completions import Answer, CompletionService
 from llada_lsp.documents import DocumentError, DocumentStore
 from llada_lsp.engine_client import EngineClient, make_engine
 from llada_lsp.next_edit import METHOD as NEXT_EDIT
 from llada_lsp.next_edit import NextEditParamsError, NextEditService, parse_params
 from llada_lsp.options import Options, OptionsError, parse_options, workspace_settings
-from llada_lsp.positions import units
+from llada_lsp.positions import PositionError, units
 from llada_lsp.protocol import ARRIVAL, LladaProtocol
 from llada_lsp.reporting import EngineStatus
 
