@@ -21,7 +21,8 @@ METHODS = ["textDocument/inlineCompletion", "textDocument/completion", "llada/de
            "workspace/executeCommand", "no/such/method", "llada/nothing", "$/cancelRequest",
            "textDocument/didOpen", "textDocument/didChange", "textDocument/didClose",
            "textDocument/didShowCompletion", "textDocument/didPartiallyAcceptCompletion",
-           "workspace/didChangeConfiguration", "initialize", "$/setTrace", "initialized"]
+           "workspace/didChangeConfiguration", "initialize", "$/setTrace", "initialized",
+           "llada/nextEdit", "workspace/didChangeWorkspaceFolders"]
 URIS = ["file:///fz/a.py", "file:///fz/b.ts", "file:///fz/c.rs", "file:///fz/none.py",
         "untitled:x", "", "file:///fz/é 😀.go"]
 
@@ -95,6 +96,19 @@ class Generator:
             return {"id": r.randrange(self.next_id + 1)}
         if method == "initialize":
             return {"capabilities": {}}
+        if method == "llada/nextEdit":
+            doc: dict[str, Any] = {"uri": uri}
+            if r.random() < 0.7:
+                doc["version"] = self.versions.get(uri, 1) + r.choice([0, 0, -1, 1])
+            out: dict[str, Any] = {"textDocument": doc, "position": pos}
+            if r.random() < 0.5:
+                out["range"] = {"start": self.position(), "end": self.position()}
+            return out
+        if method == "workspace/didChangeWorkspaceFolders":
+            def folders() -> list[dict[str, str]]:
+                return [{"uri": r.choice([*URIS, "file:///fz", "file:///fz/sub/"]), "name": "fz"}
+                        for _ in range(r.randrange(3))]
+            return {"event": {"added": folders(), "removed": folders()}}
         return {"textDocument": {"uri": uri}, "position": pos, "context": {"triggerKind": r.choice([1, 2, 3])}}
 
     def message(self) -> dict[str, Any]:
