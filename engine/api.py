@@ -1,6 +1,6 @@
 """Text-level types of the engine: requests in, text events out.
 
-The engine's core (`engine.generate`) speaks token ids only; `engine.service.TextEngine`
+The engine's core (`engine.decoding`) speaks token ids only; `engine.service.TextEngine`
 tokenizes requests and turns token events into these text events. The language server,
 the websocket daemon and the benches all speak these types (they are JSON-friendly).
 """

@@ -4,9 +4,9 @@ A `Sequence` is one request's state: its prompt, a middle canvas of [MASK] token
 block by block, and its cache row. Each forward feeds the clean tokens the cache still
 lacks (the prompt, or the block just finished: causal, written for good) together with a
 noisy copy of the active block (bidirectional inside the block, reading the clean tokens
-before it). `prepare` says what one sequence feeds, `update` applies a policy to the logits and returns
-token events; `engine.decoding.batch` runs the forwards (`execute` for any number of sequences,
-`generate` the loop for one).
+before it). `prepare` says what one sequence feeds, `update` applies a policy to the logits and
+returns token events; `engine.decoding.batch.execute` runs one forward for any number of
+sequences, and the one step loop (`engine.decoding.scheduler`) drives them.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from engine.decoding.steps import Feed, Reason, Staged, StopFn, Tally, TokenEven
 from engine.model.native import CLEAN, NOISY, SpecialTokens
 from kernels import Confidence
 
-__all__ = ["END_AHEAD_MIN", "Feed", "Reason", "Sequence", "Staged", "StopFn", "Tally", "TokenEvent",
-           "note_forward"]
+__all__ = ["END_AHEAD_MIN", "Feed", "Reason", "Sequence", "Staged", "StopFn", "Tally", "TokenEvent", "note_forward"]
 
 # the confidence an end-of-middle needs to commit ahead of a mask (Sequence._end_in_order);
 # above 1: only behind committed tokens; 0: like any token
