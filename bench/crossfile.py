@@ -16,7 +16,10 @@ Arms, on the same requests (`CompletionRequest.context`, laid out by the engine'
 - `near`: definition chunks of the cross-file names used in the lines around the cursor (6 above,
   3 below, nearest first), what a gatherer sees before the line is written;
 - `defs`: the definitions of the names the line to complete uses, then those of `near`: the
-  gatherer's best case (the definitions it would find once the name is typed, or from imports).
+  gatherer's best case (the definitions it would find once the name is typed, or from imports);
+- `server`: what the language server itself sends (`llada_lsp.workspace.WorkspaceContext`): the
+  target file open without the line, its package directory as the workspace folder (indexed
+  by `llada_lsp.workspace_index`), the budget of the `contextTokens` default for this engine.
 The ordinary single-file tasks (bench/tasks.py's single_line, held-out standard-library files)
 run with no context and with one unrelated chunk (a definition from another held-out file):
 context must not cost them.
@@ -25,7 +28,9 @@ Exact match with 95% Wilson intervals, edit similarity with bootstrap intervals,
 against `none` the paired bootstrap interval of the exact-match difference and ratio. Also, on
 the cross-file tasks, `names`: the share of completions that use every cross-file name of the
 line (whatever the rest of the line): a finer sign of context being read than exact match.
-Prints a table and ends with one JSON line.
+`given` (cross-file tasks): the share of prompts whose kept context defines a name the line
+uses, whatever the model does with it: the gatherer's recall. Prints a table and ends with one
+JSON line.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from engine.train.crossfile import (  # noqa: E402
     packages,
 )
 
-CROSS_ARMS = ("none", "near", "defs")
+CROSS_ARMS = ("none", "near", "defs", "server")
 ORDINARY_ARMS = ("none", "unrelated")
 PER_FILE = 3  # tasks per target file at most (spread over files)
 BOOT = 2000
@@ -137,6 +142,34 @@ def unrelated_chunks(tasks: Sequence[Task], seed: int) -> list[ContextChunk]:
     return out
 
 
+def server_contexts(cross: Sequence[CrossTask], max_prompt_tokens: int | None) -> list[tuple[ContextChunk, ...]]:
+    """The language server's own context for each task: its gatherer over the package folder,
+    the target document open with the line removed and the cursor where the line starts."""
+    from llada_lsp.documents import DocumentStore
+    from llada_lsp.options import Options
+    from llada_lsp.workspace import WorkspaceContext, context_budget
+    from llada_lsp.workspace_index import WorkspaceIndex
+
+    paths = {f.key: f.path for f in all_files()}
+    budget = context_budget(Options().context_tokens, max_prompt_tokens)
+    indexes: dict[Path, WorkspaceIndex] = {}
+    out = []
+    for c in cross:
+        path = paths[c.task.source]
+        index = indexes.get(path.parent)
+        if index is None:
+            index = indexes[path.parent] = WorkspaceIndex()
+            index.set_roots([path.parent.as_uri()])
+            index.scan("python")
+        store = DocumentStore()
+        uri = path.as_uri()
+        doc = store.open(uri, "python", 1, c.task.prefix + c.task.suffix)
+        ws = WorkspaceContext(store, index)
+        out.append(ws.chunks_for(doc, len(c.task.prefix), c.task.prefix + c.task.suffix, budget))
+        ws.closed(uri)
+    return out
+
+
 @dataclass
 class Score:
     em: list[bool]
@@ -144,6 +177,13 @@ class Score:
     ctx_chunks: list[int]
     ms: list[float]
     hit: list[bool]  # cross-file tasks: the completion names every cross-file name of the line
+    given: list[bool]  # cross-file tasks: a chunk the prompt kept defines a name the line uses
+
+
+def defines_any(chunks: Sequence[ContextChunk], names: Sequence[str]) -> bool:
+    """Whether one of `chunks` holds the definition (def, class or assignment) of one of `names`."""
+    return any(re.search(rf"^\s*(?:(?:async\s+)?def|class)\s+{re.escape(w)}\b|^\s*{re.escape(w)}\s*[:=]", c.text, re.M)
+               for w in names for c in chunks)
 
 
 def names_hit(text: str, names: Sequence[str]) -> bool:
@@ -155,7 +195,7 @@ def names_hit(text: str, names: Sequence[str]) -> bool:
 
 def run_arm(eng, tasks: Sequence[Task], contexts: Sequence[Sequence[ContextChunk]], preset: str,  # noqa: ANN001
             names: Sequence[Sequence[str]] | None = None) -> Score:
-    s = Score([], [], [], [], [])
+    s = Score([], [], [], [], [], [])
     for k, (t, ctx) in enumerate(zip(tasks, contexts, strict=True)):
         eng.prompt_cache.clear()
         doc = display_path(t.source)
@@ -166,9 +206,11 @@ def run_arm(eng, tasks: Sequence[Task], contexts: Sequence[Sequence[ContextChunk
         text = chosen(t, done)
         s.em.append(exact_match(text, t.middle))
         s.es.append(edit_similarity(text, t.middle))
+        kept = eng.prompts.layout(t.prefix, t.suffix, False, doc, tuple(ctx)).context_chunks
+        s.ctx_chunks.append(kept)
         if names is not None:
             s.hit.append(names_hit(text, names[k]))
-        s.ctx_chunks.append(eng.prompts.layout(t.prefix, t.suffix, False, doc, tuple(ctx)).context_chunks)
+            s.given.append(defines_any(tuple(ctx)[:kept], names[k]))
     return s
 
 
@@ -236,8 +278,8 @@ def summary(s: Score) -> dict[str, Any]:
     return {"n": n, "exact_match": round(k / max(1, n), 4), "em_ci": [round(x, 4) for x in wilson(k, n)],
             "edit_sim": round(mean(s.es), 4), "es_ci": [round(x, 4) for x in boot_mean(s.es)],
             "context_chunks": round(mean(s.ctx_chunks), 2), "ms_mean": round(mean(s.ms), 1),
-            **({"name_hit": round(sum(s.hit) / n, 4), "hit_ci": [round(x, 4) for x in wilson(sum(s.hit), n)]}
-               if s.hit else {})}
+            **({"name_hit": round(sum(s.hit) / n, 4), "hit_ci": [round(x, 4) for x in wilson(sum(s.hit), n)],
+                "def_given": round(sum(s.given) / n, 4)} if s.hit else {})}
 
 
 def main() -> None:
@@ -264,12 +306,14 @@ def main() -> None:
         "crossfile/none": run_arm(eng, ctasks, [()] * len(ctasks), args.preset, names),
         "crossfile/near": run_arm(eng, ctasks, [c.near for c in cross], args.preset, names),
         "crossfile/defs": run_arm(eng, ctasks, [c.defs for c in cross], args.preset, names),
+        "crossfile/server": run_arm(eng, ctasks, server_contexts(cross, eng.info().get("max_prompt_tokens")),
+                                    args.preset, names),
     }
     if ordinary:
         arms["ordinary/none"] = run_arm(eng, ordinary, [()] * len(ordinary), args.preset)
         arms["ordinary/unrelated"] = run_arm(eng, ordinary, [(c,) for c in unrelated], args.preset)
     effects = {f"crossfile/{a}": paired_effect(arms["crossfile/none"], arms[f"crossfile/{a}"])
-               for a in ("near", "defs")}
+               for a in CROSS_ARMS[1:]}
     if ordinary:
         effects["ordinary/unrelated"] = paired_effect(arms["ordinary/none"], arms["ordinary/unrelated"])
     sums = {k: summary(v) for k, v in arms.items()}
@@ -278,7 +322,7 @@ def main() -> None:
           f"({len({t.source for t in ctasks})} held-out target files), {len(ordinary)} ordinary tasks, "
           f"{time.perf_counter() - t_start:.0f} s")
     hdr = (f"{'arm':20} {'n':>4} {'EM':>6} {'EM 95% CI':>13} {'ES':>6} {'ES 95% CI':>13} {'chunks':>6} "
-           f"{'dEM vs none (CI)':>24} {'EM x':>6} {'+/-':>7} {'names':>6} {'dnames (CI)':>23}")
+           f"{'given':>5} {'dEM vs none (CI)':>24} {'EM x':>6} {'+/-':>7} {'names':>6} {'dnames (CI)':>23}")
     print(hdr)
     print("-" * len(hdr))
     for k, s in sums.items():
@@ -292,13 +336,14 @@ def main() -> None:
         if e is not None and "hit_diff" in e:
             hit += f" {e['hit_diff']:+.3f} ({e['hit_diff_ci'][0]:+.3f},{e['hit_diff_ci'][1]:+.3f})"
         print(f"{k:20} {s['n']:4d} {s['exact_match']:6.3f} {s['em_ci'][0]:6.3f}-{s['em_ci'][1]:<6.3f} "
-              f"{s['edit_sim']:6.3f} {s['es_ci'][0]:6.3f}-{s['es_ci'][1]:<6.3f} {s['context_chunks']:6.2f} {eff:>38} {hit}")
+              f"{s['edit_sim']:6.3f} {s['es_ci'][0]:6.3f}-{s['es_ci'][1]:<6.3f} {s['context_chunks']:6.2f} "
+              f"{s.get('def_given', 0.0):5.3f} {eff:>38} {hit}")
     none_em = sums["crossfile/none"]["exact_match"]
     doubled = any(doubles(sums["crossfile/none"], sums[f"crossfile/{a}"], effects[f"crossfile/{a}"])
-                  for a in ("near", "defs"))
+                  for a in CROSS_ARMS[1:])
     print(f"goal (context at least doubles exact match, its gain's interval above 0): {'met' if doubled else 'not met'} "
           f"(none {none_em:.3f}, defs {sums['crossfile/defs']['exact_match']:.3f}, "
-          f"near {sums['crossfile/near']['exact_match']:.3f})")
+          f"near {sums['crossfile/near']['exact_match']:.3f}, server {sums['crossfile/server']['exact_match']:.3f})")
     print(json.dumps({"bench": "crossfile", "model": model, "preset": args.preset, "seed": args.seed,
                       "tasks": {"crossfile": len(ctasks), "ordinary": len(ordinary),
                                 "target_files": len({t.source for t in ctasks})},

@@ -3,8 +3,9 @@ document's own prefix (`engine.api.ContextChunk`, placed by `engine.prompt.promp
 
 What goes in, most useful first:
 1. the definitions (tree-sitter, `llada_lsp.workspace_index`) of the names used on the
-   cursor's line and the `NEAR_LINES` lines above it that the current document does not
-   define, found in the other open documents and in the workspace folders (nearest use first);
+   cursor's line, the `NEAR_LINES` lines above it and the `NEAR_BELOW` lines below it that the
+   current document does not define, found in the other open documents and in the workspace
+   folders (nearest use first);
 2. regions of other open documents edited lately (a ring of `RING_SIZE` blocks, as llama.vscode
    keeps one), most recent first;
 3. the first block of every other open document not in the ring.
@@ -36,10 +37,12 @@ from llada_lsp.workspace_index import Entry, WorkspaceIndex, path_of
 CHUNK_LINES = 32  # the grid of blocks taken from open documents
 RING_SIZE = 16  # recently edited blocks remembered
 NEAR_LINES = 6  # lines above the cursor whose names are looked up
+NEAR_BELOW = 3  # lines below the cursor whose names are looked up
 MAX_DEFS = 8  # definitions per prompt at most
 MAX_PLACES = 6  # a name defined in more places than this is too common to pick one
 CHARS_PER_TOKEN = 2  # a conservative estimate (the embedded tokenizer averages ~2.5 on code)
 HEADER_CHARS = 16  # the chunk header's comment and the blank line after it
+MIN_HEAD_LINES = 2  # a chunk cut to the budget keeps at least this many leading lines
 DUPLICATE = 0.9  # line-set similarity (Jaccard or containment) that drops a chunk
 ENGINE_CONTEXT_SHARE = 0.4  # the engine keeps context within this share of its prompt budget
 # (engine.prompt.builder.CONTEXT_SHARE; a test checks they agree)
@@ -53,24 +56,42 @@ KEYWORDS = frozenset(
 
 
 # -- pure text helpers ----------------------------------------------------------------------------
-def names_near(text: str, offset: int, lines_above: int = NEAR_LINES) -> list[str]:
-    """Identifiers on the cursor's line (up to the cursor) and `lines_above` lines above it,
-    nearest to the cursor first, each once; keywords and one-letter names left out. The word
-    the cursor is in is still being typed: left out too."""
-    start = offset
-    for _ in range(lines_above + 1):
-        start = text.rfind("\n", 0, start)
-        if start < 0:
-            start = 0
-            break
-    seen: list[str] = []
-    matches = list(_IDENT.finditer(text, start, offset))
-    for m in reversed(matches):
-        name = m.group()
-        if m.end() == offset or len(name) < 2 or name in KEYWORDS or name in seen:
-            continue
-        seen.append(name)
-    return seen
+def names_near(text: str, offset: int, lines_above: int = NEAR_LINES, lines_below: int = NEAR_BELOW) -> list[str]:
+    """Identifiers near the cursor, nearest first, each once: the cursor's line (before the
+    cursor, then after it), then the lines around it by distance (above before below at the same
+    distance). Left out: keywords, one-letter names, the word the cursor touches (it is being
+    typed), and a single lowercase word used only as an attribute (`x.append`: any object's)."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    line_end = text.find("\n", offset)
+    line_end = len(text) if line_end < 0 else line_end
+    spans = [(line_start, offset, True), (offset, line_end, False)]
+    above, below = line_start - 1, line_end
+    for d in range(1, max(lines_above, lines_below) + 1):
+        if d <= lines_above and above > 0:
+            a = text.rfind("\n", 0, above) + 1
+            spans.append((a, above, True))
+            above = a - 1
+        if d <= lines_below and below < len(text):
+            b = text.find("\n", below + 1)
+            b = len(text) if b < 0 else b
+            spans.append((below + 1, b, False))
+            below = b
+    order: list[str] = []
+    plain: set[str] = set()  # names used at least once other than after a dot
+    for a, b, backwards in spans:
+        found = list(_IDENT.finditer(text, a, b))
+        for m in reversed(found) if backwards else found:
+            name = m.group()
+            if offset in (m.start(), m.end()) or len(name) < 2 or name in KEYWORDS:
+                continue
+            j = m.start() - 1
+            while j >= 0 and text[j] in " \t":
+                j -= 1
+            if j < 0 or text[j] != ".":
+                plain.add(name)
+            if name not in order:
+                order.append(name)
+    return [w for w in order if w in plain or not (w.islower() and "_" not in w)]
 
 
 def line_set(text: str) -> frozenset[str]:
@@ -106,9 +127,21 @@ def block_text(text: str, block: int, lines: int = CHUNK_LINES) -> str:
     return "\n".join(parts).strip("\n").rstrip()
 
 
+def head(chunk: ContextChunk, budget: int) -> ContextChunk | None:
+    """The chunk's longest run of leading lines (at least `MIN_HEAD_LINES`) within `budget`
+    estimated tokens: a definition's signature and first lines; None when even those do not fit."""
+    lines = chunk.text.split("\n")
+    for n in range(len(lines) - 1, MIN_HEAD_LINES - 1, -1):
+        c = ContextChunk(chunk.path, "\n".join(lines[:n]).rstrip())
+        if estimate_tokens(c) <= budget:
+            return c
+    return None
+
+
 def fit(candidates: Iterable[ContextChunk], window: str, budget: int) -> tuple[ContextChunk, ...]:
     """Candidates in order, without near-duplicates (of a kept chunk or of the prompt's own
-    window) and within `budget` estimated tokens (a chunk that does not fit is skipped)."""
+    window) and within `budget` estimated tokens (a chunk that does not fit whole gives its
+    head when that fits, else it is skipped)."""
     kept: list[ContextChunk] = []
     sets: list[frozenset[str]] = [line_set(window)] if window else []
     used = 0
@@ -120,7 +153,10 @@ def fit(candidates: Iterable[ContextChunk], window: str, budget: int) -> tuple[C
             continue
         cost = estimate_tokens(c)
         if used + cost > budget:
-            continue
+            cut = head(c, budget - used)
+            if cut is None:
+                continue
+            c, cost = cut, estimate_tokens(cut)
         kept.append(c)
         sets.append(lines)
         used += cost

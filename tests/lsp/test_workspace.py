@@ -104,6 +104,13 @@ def test_names_near_the_cursor() -> None:
     assert names_near(text, len(text)) == ["gamma", "result", "beta", "alpha"]  # not the word being typed
     assert "far_away" not in names_near(text, len(text))
     assert names_near("return self.value", 17) == []  # keywords; the cursor's word
+    # below the cursor too, after the line above at the same distance; the cursor's line first
+    text = "top = 1\nup = load_rows(path)\ntotal = \nshow(total, rows)\nfar = 2\n"
+    cursor = text.index("total = ") + 8
+    assert names_near(text, cursor, 1, 1) == ["total", "path", "load_rows", "up", "show", "rows"]
+    # a lowercase word seen only after a dot is any object's method; a distinctive one is kept
+    text = "items.append(x)\ncfg.load_config()\nsave(cfg)\nstore.save()\nz = "
+    assert names_near(text, len(text)) == ["save", "store", "cfg", "load_config", "items"]
 
 
 def test_fit_drops_duplicates_and_keeps_the_budget() -> None:
@@ -116,6 +123,12 @@ def test_fit_drops_duplicates_and_keeps_the_budget() -> None:
     assert fit([a, other], "", estimate_tokens(a)) == (a,)
     big = ContextChunk("e.py", "x" * 400)
     assert fit([big, other], "", estimate_tokens(other) + 5) == (other,)  # a chunk over the rest is skipped
+    # a long definition that does not fit whole gives its head: signature and first lines
+    long_def = ContextChunk("f.py", "def long_one(a, b):\n    s = a + b\n" + "    s += 1\n" * 60 + "    return s")
+    (cut,) = fit([long_def], "", 40)
+    assert cut.text.startswith("def long_one(a, b):\n    s = a + b\n") and estimate_tokens(cut) <= 40
+    assert long_def.text.startswith(cut.text) and len(cut.text) < len(long_def.text)
+    assert fit([long_def], "", estimate_tokens(ContextChunk("f.py", "def long_one(a, b):")) + 1) == ()
 
 
 def test_token_estimate_is_an_upper_bound_for_the_embedded_tokenizer() -> None:
