@@ -108,16 +108,17 @@ def test_bench_runs_on_a_couple_of_tasks() -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["bench"] == "crossfile" and out["tasks"]["crossfile"] == 2 and out["tasks"]["ordinary"] == 2
-    assert set(out["arms"]) == {"crossfile/none", "crossfile/near", "crossfile/defs", "ordinary/none",
-                                "ordinary/unrelated"}
+    assert set(out["arms"]) == {"crossfile/none", "crossfile/near", "crossfile/defs", "crossfile/server",
+                                "ordinary/none", "ordinary/unrelated"}
     for arm in out["arms"].values():
         assert arm["n"] == 2 and 0.0 <= arm["exact_match"] <= 1.0 and 0.0 <= arm["edit_sim"] <= 1.0
         lo, hi = arm["em_ci"]
         assert lo <= arm["exact_match"] <= hi
     assert out["arms"]["crossfile/none"]["context_chunks"] == 0
     assert out["arms"]["crossfile/defs"]["context_chunks"] >= 1  # every task has a definition to give
+    assert out["arms"]["crossfile/defs"]["def_given"] == 1.0 and out["arms"]["crossfile/none"]["def_given"] == 0.0
     assert out["arms"]["ordinary/unrelated"]["context_chunks"] == 1
-    assert set(out["effects"]) == {"crossfile/near", "crossfile/defs", "ordinary/unrelated"}
+    assert set(out["effects"]) == {"crossfile/near", "crossfile/defs", "crossfile/server", "ordinary/unrelated"}
     assert isinstance(out["goal_doubles_em"], bool)
 
 
