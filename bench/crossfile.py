@@ -282,6 +282,32 @@ def summary(s: Score) -> dict[str, Any]:
                 "def_given": round(sum(s.given) / n, 4)} if s.hit else {})}
 
 
+def given_only(model: str | None, n: int, seed: int, budgets: Sequence[int]) -> None:
+    """The gatherers' recall without the model: for each prompt budget, the share of tasks whose
+    kept context (the engine's builder, no torch) defines a name the line uses, and the share of
+    kept chunks that do (its precision)."""
+    from engine.model.model_path import resolve
+    from engine.prompt.builder import PromptBuilder
+
+    cross = make_cross_tasks(n, seed)
+    rows: dict[str, dict[str, float]] = {}
+    for budget in budgets:
+        builder = PromptBuilder.from_dir(resolve(model), budget)
+        contexts = {"near": [c.near for c in cross], "defs": [c.defs for c in cross],
+                    "server": server_contexts(cross, budget)}
+        for arm, ctxs in contexts.items():
+            kept = [builder.layout(c.task.prefix, c.task.suffix, False, display_path(c.task.source), tuple(x)).context_chunks
+                    for c, x in zip(cross, ctxs, strict=True)]
+            given = [defines_any(tuple(x)[:k], c.names) for c, x, k in zip(cross, ctxs, kept, strict=True)]
+            useful = sum(defines_any((ch,), c.names) for c, x, k in zip(cross, ctxs, kept, strict=True) for ch in x[:k])
+            prec = useful / max(1, sum(kept))
+            rows[f"{arm}@{budget}"] = {"given": round(sum(given) / len(cross), 4), "chunks": round(mean(kept), 2),
+                                       "useful_chunks": round(prec, 4)}
+            print(f"{arm:8} prompt {budget:5d}: given {sum(given):3d}/{len(cross)} = {sum(given) / len(cross):.3f}, "
+                  f"chunks kept {mean(kept):.2f}, of which define a name of the line {prec:.3f}")
+    print(json.dumps({"bench": "crossfile_given", "tasks": len(cross), "rows": rows}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None)
@@ -291,10 +317,15 @@ def main() -> None:
     ap.add_argument("--preset", default="quality", help="as shipped: quality's shown candidate of its alternatives")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--given-only", default="", metavar="N,N",
+                    help="no decoding: the gatherers' `given` at these prompt budgets (tokens), e.g. 448,4096")
     args = ap.parse_args()
     n_cross, n_ord = (6, 6) if args.quick else (args.tasks, args.ordinary)
     from engine.service import TextEngine
 
+    if args.given_only:
+        given_only(args.model, n_cross, args.seed, [int(x) for x in args.given_only.split(",")])
+        return
     t_start = time.perf_counter()
     eng = TextEngine(args.model, threads=args.threads)
     cross = make_cross_tasks(n_cross, args.seed)

@@ -47,6 +47,7 @@ DUPLICATE = 0.9  # line-set similarity (Jaccard or containment) that drops a chu
 ENGINE_CONTEXT_SHARE = 0.4  # the engine keeps context within this share of its prompt budget
 # (engine.prompt.builder.CONTEXT_SHARE; a test checks they agree)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NOT_CODE = re.compile(r'"(?:\\.|[^"\\\n])*"?|\'(?:\\.|[^\'\\\n])*\'?|#[^\n]*|//[^\n]*')
 KEYWORDS = frozenset(
     "and as assert async await break case catch class const continue def default defer del do elif else "
     "end enum except export extends false finally fn for from func function go if impl import in "
@@ -60,7 +61,8 @@ def names_near(text: str, offset: int, lines_above: int = NEAR_LINES, lines_belo
     """Identifiers near the cursor, nearest first, each once: the cursor's line (before the
     cursor, then after it), then the lines around it by distance (above before below at the same
     distance). Left out: keywords, one-letter names, the word the cursor touches (it is being
-    typed), and a single lowercase word used only as an attribute (`x.append`: any object's)."""
+    typed), words in strings and comments (`code_only`), and a single lowercase word used only
+    as an attribute (`x.append`: any object's)."""
     line_start = text.rfind("\n", 0, offset) + 1
     line_end = text.find("\n", offset)
     line_end = len(text) if line_end < 0 else line_end
@@ -76,22 +78,30 @@ def names_near(text: str, offset: int, lines_above: int = NEAR_LINES, lines_belo
             b = len(text) if b < 0 else b
             spans.append((below + 1, b, False))
             below = b
+    lo = min(a for a, _, _ in spans)
+    code = code_only(text[lo:max(b for _, b, _ in spans)])
     order: list[str] = []
     plain: set[str] = set()  # names used at least once other than after a dot
     for a, b, backwards in spans:
-        found = list(_IDENT.finditer(text, a, b))
+        found = list(_IDENT.finditer(code, a - lo, b - lo))
         for m in reversed(found) if backwards else found:
             name = m.group()
-            if offset in (m.start(), m.end()) or len(name) < 2 or name in KEYWORDS:
+            if offset - lo in (m.start(), m.end()) or len(name) < 2 or name in KEYWORDS:
                 continue
             j = m.start() - 1
-            while j >= 0 and text[j] in " \t":
+            while j >= 0 and code[j] in " \t":
                 j -= 1
-            if j < 0 or text[j] != ".":
+            if j < 0 or code[j] != ".":
                 plain.add(name)
             if name not in order:
                 order.append(name)
     return [w for w in order if w in plain or not (w.islower() and "_" not in w)]
+
+
+def code_only(text: str) -> str:
+    """`text` with its one-line string literals and its `#` and `//` comments blanked (same
+    length, newlines kept): names there are words, not uses."""
+    return _NOT_CODE.sub(lambda m: " " * len(m.group()), text)
 
 
 def line_set(text: str) -> frozenset[str]:

@@ -144,3 +144,15 @@ def test_a_training_batch_takes_its_share_of_crossfile_rows() -> None:
                    None, cross)
     assert b.idx.shape[0] == 4 and len(drawn) == 2  # half the batch from the cross-file stream
     assert all(int(b.idx[r, 0]) == sp.fim_suffix for r in range(4))
+
+
+def test_gatherer_recall_without_the_model() -> None:
+    r = subprocess.run([sys.executable, "bench/crossfile.py", "--tasks", "3", "--given-only", "448"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["bench"] == "crossfile_given" and out["tasks"] == 3
+    assert set(out["rows"]) == {"near@448", "defs@448", "server@448"}
+    assert out["rows"]["defs@448"]["given"] == 1.0  # the line's own definitions always define its names
+    for row in out["rows"].values():
+        assert 0.0 <= row["given"] <= 1.0 and 0.0 <= row["useful_chunks"] <= 1.0

@@ -18,6 +18,7 @@ from llada_lsp.workspace import (
     ENGINE_CONTEXT_SHARE,
     WorkspaceContext,
     block_text,
+    code_only,
     context_budget,
     estimate_tokens,
     fit,
@@ -111,6 +112,10 @@ def test_names_near_the_cursor() -> None:
     # a lowercase word seen only after a dot is any object's method; a distinctive one is kept
     text = "items.append(x)\ncfg.load_config()\nsave(cfg)\nstore.save()\nz = "
     assert names_near(text, len(text)) == ["save", "store", "cfg", "load_config", "items"]
+    # words in strings and comments are not uses
+    text = 'reader.read_all("baz qux")  # see helper_fn\nlog("it\'s", other)  // tail_word\nz = '
+    assert names_near(text, len(text)) == ["other", "log", "read_all", "reader"]
+    assert code_only('a = "x # y" + b  # c\n') == "a = " + " " * 7 + " + b  " + " " * 3 + "\n"
 
 
 def test_fit_drops_duplicates_and_keeps_the_budget() -> None:
