@@ -20,6 +20,9 @@ the routing only through tensors, so a GPU step never waits for the CPU.
   (``kernels.moe``), ``eager_moe`` elsewhere; ``backend=`` overrides it per call.
 * ``route_tiles``: the tile schedule the Triton kernel reads (pairs sorted by expert, cut
   into tiles of ``block_m`` pairs of one expert), built on the device.
+* ``route_groups`` / ``block_allowed``: LLaDA2.2's block routing (the experts a 32-token block
+  may use: its ``expert_capacity`` best by the block's maximum score), before the top-k. The
+  three backends above take the routed ids whatever chose them.
 """
 
 from __future__ import annotations
@@ -64,6 +67,49 @@ def reference_moe(x: Tensor, w13: Tensor, w2: Tensor, ids: Tensor, weights: Tens
         out[a:a + step] = torch.bmm(h, w2[e].transpose(1, 2))[:, 0].float()
     out *= weights.reshape(-1, 1).float()
     return out.view(n, k, x.shape[1]).sum(1)
+
+
+def route_groups(pos: Tensor, block: int) -> Tensor:
+    """Block routing's groups: int64 [B*T] ids over the flattened tokens of ``pos`` [B, T].
+
+    A group is a run of consecutive tokens of one row at consecutive positions inside one
+    aligned window [k*block, (k+1)*block): a new group starts at a row's start, where the
+    position does not follow the one before (a noisy copy after the clean blocks, padding),
+    or where it crosses a multiple of ``block``. A whole fed block is one group, a partial
+    one routes over the tokens present (as SGLang's block top-k does for a partial final
+    block), and padding never joins a real block. On the device, no host sync."""
+    b, t = pos.shape
+    new = torch.ones((b, t), dtype=torch.bool, device=pos.device)
+    if t > 1:
+        prev, cur = pos[:, :-1], pos[:, 1:]
+        new[:, 1:] = (cur != prev + 1) | (cur // block != prev // block)
+    return new.reshape(-1).long().cumsum(0) - 1
+
+
+def block_allowed(choice: Tensor, groups: Tensor, capacity: int) -> Tensor:
+    """bool [N, E]: the experts each token may use under block routing (LLaDA2.2).
+
+    ``choice`` [N, E] float32 are the selection scores (sigmoid + expert bias); each group's
+    score of an expert is its maximum over the group's tokens, and the ``capacity`` best
+    experts of the group are allowed to every token in it. Groups are ids < N (as
+    ``route_groups`` gives); the [N, E] scratch is a bound fixed by shapes (no host sync)."""
+    n, e = choice.shape
+    idx = groups[:, None].expand(-1, e)
+    gmax = torch.full((n, e), float("-inf"), dtype=choice.dtype, device=choice.device)
+    gmax.scatter_reduce_(0, idx, choice, reduce="amax", include_self=True)
+    top = gmax.topk(min(capacity, e), dim=-1).indices
+    allowed = torch.zeros((n, e), dtype=torch.bool, device=choice.device)
+    allowed.scatter_(1, top, True)
+    return allowed[groups]
+
+
+def experts_read(ids: Tensor, groups: Tensor, n_experts: int) -> Tensor:
+    """int64 [G]: distinct experts each group's tokens touch (``ids`` [N, k]); a GEMM over
+    the group reads those experts' weights once (the bytes bench/gpu_llada2.py reports)."""
+    g = int(groups.max()) + 1 if groups.numel() else 0
+    hit = torch.zeros((g, n_experts), dtype=torch.bool, device=ids.device)
+    hit[groups[:, None].expand_as(ids).reshape(-1), ids.reshape(-1)] = True
+    return hit.sum(-1)
 
 
 def sort_pairs(ids: Tensor, n_experts: int) -> tuple[Tensor, Tensor]:

@@ -129,6 +129,39 @@ def llada2_moe(x: Tensor, state: State, p: str, cfg: Config) -> Tensor:
     return torch.stack(out)
 
 
+def llada22_moe(x: Tensor, state: State, p: str, cfg: Config) -> Tensor:
+    """LLaDA2.2's block-routed MoE over tokens at positions 0..T-1, one aligned block of
+    `block_size` at a time (a partial last block routes over its tokens): an expert's block
+    score is its best sigmoid + bias score over the block's tokens, the `expert_capacity` best
+    experts form the block's pool (ties to the lower index), and each token takes its
+    `num_experts_per_tok` best of the pool by sigmoid + bias; the weights are the plain sigmoid
+    scores, renormalised and scaled. No group limit (docs/models.md, "LLaDA2.2")."""
+    rb, cap, k = cfg["block_size"], cfg["expert_capacity"], cfg["num_experts_per_tok"]
+    out: list[Tensor] = []
+    for a in range(0, x.shape[0], rb):
+        block = x[a:a + rb]
+        scores = [torch.sigmoid(state[p + "gate.weight"] @ h) for h in block]
+        bias = state.get(p + "gate.expert_bias", torch.zeros_like(scores[0]))
+        choice = [s + bias for s in scores]
+        n_exp = scores[0].shape[0]
+        best = [max(float(c[e]) for c in choice) for e in range(n_exp)]
+        pool = sorted(range(n_exp), key=lambda e: (-best[e], e))[:cap]
+        for h, s, c in zip(block, scores, choice, strict=True):
+            chosen = sorted(pool, key=lambda e: (-float(c[e]), e))[:k]
+            w = torch.stack([s[e] for e in chosen])
+            if len(chosen) > 1:
+                w = w / (w.sum() + 1e-20)
+            y = torch.zeros_like(h)
+            for e, we in zip(chosen, w, strict=True):
+                y = y + we * cfg["routed_scaling_factor"] * swiglu(
+                    h, state, f"{p}experts.{e}.gate_proj", f"{p}experts.{e}.up_proj", f"{p}experts.{e}.down_proj")
+            if cfg.get("num_shared_experts"):
+                y = y + swiglu(h, state, p + "shared_experts.gate_proj", p + "shared_experts.up_proj",
+                               p + "shared_experts.down_proj")
+            out.append(y)
+    return torch.stack(out)
+
+
 def llada2_attention(x: Tensor, state: State, p: str, cfg: Config, cos: Tensor, sin: Tensor,
                      allowed: Tensor | None) -> Tensor:
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -156,7 +189,8 @@ def llada2_logits(cfg: Config, state: State, ids: list[int], allowed: Tensor | N
                                  cfg, cos, sin, allowed)
         h = rms_norm(x, state[p + "post_attention_layernorm.weight"], eps)
         if cfg.get("num_experts") is not None and i >= cfg["first_k_dense_replace"]:
-            x = x + llada2_moe(h, state, p + "mlp.", cfg)
+            moe = llada22_moe if cfg.get("expert_capacity") is not None else llada2_moe
+            x = x + moe(h, state, p + "mlp.", cfg)
         else:
             x = x + swiglu(h, state, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj")
     x = rms_norm(x, state["model.norm.weight"], eps)

@@ -9,6 +9,7 @@ from typing import Any
 from engine.decoding.policies.base import BlockView, Decision, Policy
 from engine.decoding.policies.draft_edit import QUALITY, SPEEDY, DraftEdit, DraftEditConfig
 from engine.decoding.policies.edit_only import EditOnly, EditOnlyConfig
+from engine.decoding.policies.indel import InDel, InDelConfig
 from engine.decoding.policies.low_confidence import LowConfidence, LowConfidenceConfig
 from engine.decoding.policies.one_per_step import OnePerStep, OnePerStepConfig
 from engine.decoding.policies.threshold import Threshold, ThresholdConfig
@@ -19,6 +20,7 @@ POLICIES: dict[str, tuple[type, Callable[[Any], Policy]]] = {
     "low_confidence": (LowConfidenceConfig, LowConfidence),
     "threshold": (ThresholdConfig, Threshold),
     "draft_edit": (DraftEditConfig, DraftEdit),
+    "indel": (InDelConfig, InDel),  # LLaDA2.2's insert/delete rule: models with edit tokens only
 }
 
 # the next-edit job's policy (engine.decoding.next_edit) is `EditOnly`, built by that job from a
@@ -63,5 +65,5 @@ def edit_threshold_of(preset: str) -> float:
     return threshold
 
 
-__all__ = ["BlockView", "Decision", "EditOnly", "EditOnlyConfig", "Policy", "POLICIES", "PRESETS",
+__all__ = ["BlockView", "Decision", "EditOnly", "EditOnlyConfig", "InDel", "InDelConfig", "Policy", "POLICIES", "PRESETS",
            "edit_threshold_of", "make_policy"]

@@ -126,6 +126,10 @@ class AdapterModel(nn.Module):
     def tie_weights(self) -> None:
         """Re-tie a shared embedding/head after the checkpoint tensors were assigned."""
 
+    def route_groups(self, pos: Tensor) -> Tensor | None:
+        """Token groups a block-routed MoE routes together (LLaDA2.2); None: no block routing."""
+        return None
+
     @property
     def layers(self) -> nn.ModuleList:
         return self.decoder_layers()
@@ -168,8 +172,9 @@ class AdapterModel(nn.Module):
         if rows is not None:
             cache_at = (rows, slots if slots is not None else pos, kv_len or int(pos.max()) + 1,
                         consecutive_from(rows))
+        groups = self.route_groups(pos)
         for layer in self.decoder_layers():
-            x = layer(x, cos, sin, mask, cache_at)
+            x = layer(x, cos, sin, mask, cache_at) if groups is None else layer(x, cos, sin, mask, cache_at, groups)
         if logits_at is not None:
             x = torch.gather(x, 1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))
         return self.final(x).float()

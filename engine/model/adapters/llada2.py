@@ -9,6 +9,13 @@ sigmoid (or softmax) router scores, plus `expert_bias` for the choice only, grou
 top-k (the best `topk_group` of `n_group` groups by the sum of their two best scores),
 weights renormalised and scaled by `routed_scaling_factor`, plus always-on shared experts.
 
+LLaDA2.2 (a config with `expert_capacity`): block routing. The tokens of one aligned block of
+`block_size` positions first pick `expert_capacity` experts (each expert scored by its best
+sigmoid + bias score over the block), and each token takes its top-k among those; the group
+limit (`n_group`, `topk_group`) is not applied then (docs/models.md, "LLaDA2.2"). A config
+may also name its edit tokens (`delete_token_id`, `split_token_id`: the in/del decoder's
+DELETE and INSERT, engine.decoding.indel).
+
 Module names follow the public checkpoint (`model.word_embeddings`, `model.layers.N.attention
 .query_key_value`, `...mlp.experts.E.gate_proj`, `...mlp.gate.expert_bias`, `lm_head`).
 """
@@ -25,6 +32,7 @@ from torch import Tensor, nn
 import kernels
 from engine.model.adapters.common import AdapterModel, CacheAt, RMSNorm, Rope, apply_rope, attend
 from engine.model.native import KVCache, ModelConfig, SpecialTokens
+from kernels.moe_reference import block_allowed, route_groups
 
 MODEL_TYPES = ("llada2_moe",)
 ARCHITECTURES = ("LLaDA2MoeModelLM",)
@@ -63,6 +71,9 @@ class LLaDA2Config:
     score_function: str = "sigmoid"
     norm_topk_prob: bool = True
     block_size: int = 32  # the diffusion block (LLaDA2's generate default, block_length)
+    expert_capacity: int | None = None  # LLaDA2.2: experts a block may use (block routing)
+    delete_token_id: int | None = None  # LLaDA2.2: the DELETE edit token
+    split_token_id: int | None = None  # LLaDA2.2: the INSERT edit token (SPLIT in SGLang)
 
     @classmethod
     def from_hf(cls, d: dict[str, Any]) -> LLaDA2Config:
@@ -77,11 +88,52 @@ class LLaDA2Config:
             raise ValueError("llada2_moe: norm_head=true is not supported")
         if cfg.rope_scaling and cfg.rope_scaling.get("rope_type", cfg.rope_scaling.get("type")) not in (None, "default"):
             raise ValueError(f"llada2_moe: rope_scaling {cfg.rope_scaling} is not supported")
+        check_llada22_keys(cfg, d)
         return cfg
+
+    @property
+    def block_routing(self) -> bool:
+        return self.expert_capacity is not None
+
+    @property
+    def edit_tokens(self) -> tuple[int, int] | None:
+        """(DELETE, INSERT) ids when the config names both, else None."""
+        if self.delete_token_id is None or self.split_token_id is None:
+            return None
+        return self.delete_token_id, self.split_token_id
 
     @property
     def hd(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_llada22_keys(cfg: LLaDA2Config, d: dict[str, Any]) -> None:
+    """Refuse LLaDA2.2 keys this adapter cannot read as they are meant (never misread them)."""
+    if d.get("expert_capacity") is not None:
+        cap, e, k = d["expert_capacity"], cfg.num_experts, cfg.num_experts_per_tok
+        if not _is_int(cap) or e is None or not k <= cap <= e:
+            raise ValueError(f"llada2_moe: expert_capacity {cap!r} is not an integer between num_experts_per_tok "
+                             f"({k}) and num_experts ({e}): cannot read this block routing")
+        if "block_size" not in d and "block_length" not in d:
+            raise ValueError("llada2_moe: expert_capacity without block_size: the routing block is unknown")
+        if not _is_int(cfg.block_size) or cfg.block_size < 1:
+            raise ValueError(f"llada2_moe: block_size {cfg.block_size!r} is not a positive integer")
+        if cfg.score_function != "sigmoid":
+            raise ValueError(f"llada2_moe: block routing with score_function {cfg.score_function!r} is not "
+                             "supported (sigmoid only, as LLaDA2.2 publishes it)")
+    ids = {k: d[k] for k in ("delete_token_id", "split_token_id") if k in d and d[k] is not None}
+    if len(ids) == 1:
+        raise ValueError(f"llada2_moe: {next(iter(ids))} without its pair: in/del decoding needs both "
+                         "delete_token_id and split_token_id")
+    for k, v in ids.items():
+        if not _is_int(v) or not 0 <= v < cfg.vocab_size:
+            raise ValueError(f"llada2_moe: {k} {v!r} is not a token id below vocab_size {cfg.vocab_size}")
+    if len(ids) == 2 and ids["delete_token_id"] == ids["split_token_id"]:
+        raise ValueError("llada2_moe: delete_token_id and split_token_id are the same id")
 
 
 class MLP(nn.Module):
@@ -105,14 +157,20 @@ class Gate(nn.Module):
         self.weight = nn.Parameter(torch.empty(c.num_experts, c.hidden_size))
         self.register_buffer("expert_bias", torch.zeros(c.num_experts))
 
-    def forward(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        """h [N, D] -> expert ids [N, k] and their weights [N, k] (fp32)."""
+    def forward(self, h: Tensor, groups: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """h [N, D] -> expert ids [N, k] and their weights [N, k] (fp32). Block routing: the
+        tokens' groups (`kernels.moe_reference.route_groups`; None: all of h is one block)."""
         c = self.c
         logits = F.linear(h.float(), self.weight.float())
         scores = torch.sigmoid(logits) if c.score_function == "sigmoid" else logits.softmax(-1)
         choice = scores + self.expert_bias.float()
         n, e = choice.shape
-        if c.n_group > 1 and c.topk_group < c.n_group:
+        if c.expert_capacity is not None:
+            if groups is None:
+                groups = torch.zeros(n, dtype=torch.long, device=h.device)
+            allowed = block_allowed(choice, groups, c.expert_capacity)
+            choice = choice.masked_fill(~allowed, float("-inf"))
+        elif c.n_group > 1 and c.topk_group < c.n_group:
             grouped = choice.view(n, c.n_group, e // c.n_group)
             gscore = grouped.topk(min(2, e // c.n_group), dim=-1).values.sum(-1)
             keep = torch.zeros_like(gscore, dtype=torch.bool)
@@ -181,10 +239,10 @@ class SparseMoe(nn.Module):
         self._stack = (w13, w2)
         return self._stack
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, groups: Tensor | None = None) -> Tensor:
         shape = x.shape
         h = x.reshape(-1, shape[-1])
-        idx, w = self.gate(h)
+        idx, w = self.gate(h, groups)
         if self.impl == "loop":
             out = self.loop_experts(h, idx, w)
         else:
@@ -252,9 +310,11 @@ class DecoderLayer(nn.Module):
         moe = c.num_experts is not None and i >= c.first_k_dense_replace
         self.mlp: nn.Module = SparseMoe(c) if moe else MLP(c.hidden_size, c.intermediate_size)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache_at: CacheAt) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache_at: CacheAt,
+                groups: Tensor | None = None) -> Tensor:
         x = x + self.attention(self.input_layernorm(x), cos, sin, mask, cache_at)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        h = self.post_attention_layernorm(x)
+        return x + (self.mlp(h, groups) if isinstance(self.mlp, SparseMoe) else self.mlp(h))
 
 
 class Backbone(nn.Module):
@@ -284,6 +344,17 @@ class LLaDA2Model(AdapterModel):
             rope_base=c.rope_theta, norm_eps=c.rms_norm_eps, max_seq_len=c.max_position_embeddings,
             block_size=c.block_size, attention="block_causal", shift_logits=False,
             tie_embeddings=c.tie_word_embeddings, special=special)
+
+    @property
+    def edit_tokens(self) -> tuple[int, int] | None:
+        """(DELETE, INSERT) ids of a checkpoint trained for in/del editing, else None."""
+        return self.args.edit_tokens
+
+    def route_groups(self, pos: Tensor) -> Tensor | None:
+        """Block routing's token groups for a forward at positions `pos` (None: token routing).
+        A block's tokens route together only when fed together: the decoder's block must be
+        the routing block (`block_size`), as the aligned LLaDA2 decoder feeds whole blocks."""
+        return route_groups(pos, self.args.block_size) if self.args.block_routing else None
 
     def embed(self, idx: Tensor) -> Tensor:
         return self.model.word_embeddings(idx)
