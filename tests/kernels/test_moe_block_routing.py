@@ -1,0 +1,75 @@
+"""LLaDA2.2's block routing on every MoE path: the routing (kernels.moe_reference.block_allowed)
+keeps each block's tokens inside its `expert_capacity` experts, and the reference, grouped
+(eager) and Triton expert compute (interpreted on the CPU) give the per-expert loop's output
+on block-routed ids. Block routing reads fewer experts per block than token routing."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from kernels.moe_reference import block_allowed, experts_read, route_groups  # noqa: E402
+
+try:
+    INTERPRETED = bool(importlib.import_module("kernels.moe").INTERPRETED)
+except ImportError:
+    INTERPRETED = False
+
+E, K, CAP, BLOCK = 64, 4, 12, 8
+
+
+def block_moe(capacity: int | None) -> torch.nn.Module:
+    from engine.model.adapters.llada2 import LLaDA2Config, SparseMoe
+
+    torch.manual_seed(0)
+    c = LLaDA2Config(hidden_size=40, moe_intermediate_size=24, num_experts=E, num_experts_per_tok=K,
+                     expert_capacity=capacity, block_size=BLOCK)
+    moe = SparseMoe(c)
+    with torch.no_grad():
+        for p in moe.parameters():
+            p.normal_(0.0, 0.3)
+        moe.gate.expert_bias.normal_(0.0, 0.1)
+    return moe.eval()
+
+
+def test_block_allowed_keeps_each_group_inside_its_capacity() -> None:
+    g = torch.Generator().manual_seed(2)
+    choice = torch.rand(20, E, generator=g)
+    groups = route_groups(torch.tensor([list(range(8, 28))]), BLOCK)  # blocks [8,16) [16,24) [24,28)
+    allowed = block_allowed(choice, groups, CAP)
+    assert allowed.sum(-1).eq(CAP).all()
+    for gid in groups.unique():
+        rows = allowed[groups == gid]
+        assert (rows == rows[0]).all()  # one pool a block
+        best = choice[groups == gid].max(0).values
+        assert set(rows[0].nonzero().flatten().tolist()) == set(best.topk(CAP).indices.tolist())
+
+
+@pytest.mark.parametrize("impl", ["grouped", "reference", "triton"])
+def test_every_expert_path_gives_the_loop_on_block_routed_ids(impl: str) -> None:
+    if impl == "triton" and not INTERPRETED:
+        pytest.skip("the Triton path on CPU tensors needs TRITON_INTERPRET=1 before kernels is imported")
+    moe = block_moe(CAP)
+    x = torch.randn(1, 21, 40, generator=torch.Generator().manual_seed(1))
+    groups = route_groups(torch.arange(3, 24)[None], BLOCK)
+    with torch.inference_mode():
+        moe.impl = "loop"
+        want = moe(x, groups)
+        moe.impl = impl
+        got = moe(x, groups)
+    assert torch.allclose(got, want, atol=1e-5), float((got - want).abs().max())
+
+
+def test_block_routing_reads_at_most_capacity_experts_a_block() -> None:
+    h = torch.randn(64, 40, generator=torch.Generator().manual_seed(4))
+    groups = route_groups(torch.arange(64)[None], BLOCK)
+    ids_block, _ = block_moe(CAP).gate(h, groups)
+    ids_token, _ = block_moe(None).gate(h)
+    per_block = experts_read(ids_block, groups, E)
+    assert int(per_block.max()) <= CAP
+    assert float(per_block.float().mean()) < float(experts_read(ids_token, groups, E).float().mean())
