@@ -15,6 +15,11 @@ values, and the fraction of the device's memory bandwidth that the step's time r
 (H100 SXM 3.35 TB/s, H200 4.8 TB/s, by device name; --bandwidth-tbs overrides). Each new
 implementation's logits are compared with the loop's. Prints a table, then one JSON line.
 
+Routing (--routing): "token" is LLaDA2.0/2.1's group-limited top-k per token; "block" is
+LLaDA2.2's block routing on the same weights (the 32-token block's `expert_capacity` = 48
+best experts, then top-k per token inside them): its rows report the experts each block reads
+(`experts_per_block`, at most 48) and the expert bytes that saves.
+
     python bench/gpu_llada2.py                     # on a CUDA device
     python bench/gpu_llada2.py --config DIR/config.json   # a local copy of the real config
     python bench/gpu_llada2.py --tiny --device cpu # a smoke run of the script itself
@@ -27,6 +32,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,7 @@ import torch  # noqa: E402
 from engine.model.adapters.common import consecutive_from  # noqa: E402
 from engine.model.adapters.llada2 import Gate, LLaDA2Model, SparseMoe, build, set_moe_impl  # noqa: E402
 from engine.model.native import SpecialTokens  # noqa: E402
+from kernels.moe_reference import experts_read, route_groups  # noqa: E402
 
 # LLaDA2.0-mini's config.json (inclusionAI/LLaDA2.0-mini; LLaDA2.1-mini has the same shape),
 # the keys the adapter reads
@@ -57,6 +64,7 @@ MINI: dict[str, Any] = {
 TINY = {**MINI, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 16,
         "moe_intermediate_size": 32, "n_group": 4, "topk_group": 2}
+CAPACITY = {"mini": 48, "tiny": 10}  # LLaDA2.2's expert_capacity; the tiny one keeps top-8 below it
 SPECIAL = SpecialTokens(mask=156895, end_of_text=156892, end_of_middle=156892, pad=156892,
                         fim_prefix=-1, fim_suffix=-1, fim_middle=-1)  # ids only label the bench
 PEAK_TBS = (("H200", 4.8), ("H100 PCIe", 2.0), ("H100", 3.35), ("A100", 2.0))  # by device name, first match
@@ -155,12 +163,28 @@ def time_forward(m: LLaDA2Model, inp: dict[str, Any], iters: int, device: torch.
     return (time.perf_counter() - t0) / iters * 1000, logits
 
 
-def touched_experts(m: LLaDA2Model, inp: dict[str, Any]) -> list[int]:
-    """Per MoE layer, how many distinct experts the step's tokens chose (an untimed forward)."""
+def set_routing(m: LLaDA2Model, routing: str, capacity: int) -> None:
+    """Token routing (LLaDA2.1) or block routing with `capacity` (LLaDA2.2) on every gate."""
+    if routing not in ("token", "block"):
+        raise SystemExit(f"routing {routing!r}: token or block")
+    cap = capacity if routing == "block" else None
+    m.args = replace(m.args, expert_capacity=cap)
+    for mod in m.modules():
+        if isinstance(mod, Gate):
+            mod.c = replace(mod.c, expert_capacity=cap)
+
+
+def touched_experts(m: LLaDA2Model, inp: dict[str, Any], per_block: list[float] | None = None) -> list[int]:
+    """Per MoE layer, how many distinct experts the step's tokens chose (an untimed forward);
+    `per_block` gets each layer's mean distinct experts per 32-token block."""
     counts: list[int] = []
+    groups = route_groups(inp["pos"], m.config.block_size)
 
     def hook(_mod: torch.nn.Module, _args: Any, out: tuple[torch.Tensor, torch.Tensor]) -> None:
         counts.append(int(out[0].unique().numel()))
+        if per_block is not None:
+            n_exp = m.args.num_experts or 0
+            per_block.append(float(experts_read(out[0], groups, n_exp).float().mean()))
 
     handles = [mod.register_forward_hook(hook) for mod in m.modules() if isinstance(mod, Gate)]
     try:
@@ -200,12 +224,16 @@ def fill_cache(m: LLaDA2Model) -> None:
 
 
 def measure(m: LLaDA2Model, impls: list[str], batch: int, ctx: int, iters: int, dev: torch.device,
-            tbs: float | None) -> list[dict[str, Any]]:
+            tbs: float | None, routing: str = "token") -> list[dict[str, Any]]:
     """One row per implementation for a (batch, cached) step, on the same cache and inputs."""
     block = m.config.block_size
     inp = block_inputs(batch, ctx, block, m.config.vocab_size, dev)
     set_moe_impl(m, impls[0])
-    touched = touched_experts(m, inp)
+    per_block: list[float] = []
+    touched = touched_experts(m, inp, per_block)
+    moe = next(mod for mod in m.modules() if isinstance(mod, SparseMoe))
+    per_expert = sum(p.numel() * p.element_size() for p in moe.expert_mlps()[0].parameters())
+    exp_block = sum(per_block) / max(1, len(per_block))
     nbytes = step_bytes(m, touched, batch, ctx + block)
     bound_ms = nbytes["total"] / (tbs * 1e12) * 1e3 if tbs else None
     rows: list[dict[str, Any]] = []
@@ -222,7 +250,9 @@ def measure(m: LLaDA2Model, impls: list[str], batch: int, ctx: int, iters: int, 
             continue
         base = logits if base is None else base
         row: dict[str, Any] = {
-            "impl": name, "batch": batch, "cached": ctx, "block": block, "ms": round(ms, 3),
+            "impl": name, "routing": routing, "batch": batch, "cached": ctx, "block": block, "ms": round(ms, 3),
+            "experts_per_block": round(exp_block, 1),
+            "gb_experts_per_block": round(exp_block * len(per_block) * per_expert / 1e9, 4),
             "tokens_per_s": round(batch * block / ms * 1000, 1),
             "experts_per_layer": round(sum(touched) / max(1, len(touched)), 1),
             "bytes_read": nbytes["total"], "gb_read": round(nbytes["total"] / 1e9, 3), "gb_experts": round(nbytes["experts"] / 1e9, 3),
@@ -239,13 +269,14 @@ def measure(m: LLaDA2Model, impls: list[str], batch: int, ctx: int, iters: int, 
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    print(f"{'impl':>9} {'batch':>5} {'cached':>6} {'ms/step':>9} {'tok/s':>9} {'exp/lyr':>7} {'GB read':>8} "
+    print(f"{'impl':>9} {'route':>5} {'exp/blk':>7} {'GB exp/blk':>10} {'batch':>5} {'cached':>6} {'ms/step':>9} {'tok/s':>9} {'exp/lyr':>7} {'GB read':>8} "
           f"{'bound ms':>8} {'x bound':>7} {'BW %':>6} {'vs loop':>7} {'max|dlogit|':>11}")
     for r in rows:
         bound = f"{r['bound_ms']:>8.2f}" if r["bound_ms"] else f"{'-':>8}"
         xb = f"{r['x_bound']:>7.2f}" if r["x_bound"] else f"{'-':>7}"
         bw = f"{100 * r['bw_fraction']:>6.1f}" if r["bw_fraction"] else f"{'-':>6}"
-        print(f"{r['impl']:>9} {r['batch']:>5} {r['cached']:>6} {r['ms']:>9.2f} {r['tokens_per_s']:>9.1f} "
+        print(f"{r['impl']:>9} {r['routing']:>5} {r['experts_per_block']:>7.1f} {r['gb_experts_per_block']:>10.4f} "
+              f"{r['batch']:>5} {r['cached']:>6} {r['ms']:>9.2f} {r['tokens_per_s']:>9.1f} "
               f"{r['experts_per_layer']:>7.1f} {r['gb_read']:>8.3f} {bound} {xb} {bw} "
               f"{r['speedup_vs_first']:>7.2f} {r['max_abs_diff_vs_first']:>11.2e}")
 
@@ -255,7 +286,8 @@ def goal(rows: list[dict[str, Any]]) -> dict[str, Any]:
     faster than the loop, for every cached length."""
     verdicts = []
     for ctx in sorted({r["cached"] for r in rows if r["batch"] == 1}):
-        group = [r for r in rows if r["batch"] == 1 and r["cached"] == ctx and r["impl"] != "loop"]
+        group = [r for r in rows if r["batch"] == 1 and r["cached"] == ctx and r["impl"] != "loop"
+                 and r["routing"] == "token"]
         if not group:
             continue
         best = min(group, key=lambda r: r["ms"])
@@ -277,6 +309,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     "NAME+graph replays the step as a CUDA graph (default: loop,triton,grouped,"
                     "triton+graph,grouped+graph on CUDA; loop,grouped,reference elsewhere)")
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--routing", default="token,block", help="token (LLaDA2.1) and/or block (LLaDA2.2) routing")
     ap.add_argument("--bandwidth-tbs", type=float, default=None, help="the device's memory bandwidth (TB/s)")
     return ap.parse_args(argv)
 
@@ -310,8 +343,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for B in batches:
         m.setup_cache(B, max(ctxs) + m.config.block_size + 1)
         fill_cache(m)
-        for ctx in ctxs:
-            rows += measure(m, impls, B, ctx, args.iters, dev, tbs)
+        for routing in args.routing.split(","):
+            set_routing(m, routing, CAPACITY["tiny" if args.tiny else "mini"])
+            for ctx in ctxs:
+                rows += measure(m, impls, B, ctx, args.iters, dev, tbs, routing)
         m.drop_cache()
         if dev.type == "cuda":
             torch.cuda.empty_cache()

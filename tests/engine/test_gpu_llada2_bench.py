@@ -16,7 +16,8 @@ def test_tiny_run_compares_every_impl_and_accounts_the_bytes(capsys: pytest.Capt
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last) == json.loads(json.dumps(record))  # the final JSON line is the record
     rows = record["rows"]
-    assert [(r["impl"], r["batch"]) for r in rows] == [(i, b) for b in (1, 3) for i in ("loop", "grouped", "reference")]
+    assert [(r["impl"], r["routing"], r["batch"]) for r in rows] == [
+        (i, rt, b) for b in (1, 3) for rt in ("token", "block") for i in ("loop", "grouped", "reference")]
     cfg = gpu_llada2.TINY
     per_expert = 3 * cfg["hidden_size"] * cfg["moe_intermediate_size"] * 4  # fp32
     for r in rows:
@@ -29,6 +30,13 @@ def test_tiny_run_compares_every_impl_and_accounts_the_bytes(capsys: pytest.Capt
         assert r["bound_ms"] == pytest.approx(r["bytes_read"] / 1e6, rel=1e-2)  # 1 GB/s: 1 ms a MB
         assert r["x_bound"] == pytest.approx(r["ms"] / r["bound_ms"], rel=2e-2)
     assert [v["cached"] for v in record["goal"]["batch1"]] == [64]
+    # block routing: at most the capacity per block, fewer experts per block than token routing
+    block = [r for r in rows if r["routing"] == "block"]
+    token = [r for r in rows if r["routing"] == "token"]
+    assert all(r["experts_per_block"] <= gpu_llada2.CAPACITY["tiny"] for r in block)
+    assert max(r["experts_per_block"] for r in block) < min(r["experts_per_block"] for r in token)
+    assert all(r["gb_experts_per_block"] == pytest.approx(
+        r["experts_per_block"] * layers * per_expert / 1e9, abs=1e-4) for r in rows)
 
 
 def test_device_names_map_to_their_bandwidth() -> None:
