@@ -28,6 +28,7 @@ from engine.decoding import local
 from engine.decoding.alternatives import only
 from engine.decoding.decode import Sequence
 from engine.decoding.decode_bidir import make_sequence
+from engine.decoding.indel import policy_for
 from engine.decoding.next_edit import (
     MAX_REGION_TOKENS,
     RegionTokens,
@@ -40,7 +41,6 @@ from engine.decoding.policies import (
     EditOnlyConfig,
     Policy,
     edit_threshold_of,
-    make_policy,
 )
 from engine.decoding.rejections import BadRequest, TooLong
 from engine.decoding.scheduler import Scheduler
@@ -161,7 +161,7 @@ class TextEngine:
         plan = req.plan
         ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, doc_key=req.doc_key,
                                                     context=req.context)
-        policy = policy or make_policy(plan.preset or self.preset)
+        policy = policy or policy_for(self.model, plan.preset or self.preset)
         reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids) if self.exact_cache else 0
         max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
         seq = make_sequence(self.model, ids, policy, max_new, suffix=suffix, row=row, reused=reused,
@@ -256,7 +256,8 @@ class TextEngine:
         unc = (~seq.committed).nonzero()
         upto = int(unc[0]) if unc.numel() else seq.cap
         upto = min(upto, seq.live_limit())
-        return self._answer(seq, seq.middle[:upto].tolist(), plan, partial)
+        # an in/del block's leftover masks are committed blanks (engine.decoding.indel): not text
+        return self._answer(seq, [t for t in seq.middle[:upto].tolist() if t != seq.sp.mask], plan, partial)
 
     def _answer(self, seq: Sequence, toks: list[int], plan: Plan, partial: str) -> str:
         return self.prompts.answer(toks, plan, partial, self.prompts.tail_of(seq.prompt, partial))

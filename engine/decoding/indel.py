@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from engine.decoding.decode import Sequence
+from engine.decoding.policies import Policy, make_policy
 from engine.decoding.policies.indel import InDel, InDelConfig
 from engine.decoding.steps import Staged, TokenEvent
 from engine.model.native import SpecialTokens
@@ -158,6 +159,8 @@ class InDelSequence(Sequence):
         toks, marks = restructure(new, cur.tolist(), s.orig.tolist(), mask, self.delete, self.split)
         s.orig = torch.tensor(marks, dtype=torch.bool)
         self._write(sl, cur.tolist(), toks, ev)
+        # the first complete draft: the last block's original masks are gone (later steps edit)
+        ev.complete = self._is_last_block() and not any(m and t == mask for m, t in zip(marks, toks, strict=True))
         if forced:
             self.counts.forced += 1
             return self._end_block(ev)
@@ -190,6 +193,18 @@ class InDelSequence(Sequence):
         self._finish_block()
         ev.complete = self.phase == "done"
         return ev
+
+
+def policy_for(model: object, preset: str) -> Policy:
+    """The policy a preset decodes with on `model`. A model trained for in/del editing (its
+    config names the edit tokens: LLaDA2.2) decodes with the in/del rule, the preset's mask
+    threshold and SGLang's edit threshold (0): the substitution-only rules would commit its
+    DELETE and INSERT tokens as text. Any other model: the preset's own policy."""
+    base = make_policy(preset)
+    if getattr(model, "edit_tokens", None) is None:
+        return base
+    threshold = getattr(getattr(base, "config", None), "mask_threshold", InDelConfig.threshold)
+    return InDel(InDelConfig(threshold=float(threshold)))
 
 
 def make_indel_sequence(model: object, prompt: list[int], policy: InDel, max_new_tokens: int,

@@ -98,3 +98,14 @@ def test_indel_is_refused_without_edit_tokens(tmp_path: Path) -> None:
     lm21 = load_model(write_llada2(tmp_path / "llada21"))
     with pytest.raises(ValueError, match="delete_token_id and split_token_id"):
         make_sequence(lm21.model, prompt_ids(9), make_policy("indel"), 16, max_len=128)
+
+
+def test_a_model_with_edit_tokens_decodes_presets_with_the_indel_rule(lm: LoadedModel, tmp_path: Path) -> None:
+    from engine.decoding.indel import policy_for
+    from engine.decoding.policies import DraftEdit, InDel
+
+    speedy, quality = policy_for(lm.model, "speedy"), policy_for(lm.model, "quality")
+    assert isinstance(speedy, InDel) and isinstance(quality, InDel)
+    assert (speedy.config.threshold, quality.config.threshold) == (0.5, 0.9)
+    lm21 = load_model(write_llada2(tmp_path / "llada21"))
+    assert isinstance(policy_for(lm21.model, "speedy"), DraftEdit)  # LLaDA2.1: as before

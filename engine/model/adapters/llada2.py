@@ -129,9 +129,9 @@ def check_llada22_keys(cfg: LLaDA2Config, d: dict[str, Any]) -> None:
     if len(ids) == 1:
         raise ValueError(f"llada2_moe: {next(iter(ids))} without its pair: in/del decoding needs both "
                          "delete_token_id and split_token_id")
-    for k, v in ids.items():
+    for name, v in ids.items():
         if not _is_int(v) or not 0 <= v < cfg.vocab_size:
-            raise ValueError(f"llada2_moe: {k} {v!r} is not a token id below vocab_size {cfg.vocab_size}")
+            raise ValueError(f"llada2_moe: {name} {v!r} is not a token id below vocab_size {cfg.vocab_size}")
     if len(ids) == 2 and ids["delete_token_id"] == ids["split_token_id"]:
         raise ValueError("llada2_moe: delete_token_id and split_token_id are the same id")
 
