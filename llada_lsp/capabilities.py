@@ -9,6 +9,12 @@ Keys in `EngineClient.info` (absent: the native engine's answer):
   alternatives how many candidates one request can decode (1: the primary only)
   next_edit    next-edit suggestions are available
   presets      the presets (speedy, quality) this engine can serve
+  block_routing LLaDA2.2's block-routed MoE runs as trained (native: yes; SGLang: no, its
+               LLaDA2 model routes per token: block routing is open pull request #31768)
+  indel        LLaDA2.2's insert/delete edits reach the editor as `llada/refine` insertions and
+               deletions (native: yes, for a model whose config names the edit tokens; SGLang:
+               no: its JointThresholdInDel, open pull request #31773, edits inside the server
+               and streams committed blocks only)
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ class Capabilities:
     remask: bool = True
     alternatives: int = MAX_ALTERNATIVES
     next_edit: bool = True
+    block_routing: bool = True
+    indel: bool = True
 
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> Capabilities:
@@ -38,4 +46,6 @@ class Capabilities:
                    granularity=str(info.get("granularity", d.granularity)),
                    edits=bool(info.get("edits", d.edits)), remask=bool(info.get("remask", d.remask)),
                    alternatives=alt if isinstance(alt, int) and alt >= 1 else d.alternatives,
-                   next_edit=bool(info.get("next_edit", d.next_edit)))
+                   next_edit=bool(info.get("next_edit", d.next_edit)),
+                   block_routing=bool(info.get("block_routing", d.block_routing)),
+                   indel=bool(info.get("indel", d.indel)))

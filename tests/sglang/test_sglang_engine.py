@@ -16,6 +16,7 @@ from sglang_helpers import PREFIX, REPLY, client, collect, fake, first_draft, ll
 from bench.fake_sglang import FakeRouter, FakeSglang
 from engine.api import Plan, apply_edits
 from engine.model.model_path import CHECKPOINTS_DIR
+from llada_lsp.capabilities import Capabilities
 from llada_lsp.sglang_engine import SglangEngineClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
@@ -62,6 +63,8 @@ async def test_blocks_stream_as_draft_events_then_done(tok: Path) -> None:
         assert st["tokens"] == len(eng.builder.encode(REPLY)) + 1  # with the end-of-middle token
         assert st["cached_tokens"] == 0 and st["total_ms"] >= st["first_draft_ms"] > 0
         assert eng.info["backend"] == "sglang" and eng.info["edits"] is False and eng.info["alternatives"] == 1
+        caps = Capabilities.of(eng.info)  # LLaDA2.2: SGLang routes per token and streams no in/del edits
+        assert not caps.block_routing and not caps.indel and Capabilities().indel
     finally:
         await eng.close()
         await server.stop()
