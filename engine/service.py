@@ -253,11 +253,7 @@ class TextEngine:
         return fn
 
     def _text(self, seq: Sequence, plan: Plan, partial: str) -> str:
-        unc = (~seq.committed).nonzero()
-        upto = int(unc[0]) if unc.numel() else seq.cap
-        upto = min(upto, seq.live_limit())
-        # an in/del block's leftover masks are committed blanks (engine.decoding.indel): not text
-        return self._answer(seq, [t for t in seq.middle[:upto].tolist() if t != seq.sp.mask], plan, partial)
+        return self._answer(seq, seq.shown_tokens(), plan, partial)
 
     def _answer(self, seq: Sequence, toks: list[int], plan: Plan, partial: str) -> str:
         return self.prompts.answer(toks, plan, partial, self.prompts.tail_of(seq.prompt, partial))

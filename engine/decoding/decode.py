@@ -101,6 +101,12 @@ class Sequence:
     def final_middle(self) -> list[int]:
         return self.middle[: self.live_limit()].tolist()
 
+    def shown_tokens(self) -> list[int]:
+        """The tokens a streamed draft shows: the committed prefix, up to the live limit."""
+        unc = (~self.committed).nonzero()
+        upto = min(int(unc[0]) if unc.numel() else self.cap, self.live_limit())
+        return self.middle[:upto].tolist()
+
     def _block(self) -> slice:
         if self.align:  # up to the next multiple of b in absolute positions
             return slice(self.block_start, ((self.P + self.block_start) // self.b + 1) * self.b - self.P)

@@ -98,11 +98,20 @@ class InDelSequence(Sequence):
         self.cfg: InDelConfig = policy.config
         self.delete, self.split = edit_tokens
         self.counts = InDelCounts()
+        self.drafted = False  # the first complete draft was reported
         self._state: _Block | None = None
 
     def final_middle(self) -> list[int]:
         drop = (self.sp.mask, self.delete, self.split)
         return [t for t in super().final_middle() if t not in drop]
+
+    def shown_tokens(self) -> list[int]:
+        """Before the first complete draft, the committed prefix; after it, the whole draft
+        with its holes (masks an insertion or a deletion opened, blanks) left out, so an edit
+        shows as the insertion or deletion it is, not as a cut of the text after it."""
+        if not self.drafted:
+            return [t for t in super().shown_tokens() if t != self.sp.mask]
+        return self.final_middle()
 
     def commit(self, st: Staged, conf: Confidence) -> TokenEvent:
         if st.multi or st.edit_only or self.phase != "draft":
@@ -161,6 +170,7 @@ class InDelSequence(Sequence):
         self._write(sl, cur.tolist(), toks, ev)
         # the first complete draft: the last block's original masks are gone (later steps edit)
         ev.complete = self._is_last_block() and not any(m and t == mask for m, t in zip(marks, toks, strict=True))
+        self.drafted = self.drafted or ev.complete
         if forced:
             self.counts.forced += 1
             return self._end_block(ev)
@@ -192,19 +202,23 @@ class InDelSequence(Sequence):
         self._find_end()
         self._finish_block()
         ev.complete = self.phase == "done"
+        self.drafted = self.drafted or ev.complete
         return ev
 
 
 def policy_for(model: object, preset: str) -> Policy:
     """The policy a preset decodes with on `model`. A model trained for in/del editing (its
-    config names the edit tokens: LLaDA2.2) decodes with the in/del rule, the preset's mask
-    threshold and SGLang's edit threshold (0): the substitution-only rules would commit its
-    DELETE and INSERT tokens as text. Any other model: the preset's own policy."""
+    config names the edit tokens: LLaDA2.2) decodes with the in/del rule at the preset's mask
+    and edit thresholds (Speedy drafts low and edits, Quality drafts high): the substitution-
+    only rules would commit its DELETE and INSERT tokens as text. Any other model: the
+    preset's own policy. (SGLang's and the model card's edit threshold is 0; the presets keep
+    theirs, a choice not yet measured on a LLaDA2.2 checkpoint: docs/models.md.)"""
     base = make_policy(preset)
     if getattr(model, "edit_tokens", None) is None:
         return base
-    threshold = getattr(getattr(base, "config", None), "mask_threshold", InDelConfig.threshold)
-    return InDel(InDelConfig(threshold=float(threshold)))
+    cfg = getattr(base, "config", None)
+    return InDel(InDelConfig(threshold=float(getattr(cfg, "mask_threshold", InDelConfig.threshold)),
+                             edit_threshold=float(getattr(cfg, "edit_threshold", InDelConfig.edit_threshold))))
 
 
 def make_indel_sequence(model: object, prompt: list[int], policy: InDel, max_new_tokens: int,

@@ -18,17 +18,28 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from tiny_ckpts import EOS, MASK, PAD, SPECIALS, VOCAB, _save
+
+from tests.adapters.tiny_ckpts import (
+    EOS,
+    LLADA2_CHAT_TEMPLATE,
+    MASK,
+    PAD,
+    SPECIALS,
+    VOCAB,
+    _save,
+    write_code_tokenizer,
+)
 
 DELETE, SPLIT = 88, 89
 EDIT_SPECIALS = {DELETE: "<|delete|>", SPLIT: "<|insert|>"}  # token strings: an assumption (docs/models.md)
 CAPACITY, ROUTING_BLOCK, EXPERTS, TOP_K = 48, 32, 256, 8
 
 
-def llada22_config(d: int = 32, heads: int = 4, kv: int = 2, head_dim: int = 16, layers: int = 3,
+def llada22_config(vocab: int = VOCAB, delete: int = DELETE, split: int = SPLIT, d: int = 32, heads: int = 4,
+                   kv: int = 2, head_dim: int = 16, layers: int = 3,
                    ff: int = 64, moe_ff: int = 8) -> dict:
     return {
-        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "vocab_size": VOCAB,
+        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "vocab_size": vocab,
         "hidden_size": d, "intermediate_size": ff, "num_hidden_layers": layers, "num_attention_heads": heads,
         "num_key_value_heads": kv, "head_dim": head_dim, "hidden_act": "silu", "use_qkv_bias": False,
         "use_qk_norm": True, "use_bias": False, "norm_head": False, "rms_norm_eps": 1e-6,
@@ -38,16 +49,17 @@ def llada22_config(d: int = 32, heads: int = 4, kv: int = 2, head_dim: int = 16,
         "moe_intermediate_size": moe_ff, "first_k_dense_replace": 1, "score_function": "sigmoid",
         "norm_topk_prob": True, "moe_router_enable_expert_bias": True, "pad_token_id": PAD,
         "expert_capacity": CAPACITY, "block_size": ROUTING_BLOCK,
-        "delete_token_id": DELETE, "split_token_id": SPLIT, "output_router_logits": False, "dtype": "bfloat16",
+        "delete_token_id": delete, "split_token_id": split, "output_router_logits": False, "dtype": "bfloat16",
     }
 
 
 def write_llada22(out: Path, seed: int = 7, **shape: int) -> Path:
     cfg = llada22_config(**shape)
+    V = cfg["vocab_size"]
     D, H, KV, HD = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     FF, E, MI = cfg["intermediate_size"], cfg["num_experts"], cfg["moe_intermediate_size"]
-    shapes: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (VOCAB, D), "model.norm.weight": (D,),
-                                          "lm_head.weight": (VOCAB, D)}
+    shapes: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (V, D), "model.norm.weight": (D,),
+                                          "lm_head.weight": (V, D)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
@@ -96,4 +108,27 @@ def edit_head_rows(out: Path, rows: dict[int, tuple[int, float]], zero: tuple[in
                 w[r] = 0
             state["lm_head.weight"] = w.to(torch.bfloat16)
             save_file(state, str(f), metadata={"format": "pt"})
+    return out
+
+
+# -- a chat checkpoint: LLaDA2's template over the code tokenizer, plus the two edit tokens --
+CHAT_DELETE, CHAT_SPLIT = 96, 97  # appended after the code tokenizer's specials (90..95)
+
+
+def write_llada22_chat(out: Path, seed: int = 7, context: int = 2048) -> Path:
+    """The tiny LLaDA2.2 with LLaDA2's chat template and the code tokenizer (ids 0..95, as
+    tests/adapters/tiny_ckpts.write_llada2_chat), DELETE and INSERT at 96 and 97 (added special
+    tokens), a context of `context` positions."""
+    write_llada22(out, seed, vocab=98, delete=CHAT_DELETE, split=CHAT_SPLIT)
+    set_config(out, max_position_embeddings=context)
+    write_code_tokenizer(out)
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    tok.add_special_tokens([EDIT_SPECIALS[DELETE], EDIT_SPECIALS[SPLIT]])
+    assert tok.token_to_id(EDIT_SPECIALS[SPLIT]) == CHAT_SPLIT
+    tok.save(str(out / "tokenizer.json"))
+    tc = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|pad|>",
+          "mask_token": "<|mask|>", "chat_template": LLADA2_CHAT_TEMPLATE}
+    (out / "tokenizer_config.json").write_text(json.dumps(tc))
     return out
