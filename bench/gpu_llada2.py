@@ -23,6 +23,7 @@ best experts, then top-k per token inside them): its rows report the experts eac
     python bench/gpu_llada2.py                     # on a CUDA device
     python bench/gpu_llada2.py --config DIR/config.json   # a local copy of the real config
     python bench/gpu_llada2.py --tiny --device cpu # a smoke run of the script itself
+    python bench/gpu_llada2.py --routing-estimate  # no device: experts and bytes per block only
 """
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ sys.path.insert(0, str(_HERE.parent))
 import torch  # noqa: E402
 
 from engine.model.adapters.common import consecutive_from  # noqa: E402
-from engine.model.adapters.llada2 import Gate, LLaDA2Model, SparseMoe, build, set_moe_impl  # noqa: E402
+from engine.model.adapters.llada2 import (  # noqa: E402
+    Gate,
+    LLaDA2Config,
+    LLaDA2Model,
+    SparseMoe,
+    build,
+    set_moe_impl,
+)
 from engine.model.native import SpecialTokens  # noqa: E402
 from kernels.moe_reference import experts_read, route_groups  # noqa: E402
 
@@ -298,6 +306,32 @@ def goal(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"bound_x": GOAL_BOUND_X, "vs_loop": GOAL_VS_LOOP, "batch1": verdicts}
 
 
+def routing_estimate(cfg: dict[str, Any], capacity: int, blocks: int = 64, seed: int = 0) -> dict[str, Any]:
+    """Without a device: one router of `cfg`'s shape (random weights, std 0.02; expert bias std
+    0.01) over `blocks` blocks of random hidden states; per routing, the distinct experts a
+    32-token block reads and the bf16 expert bytes of one block step over every MoE layer."""
+    c = LLaDA2Config.from_hf(cfg)
+    gate = Gate(c)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        gate.weight.copy_(torch.randn(gate.weight.shape, generator=g) * 0.02)
+        gate.expert_bias.copy_(torch.randn(gate.expert_bias.shape, generator=g) * 0.01)
+    b = c.block_size
+    h = torch.randn(blocks * b, c.hidden_size, generator=g)
+    groups = route_groups(torch.arange(blocks * b).view(blocks, b), b)
+    per_expert = 3 * c.hidden_size * c.moe_intermediate_size * 2  # bf16 gate, up, down
+    layers = c.num_hidden_layers - c.first_k_dense_replace
+    out: dict[str, Any] = {"per_expert_bytes": per_expert, "moe_layers": layers, "block": b}
+    for routing, cap in (("token", None), ("block", capacity)):
+        gate.c = replace(c, expert_capacity=cap)
+        ids, _ = gate(h, groups)
+        e = experts_read(ids, groups, c.num_experts or 0).float()
+        out[routing] = {"experts_per_block": round(float(e.mean()), 1), "max": int(e.max()),
+                        "gb_experts_per_block_step": round(float(e.mean()) * per_expert * layers / 1e9, 3)}
+    out["ratio"] = round(out["token"]["gb_experts_per_block_step"] / out["block"]["gb_experts_per_block_step"], 2)
+    return out
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
@@ -310,12 +344,24 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     "triton+graph,grouped+graph on CUDA; loop,grouped,reference elsewhere)")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--routing", default="token,block", help="token (LLaDA2.1) and/or block (LLaDA2.2) routing")
+    ap.add_argument("--routing-estimate", action="store_true",
+                    help="no device: experts and expert bytes per block under token and block routing")
     ap.add_argument("--bandwidth-tbs", type=float, default=None, help="the device's memory bandwidth (TB/s)")
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
+    if args.routing_estimate:
+        cfg = TINY if args.tiny else (json.loads(Path(args.config).read_text()) if args.config else MINI)
+        est = routing_estimate(cfg, CAPACITY["tiny" if args.tiny else "mini"])
+        for r in ("token", "block"):
+            print(f"{r:>5} routing: {est[r]['experts_per_block']:6.1f} experts a 32-token block (max {est[r]['max']}), "
+                  f"{est[r]['gb_experts_per_block_step']:.3f} GB of bf16 experts a block step")
+        print(f"token / block: {est['ratio']}x")
+        record_e: dict[str, Any] = {"bench": "gpu_llada2", "routing_estimate": est}
+        print(json.dumps(record_e))
+        return record_e
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         reason = "no CUDA device (this benchmark needs a GPU; --device cpu --tiny smoke-tests it)"

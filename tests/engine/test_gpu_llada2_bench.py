@@ -58,3 +58,10 @@ def test_skips_with_a_json_line_without_cuda(capsys: pytest.CaptureFixture[str])
 def test_graph_replay_is_refused_off_cuda() -> None:
     with pytest.raises(SystemExit, match="CUDA"):
         gpu_llada2.main(["--tiny", "--device", "cpu", "--impls", "loop,triton+graph"])
+
+
+def test_routing_estimate_needs_no_device(capsys: pytest.CaptureFixture[str]) -> None:
+    est = gpu_llada2.main(["--routing-estimate", "--tiny"])["routing_estimate"]
+    assert est["block"]["max"] <= gpu_llada2.CAPACITY["tiny"] < est["token"]["experts_per_block"]
+    assert est["ratio"] > 1
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["routing_estimate"] == est
