@@ -51,9 +51,9 @@ def test_restructure_deletes_splits_pads_and_cuts() -> None:
     assert restructure([S, 1, 2, 3, 4], [9, 1, 2, 3, 4], [False] * 5, M, D, S)[0] == [M, 9, 1, 2, 3]
 
 
-def run_engine(lm: LoadedModel, prompt: list[int]) -> tuple[InDelSequence, list[list[int]]]:
+def run_engine(lm: LoadedModel, prompt: list[int], post: int = POST) -> tuple[InDelSequence, list[list[int]]]:
     m = lm.model
-    seq = make_sequence(m, prompt, make_policy("indel", max_post_edit_steps=POST), GEN, max_len=MAX_LEN)
+    seq = make_sequence(m, prompt, make_policy("indel", max_post_edit_steps=post), GEN, max_len=MAX_LEN)
     assert isinstance(seq, InDelSequence)
     attrs, states = new_slot_attrs(MAX_LEN, 0), []
     while not seq.done():
@@ -69,13 +69,14 @@ def run_engine(lm: LoadedModel, prompt: list[int]) -> tuple[InDelSequence, list[
     return seq, states
 
 
-@pytest.mark.parametrize("prompt_len", [21, 28])
-def test_engine_matches_the_reference_token_for_token(lm: LoadedModel, ckpt: Path, prompt_len: int) -> None:
+@pytest.mark.parametrize(("prompt_len", "post"), [(21, POST), (28, POST), (40, 16)])  # 16: SGLang's default
+def test_engine_matches_the_reference_token_for_token(lm: LoadedModel, ckpt: Path, prompt_len: int,
+                                                      post: int) -> None:
     prompt = prompt_ids(prompt_len, seed=10 + (prompt_len - 21) // 7)
     cfg, state = load_checkpoint(ckpt)
     canvas, forwards, trace = indel_generate(cfg, state, prompt, GEN, ROUTING_BLOCK, MASK, DELETE, SPLIT,
-                                             max_post=POST)
-    seq, states = run_engine(lm, prompt)
+                                             max_post=post)
+    seq, states = run_engine(lm, prompt, post)
     lead = prompt_len % ROUTING_BLOCK
     want = [s[lead:] if k == 0 else s for k, steps in enumerate(trace.blocks) for s in steps]
     assert states == want
