@@ -65,5 +65,5 @@ def edit_threshold_of(preset: str) -> float:
     return threshold
 
 
-__all__ = ["BlockView", "Decision", "DraftEdit", "EditOnly", "EditOnlyConfig", "InDel", "InDelConfig", "Policy", "POLICIES", "PRESETS",
-           "edit_threshold_of", "make_policy"]
+__all__ = ["BlockView", "Decision", "DraftEdit", "EditOnly", "EditOnlyConfig", "InDel", "InDelConfig", "Policy",
+           "POLICIES", "PRESETS", "edit_threshold_of", "make_policy"]
