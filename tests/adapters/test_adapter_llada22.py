@@ -136,3 +136,15 @@ def test_unreadable_llada22_configs_are_refused(ckpt: Path, tmp_path: Path, keys
     with pytest.raises(ValueError, match=message):
         load_model(bad)
     assert json.loads((ckpt / "config.json").read_text())["expert_capacity"] == CAPACITY  # nothing lost
+
+
+def test_a_block_routed_config_without_edit_ids_loads_and_warns(ckpt: Path, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """SGLang keeps a fallback table for LLaDA2.2-flash, whose config may not name the edit ids:
+    such a config loads (block routing on, no in/del) and says what to add."""
+    bare = tmp_path / "bare"
+    shutil.copytree(ckpt, bare)
+    with caplog.at_level("WARNING"):
+        m = load_model(set_config(bare, delete_token_id=None, split_token_id=None))
+    assert m.model.args.block_routing and m.model.edit_tokens is None
+    assert "delete_token_id" in caplog.text

@@ -22,6 +22,7 @@ Module names follow the public checkpoint (`model.word_embeddings`, `model.layer
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -33,6 +34,8 @@ import kernels
 from engine.model.adapters.common import AdapterModel, CacheAt, RMSNorm, Rope, apply_rope, attend
 from engine.model.native import KVCache, ModelConfig, SpecialTokens
 from kernels.moe_reference import block_allowed, route_groups
+
+log = logging.getLogger(__name__)
 
 MODEL_TYPES = ("llada2_moe",)
 ARCHITECTURES = ("LLaDA2MoeModelLM",)
@@ -134,6 +137,10 @@ def check_llada22_keys(cfg: LLaDA2Config, d: dict[str, Any]) -> None:
             raise ValueError(f"llada2_moe: {name} {v!r} is not a token id below vocab_size {cfg.vocab_size}")
     if len(ids) == 2 and ids["delete_token_id"] == ids["split_token_id"]:
         raise ValueError("llada2_moe: delete_token_id and split_token_id are the same id")
+    if cfg.expert_capacity is not None and not ids:
+        log.warning("llada2_moe: a block-routed (LLaDA2.2) config names no delete_token_id / split_token_id: "
+                    "decoding without insert/delete, and the model's DELETE/INSERT tokens may show as text; "
+                    "add both ids to config.json (SGLang uses 156930 / 156931 for LLaDA2.2-flash)")
 
 
 class MLP(nn.Module):
