@@ -327,8 +327,8 @@ def routing_estimate(cfg: dict[str, Any], capacity: int, blocks: int = 64, seed:
         ids, _ = gate(h, groups)
         e = experts_read(ids, groups, c.num_experts or 0).float()
         out[routing] = {"experts_per_block": round(float(e.mean()), 1), "max": int(e.max()),
-                        "gb_experts_per_block_step": round(float(e.mean()) * per_expert * layers / 1e9, 3)}
-    out["ratio"] = round(out["token"]["gb_experts_per_block_step"] / out["block"]["gb_experts_per_block_step"], 2)
+                        "gb_experts_per_block_step": round(float(e.mean()) * per_expert * layers / 1e9, 6)}
+    out["ratio"] = round(out["token"]["experts_per_block"] / out["block"]["experts_per_block"], 2)  # bytes alike
     return out
 
 
