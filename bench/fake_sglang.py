@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import sys
 import time
 import uuid
@@ -56,7 +57,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fake_http import HttpServer, Request, Responder  # noqa: E402
+from bench.fake_http import HttpServer, Request, Responder, Watch  # noqa: E402
 from bench.fake_sglang_contract import contract_error, request_error, sampling_params, stop_strings  # noqa: E402
 from bench.fake_sglang_rows import (  # noqa: E402
     Row,
@@ -78,6 +79,7 @@ class AbortRecord:
     rid: str
     abort_all: bool
     matched: list[str] = field(default_factory=list)
+    dropped: str = ""  # why the tokenizer manager did not forward it ("" when it did)
 
 
 class Codec:
@@ -127,6 +129,10 @@ class FakeSglang:
         disconnect_abort_s: float = 2.0,
         nonstream_disconnect_s: float = 4.0,
         tokenizer_worker_num: int = 1,
+        load_s: float = 0.0,
+        dispatch_delay_s: float = 0.001,
+        health_poll_s: float = 1.0,
+        health_timeout_s: float = 20.0,
     ) -> None:
         self.codec = Codec(tokenizer)
         self.reply, self.reply_fn, self.generator = reply, reply_fn, generator
@@ -138,8 +144,14 @@ class FakeSglang:
         self.model_path, self.architectures = model_path, list(architectures)
         self.dllm_algorithm = dllm_algorithm
         self.ready, self.start_delay_s = ready, start_delay_s
+        self._ready_when_up = ready  # False: stays 503 until a test sets `ready`
         self.disconnect_abort_s, self.nonstream_disconnect_s = disconnect_abort_s, nonstream_disconnect_s
         self.tokenizer_worker_num = tokenizer_worker_num
+        self.load_s, self.dispatch_delay_s = load_s, dispatch_delay_s
+        self.health_poll_s, self.health_timeout_s = health_poll_s, health_timeout_s
+        self.last_receive = time.perf_counter()  # `TokenizerManager.last_receive_tstamp`
+        self.health_rows = 0  # generations queued by /health
+        self.listening = False
         self.requests_received = 0
         self.received_rids: list[str] = []
         self.aborted_rids: list[str] = []
@@ -161,19 +173,47 @@ class FakeSglang:
     # ---- lifecycle ----
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self.port = await self._http.start(host, port if port else (self.port or 0))
+        """Returns the URL at once. With `load_s`, the port is bound but refuses connections
+        for that long (SGLang loads the model before uvicorn listens: `launch_server`); then
+        `start_delay_s` of 503 (warm-up, `ServerStatus.Starting`), then ready."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port if port else (self.port or 0)))
+        self.port = int(sock.getsockname()[1])
         self._loop_task = asyncio.create_task(self._rounds())
-        if self.start_delay_s > 0:
+        if self.start_delay_s > 0 or self.load_s > 0:
             self.ready = False
-            asyncio.get_running_loop().call_later(self.start_delay_s, self._set_ready)
+        if self.load_s > 0:
+            task = asyncio.create_task(self._listen_later(sock))
+            self._bg.add(task)
+            task.add_done_callback(self._bg.discard)
+        else:
+            await self._listen(sock)
         return f"http://{host}:{self.port}"
 
+    async def _listen_later(self, sock: socket.socket) -> None:
+        await asyncio.sleep(self.load_s)  # the model loads
+        await self._listen(sock)
+
+    async def _listen(self, sock: socket.socket) -> None:
+        await self._http.start_on(sock)
+        self.listening = True
+        if self.start_delay_s > 0:
+            asyncio.get_running_loop().call_later(self.start_delay_s, self._set_ready)
+        else:
+            self.ready = self._ready_when_up
+        await self._notify()
+
     def _set_ready(self) -> None:
-        self.ready = True
+        self.ready = self._ready_when_up
+        task = asyncio.create_task(self._notify())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
 
     async def stop(self) -> None:
         """Like a killed server: connections drop, rows vanish; `start` again to restart."""
         await self._http.stop()
+        self.listening = False
         for t in [self._loop_task, *self._bg]:
             if t is not None:
                 t.cancel()
@@ -210,12 +250,17 @@ class FakeSglang:
             if not self._running:
                 self._work.clear()
                 continue
+            # prefill rows first: while one prefills, decoding rows wait (`_process_dllm_batches`)
+            batch = [r for r in self._running if not r.prefilled] or list(self._running)
             await asyncio.sleep(self.block_delay_s)  # one batched forward
             self.rounds += 1
-            for row in list(self._running):
+            for row in batch:
+                if row.done or row not in self._running:
+                    continue  # aborted during the forward
                 stalled = self.fdfo and self.stall is not None and row.prefilled and self.stall(row.rid, row.rounds + 1)
                 commit_round(row, self.block_size, bool(stalled), self._stop_ids(row.sp), self.codec.decode)
                 self._emit(row)
+            self.last_receive = time.perf_counter()
             await self._notify()
 
     def _emit(self, row: Row) -> None:
@@ -244,9 +289,13 @@ class FakeSglang:
                 self._waiting.remove(row)
                 self._finish(row, waiting_abort_chunk(row))
                 matched.append(row.rid)
-        for row in self._running:
+        for row in list(self._running):
             if not row.done and (abort_all or row.rid.startswith(rid)):
-                row.to_finish = abort_reason()
+                # `dllm_manager.pop_aborted_reqs` + `send_abort_output`: a running dLLM row
+                # sits in the dLLM manager between rounds and ends at once, with what it has
+                row.finish = abort_reason()
+                self._running.remove(row)
+                self._finish(row, chunk(row, self.codec.decode, self.incremental))
                 matched.append(row.rid)
         return matched
 
@@ -256,8 +305,16 @@ class FakeSglang:
         self.abort_log.append(rec)
         if not abort_all and not rid:
             return rec
-        if not abort_all and rid not in self._live and self.tokenizer_worker_num == 1:
-            return rec
+        if not abort_all:
+            state = self._live.get(rid)
+            if state is not None:
+                if state.abort_sent:  # one abort per rid is forwarded
+                    rec.dropped = "abort already sent"
+                    return rec
+                state.abort_sent = True
+            elif self.tokenizer_worker_num == 1:
+                rec.dropped = "unknown rid"
+                return rec
         rec.matched = self._abort(rid, abort_all)
         return rec
 
@@ -276,6 +333,7 @@ class FakeSglang:
 
     async def _handle(self, req: Request, resp: Responder) -> None:
         routes: dict[tuple[str, str], Callable[[Request, Responder], Any]] = {
+            ("GET", "/ready"): self._ready,
             ("GET", "/health"): self._health,
             ("GET", "/health_generate"): self._health,
             ("GET", "/model_info"): self._model_info,
@@ -294,8 +352,34 @@ class FakeSglang:
         else:
             await resp.send_json(404, {"detail": "Not Found"})
 
-    async def _health(self, req: Request, resp: Responder) -> None:
+    async def _ready(self, req: Request, resp: Responder) -> None:
+        """`http_server.py:ready`: the server's state, at once."""
         await resp.send(200 if self.ready else 503)
+
+    async def _health(self, req: Request, resp: Responder) -> None:
+        """`http_server.py:health_generate`: 503 while starting; else a 1-token generation
+        (rid `HEALTH_CHECK_...`, input_ids [0]) is queued like any request (it takes a running
+        slot when its turn comes), and the answer is 200 at the first `health_poll_s` tick
+        (the real `asyncio.sleep(1)`) after which any output was received, 503 after
+        `health_timeout_s` (HEALTH_CHECK_TIMEOUT, 20 s)."""
+        if not self.ready:
+            await resp.send(503)
+            return
+        tic = time.perf_counter()
+        sp = sampling_params({"sampling_params": {"max_new_tokens": 1, "temperature": 0.0}})
+        row = Row(f"HEALTH_CHECK_{uuid.uuid4().hex}", [0], self.codec.encode("x") or [0], sp, False, [],
+                  Timing(tic))
+        self.health_rows += 1
+        self._live[row.rid] = row
+        self._dispatch(row)
+        while time.perf_counter() < tic + self.health_timeout_s:
+            await asyncio.sleep(self.health_poll_s)
+            if self.last_receive > tic:
+                self._live.pop(row.rid, None)
+                await resp.send(200)
+                return
+        self._live.pop(row.rid, None)
+        await resp.send(503)
 
     def model_info(self) -> dict[str, Any]:
         return {
@@ -338,7 +422,7 @@ class FakeSglang:
             target = self.codec.encode(text) + ([self.end_token_id] if self.end_token_id is not None else [])
         rid = body.get("rid") or uuid.uuid4().hex
         return Row(rid, list(prompt), target, sp, bool(body.get("stream")), stop_strings(sp),
-                   Timing(time.perf_counter()))
+                   Timing(time.perf_counter()), prefill_left=len(prompt) // self.block_size)
 
     async def _generate(self, req: Request, resp: Responder) -> None:
         body = _json_or_none(req)
@@ -357,14 +441,24 @@ class FakeSglang:
         row = self._make_row(body)
         self.received_rids.append(row.rid)
         self.timings[row.rid] = row.timing
-        self._live[row.rid] = row
-        self._waiting.append(row)
-        self._work.set()
+        if row.stream:
+            await resp.start_stream()  # Starlette sends the head before the generator runs
+        self._live[row.rid] = row  # `TokenizerManager._init_req_state`: an abort now finds the rid
         await self._notify()
+        if self.dispatch_delay_s > 0:  # `_tokenize_one_request`, then `_send_one_request`
+            await asyncio.sleep(self.dispatch_delay_s)
+        self._dispatch(row)
         if row.stream:
             await self._stream(row, req, resp)
         else:
             await self._whole(row, req, resp)
+
+    def _dispatch(self, row: Row) -> None:
+        """The request reaches the scheduler's waiting queue (unless aborted meanwhile by a
+        disconnect, or the server was stopped)."""
+        if self._live.get(row.rid) is row:
+            self._waiting.append(row)
+            self._work.set()
 
     async def _reject(self, body: dict[str, Any], err: str, resp: Responder) -> None:
         if not body.get("stream"):
@@ -376,17 +470,21 @@ class FakeSglang:
         await resp.chunk(b"data: [DONE]\n\n")
         await resp.end_stream()
 
+    async def _next(self, row: Row, gone: asyncio.Task[bool]) -> dict[str, Any] | None:
+        """The row's next chunk; ConnectionResetError when the client went away first."""
+        get = asyncio.create_task(row.chunks.get())
+        await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if get.done():
+            return get.result()
+        get.cancel()
+        raise ConnectionResetError("client went away")
+
     async def _stream(self, row: Row, req: Request, resp: Responder) -> None:
-        gone = asyncio.create_task(req.reader.read(1))
+        watch = Watch(req)
+        gone = asyncio.create_task(watch.gone())
         try:
-            await resp.start_stream()
             while True:
-                get = asyncio.create_task(row.chunks.get())
-                await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not get.done():
-                    get.cancel()
-                    raise ConnectionResetError("client went away")
-                out = get.result()
+                out = await self._next(row, gone)
                 if out is None:
                     break
                 now = time.perf_counter()
@@ -400,19 +498,19 @@ class FakeSglang:
             raise
         finally:
             gone.cancel()
+            await watch.close()
 
     async def _whole(self, row: Row, req: Request, resp: Responder) -> None:
-        gone = asyncio.create_task(req.reader.read(1))
+        watch = Watch(req)
+        gone = asyncio.create_task(watch.gone())
         final: dict[str, Any] | None = None
         try:
             while True:
-                get = asyncio.create_task(row.chunks.get())
-                await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not get.done():
-                    get.cancel()
+                try:
+                    out = await self._next(row, gone)
+                except ConnectionError:
                     self._later_abort(row, self.nonstream_disconnect_s)
-                    raise ConnectionResetError("client went away")
-                out = get.result()
+                    raise
                 if out is None:
                     break
                 final = out
@@ -420,6 +518,7 @@ class FakeSglang:
             await resp.send_json(200, final)
         finally:
             gone.cancel()
+            await watch.close()
 
 
 def _json_or_none(req: Request) -> Any:
