@@ -158,9 +158,10 @@ class SglangEngineClient(EngineClient):
         super().job_timed_out(job)
         server = getattr(job, "server", None)
         if self.pool is not None and server is not None and server.healthy:
-            self._spawn(self._check(server))
+            self._spawn(self.check(server))
 
-    async def _check(self, server: Server) -> None:
+    async def check(self, server: Server) -> None:
+        """Probe `server`; mark it lost unless it is ready or still streams."""
         assert self.pool is not None
         try:
             status = await self.pool.health(server)

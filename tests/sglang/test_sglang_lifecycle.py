@@ -1,0 +1,120 @@
+"""The SGLang engine client against the FAKE SGLang server's 0.5.23 behaviours that bite a
+client (bench.fake_sglang): a server that refuses connections while it loads, a `/health`
+that runs a generation, one abort per rid, and an abort that can arrive before its request."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from sglang_helpers import client, collect, fake, first_draft, llada2_dir, request
+
+from engine.api import Plan
+from llada_lsp.sglang_engine import SglangEngineClient
+
+pytestmark = [pytest.mark.asyncio(loop_scope="function")]
+
+
+@pytest.fixture
+def tok(tmp_path: Path) -> Path:
+    return llada2_dir(tmp_path / "llada2")
+
+
+async def test_a_server_not_listening_yet_is_loading_then_ready_without_an_error(tok: Path) -> None:
+    server = fake(tok, load_s=0.5, start_delay_s=2.5)  # refuses connections, then 503, then ready
+    url = await server.start()
+    eng = client(tok, {"speedy": [url]})
+    states: list[str] = []
+    eng.on_state = lambda state, _msg: states.append(state)
+    msgs: list[str] = []
+    try:
+        await asyncio.wait_for(eng.start(lambda m, _p: msgs.append(m)), 20)
+        assert eng.state == "ready" and eng.error is None
+        assert any("not listening yet" in m for m in msgs) and any("HTTP 503" in m for m in msgs)
+        assert "error" not in states and eng.counters["lost"] == 0
+        assert (await collect(eng.submit(request())))[-1].kind == "done"
+        assert server.health_rows == 0  # probed by /ready: no generation was queued
+    finally:
+        await eng.close()
+        await server.stop()
+
+
+async def test_a_server_that_never_listens_is_lost_after_the_start_timeout(tok: Path) -> None:
+    server = fake(tok, load_s=60.0)
+    url = await server.start()
+    eng = client(tok, {"speedy": [url]}, start_timeout_s=0.5)
+    try:
+        await asyncio.wait_for(eng.start(lambda m, p: None), 20)
+        assert eng.state == "error" and url in (eng.error or "") and "retrying" in (eng.error or "")
+    finally:
+        await eng.close()
+        await server.stop()
+
+
+async def test_a_cancel_before_the_first_chunk_sends_one_abort_that_lands(tok: Path) -> None:
+    # the rid is registered at once but reaches the scheduler 0.3 s later: an abort in that
+    # window would be forwarded, match nothing, and use up the rid's one abort
+    server = fake(tok, reply="q" * 400, dispatch_delay_s=0.3, max_running_requests=1, block_delay_ms=10.0)
+    url = await server.start()
+    eng = await started(client(tok, {"speedy": [url]}))
+    try:
+        old = eng.submit(request("1", plan=Plan(max_tokens=300)))
+        await server.wait_for(lambda: len(server.received_rids) == 1)
+        new = eng.submit(request("2", plan=Plan(max_tokens=8)))  # supersedes `old` in the window
+        assert (await collect(old))[-1].reason == "superseded"
+        old_rid = server.received_rids[0]
+        await server.wait_for(lambda: old_rid in server.aborted_rids)
+        sent = [r for r in server.abort_log if r.rid == old_rid]
+        assert len(sent) == 1 and sent[0].matched == [old_rid] and not sent[0].dropped
+        assert server.timings[old_rid].finished is not None
+        assert (await collect(new))[-1].kind == "done"  # the only running slot was let go
+    finally:
+        await eng.close()
+        await server.stop()
+
+
+async def test_a_cancel_after_the_first_chunk_aborts_once_at_once(tok: Path) -> None:
+    server = fake(tok, reply="q" * 400, block_delay_ms=20.0)
+    url = await server.start()
+    eng = await started(client(tok, {"speedy": [url]}))
+    try:
+        job = eng.submit(request(plan=Plan(max_tokens=300)))
+        assert (await first_draft(job)).kind == "draft"
+        rounds = server.rounds
+        job.cancel()
+        assert (await collect(job))[-1].reason == "cancelled"
+        rid = server.received_rids[0]
+        await server.wait_for(lambda: rid in server.aborted_rids)
+        assert server.rounds <= rounds + 1  # ended at once, not at the budget
+        assert [r.rid for r in server.abort_log] == [rid] and eng.counters["aborts_sent"] == 1
+    finally:
+        await eng.close()
+        await server.stop()
+
+
+async def test_a_busy_server_that_streams_is_not_marked_lost(tok: Path) -> None:
+    server = fake(tok, reply="s" * 400, block_delay_ms=20.0)
+    url = await server.start()
+    eng = await started(client(tok, {"speedy": [url]}))
+    try:
+        assert eng.pool is not None
+        s = eng.pool.servers[0]
+        busy = eng.submit(request("1", plan=Plan(max_tokens=300)))
+        assert (await first_draft(busy)).kind == "draft"
+        server.ready = False  # its readiness probe fails now ...
+        await eng.check(s)  # what a timed-out request runs
+        assert s.healthy  # ... but it streams: alive
+        busy.cancel()
+        await collect(busy)
+        await eng.check(s)  # nothing streams any more: the failed probe counts
+        assert not s.healthy and "HTTP 503" in (s.lost or "")
+    finally:
+        await eng.close()
+        await server.stop()
+
+
+async def started(eng: SglangEngineClient) -> SglangEngineClient:
+    await asyncio.wait_for(eng.start(lambda m, p: None), 20)
+    assert eng.state == "ready", eng.error
+    return eng
