@@ -154,6 +154,7 @@ class FakeSglang:
         self.listening = False
         self.requests_received = 0
         self.received_rids: list[str] = []
+        self.bodies: list[tuple[str, Any]] = []  # (path, parsed JSON body) of every POST, as received
         self.aborted_rids: list[str] = []
         self.abort_log: list[AbortRecord] = []
         self.running_peak = 0
@@ -344,6 +345,8 @@ class FakeSglang:
             ("PUT", "/generate"): self._generate,
             ("POST", "/abort_request"): self._abort_request,
         }
+        if req.method == "POST":
+            self.bodies.append((req.path, _json_or_none(req)))
         handler = routes.get((req.method, req.path))
         if handler is not None:
             await handler(req, resp)
