@@ -83,7 +83,7 @@ def install_stubs(root: Path) -> None:
     _module("sglang.srt.managers.schedule_batch",
             Modality=enum.Enum("Modality", "IMAGE MULTI_IMAGES VIDEO AUDIO"),
             MultimodalProcessorOutput=MultimodalProcessorOutput,
-            ReturnHiddenStatesMode=Union[bool, Literal["last"]],
+            ReturnHiddenStatesMode=Union[bool, Literal["last"]],  # noqa: UP007 - as schedule_batch.py writes it
             SamplingLogprobsMode=Literal["selected", "support"],
             get_return_hidden_states_mode=_hidden_states_mode)
     _module("sglang.srt.multimodal.mm_utils", has_valid_data=_has_valid_data)
@@ -93,7 +93,6 @@ def abort_verdict(body: Any) -> dict[str, Any]:
     """`/abort_request`: FastAPI parses the body into `io_struct.AbortReq` (pydantic, through
     the struct's own core schema), then `TokenizerManager.abort_request(rid, abort_all)`."""
     from pydantic import TypeAdapter
-
     from sglang.srt.managers.io_struct import AbortReq
 
     try:
@@ -105,7 +104,6 @@ def abort_verdict(body: Any) -> dict[str, Any]:
 
 def verdict(body: Any, vocab_size: int) -> dict[str, Any]:
     from pydantic import TypeAdapter
-
     from sglang.srt.entrypoints.api_contract import generate_contract_error
     from sglang.srt.managers.io_struct import GenerateReqInput
     from sglang.srt.sampling.sampling_params import SamplingParams

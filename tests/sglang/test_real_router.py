@@ -21,6 +21,7 @@ from bench.fake_sglang import FakeSglang
 from engine.api import Plan
 from llada_lsp import http_client as http
 from llada_lsp import reconnect
+from llada_lsp.sglang_engine import SglangJob
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 pytest.importorskip("sglang_router", reason="the dev extra sglang-router==0.3.2 is not installed (./dev sets it up)")
@@ -93,7 +94,8 @@ async def test_ready_completion_and_abort_fan_out_through_the_real_router(
         assert (await first_draft(job)).kind == "draft"
         job.cancel()
         assert (await collect(job))[-1].reason == "cancelled"
-        rid = getattr(job, "rid")
+        assert isinstance(job, SglangJob)
+        rid = job.rid
         holder = next(w for w in workers if rid in w.received_rids)
         await holder.wait_for(lambda: rid in holder.aborted_rids)
         for w in workers:
