@@ -117,6 +117,7 @@ class FakeSglang:
         end_token_id: int | None = None,
         block_size: int = 32,
         block_delay_ms: float = 40.0,
+        prefill_delay_ms: float | None = None,
         max_running_requests: int | None = None,
         fdfo: bool = True,
         stall: Callable[[str, int], bool] | None = None,  # (rid, 1-based row round) -> unresolved
@@ -138,6 +139,8 @@ class FakeSglang:
         self.reply, self.reply_fn, self.generator = reply, reply_fn, generator
         self.end_token_id = end_token_id
         self.block_size, self.block_delay_s = block_size, block_delay_ms / 1000.0
+        # a prefill round is one forward over one prompt block; a decode round commits a block
+        self.prefill_delay_s = (block_delay_ms if prefill_delay_ms is None else prefill_delay_ms) / 1000.0
         self.max_running = 1 if max_running_requests is None else max_running_requests
         self.fdfo, self.stall = fdfo, stall
         self.incremental = incremental_streaming_output
@@ -252,8 +255,9 @@ class FakeSglang:
                 self._work.clear()
                 continue
             # prefill rows first: while one prefills, decoding rows wait (`_process_dllm_batches`)
-            batch = [r for r in self._running if not r.prefilled] or list(self._running)
-            await asyncio.sleep(self.block_delay_s)  # one batched forward
+            prefill = [r for r in self._running if not r.prefilled]
+            batch = prefill or list(self._running)
+            await asyncio.sleep(self.prefill_delay_s if prefill else self.block_delay_s)  # one batched round
             self.rounds += 1
             for row in batch:
                 if row.done or row not in self._running:
@@ -542,6 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--end-token", default=None, help="end token (text, looked up in the tokenizer, or an id)")
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--block-delay-ms", type=float, default=40.0)
+    ap.add_argument("--prefill-delay-ms", type=float, default=None, help="a prefill round (default: the block delay)")
+    ap.add_argument("--load-s", type=float, default=0.0, help="refuse connections this long (the model loads)")
     ap.add_argument("--max-running-requests", type=int, default=None)
     ap.add_argument("--dllm-algorithm", default="LowConfidence")
     ap.add_argument("--dllm-fdfo", action=argparse.BooleanOptionalAction, default=True)
@@ -562,7 +568,8 @@ def fake_from_args(args: argparse.Namespace) -> FakeSglang:
     stall = (lambda _rid, n: n % every == 0) if every > 0 else None
     return FakeSglang(
         reply=reply, tokenizer=args.tokenizer, end_token_id=end, block_size=args.block_size,
-        block_delay_ms=args.block_delay_ms, max_running_requests=args.max_running_requests,
+        block_delay_ms=args.block_delay_ms, prefill_delay_ms=args.prefill_delay_ms, load_s=args.load_s,
+        max_running_requests=args.max_running_requests,
         fdfo=args.dllm_fdfo, stall=stall, incremental_streaming_output=args.incremental_streaming_output,
         model_path=args.model_path, dllm_algorithm=args.dllm_algorithm, start_delay_s=args.start_delay_s,
     )
