@@ -11,8 +11,17 @@ prints `{"port": N, "url": ...}` on stdout once it listens.
 
 Followed (files of the 0.5.23 wheel, `sglang/...`; the row rules are in `fake_sglang_rows`,
 the request checks in `fake_sglang_contract`):
-- `GET /health`, `/health_generate`: 503 while starting, else 200
-  (`srt/entrypoints/http_server.py:health_generate`).
+- Start-up: with `load_s` the port is bound but not listening, so connections are refused
+  while the model loads (`srt/entrypoints/http_server.py:launch_server` starts uvicorn only
+  after the scheduler processes are up); then `start_delay_s` of warm-up during which the
+  server is `ServerStatus.Starting` (503), then ready.
+- `GET /ready`: 200 or 503 from the server's state, at once (`http_server.py:ready`,
+  `TokenizerManager.is_ready`).
+- `GET /health`, `/health_generate`: 503 while starting; else a 1-token generation (rid
+  `HEALTH_CHECK_...`, `input_ids` [0]) is queued like any request and takes a running slot
+  when its turn comes; the answer is 200 at the first 1 s tick (`asyncio.sleep(1)`) after
+  which any output was received (`last_receive_tstamp > tic`), 503 after 20 s
+  (`HEALTH_CHECK_TIMEOUT`) (`http_server.py:health_generate`).
 - `GET /model_info` (and the deprecated `/get_model_info`): the keys of
   `http_server.py:model_info`; `GET /server_info` (`/get_server_info`): the resolved server
   args (`srt/utils/common.py:build_server_info`, e.g. `dllm_algorithm`, `dllm_fdfo`,
@@ -23,15 +32,27 @@ the request checks in `fake_sglang_contract`):
 - Max running requests: a dLLM runs `--max-running-requests` rows, 1 when unset
   (`srt/dllm/config.py:DllmConfig.from_server_args`); the rest wait in the queue and enter as
   rows finish (`srt/dllm/mixin/scheduler.py:_fetch_waiting_reqs`).
+- A request is registered on arrival (`TokenizerManager.generate_request` ->
+  `_init_req_state`) and reaches the scheduler `dispatch_delay_s` later (`await
+  _tokenize_one_request`, then `_send_one_request`); a stream's head is sent first (Starlette
+  starts a `StreamingResponse` before its generator runs).
 - `POST /abort_request {"rid", "abort_all"}` answers 200 with an empty body
-  (`http_server.py:abort_request`). The tokenizer manager forwards an abort only for a rid it
-  holds (`srt/managers/tokenizer_manager.py:TokenizerManager.abort_request`: with one tokenizer
-  worker an unknown rid, a bare prefix included, is dropped; an empty rid without `abort_all`
-  is ignored). The scheduler then matches by PREFIX (`srt/managers/scheduler.py:
-  Scheduler.abort_request`, `req.rid.startswith(recv_req.rid)`): aborting "a-1" also aborts
-  "a-10". A queued row ends at once with `{"type": "abort", "message": "Abort in waiting
-  queue"}` (`TokenizerManager._handle_abort_req`); a running row gets `to_finish` and ends at
-  its next committing round, with that round's tokens, as `FINISH_ABORT().to_json()`.
+  (`http_server.py:abort_request`). The tokenizer manager forwards ONE abort per rid
+  (`srt/managers/tokenizer_manager.py:TokenizerManager.abort_request`, `state.abort_sent`;
+  `AbortRecord.dropped` says why one was not forwarded): with one tokenizer worker an
+  unknown rid, a bare prefix included, is dropped, and an empty rid without `abort_all` is
+  ignored. The scheduler then matches by PREFIX (`srt/managers/scheduler.py:
+  Scheduler.abort_request`, `req.rid.startswith(recv_req.rid)`) over the rows it holds: an
+  abort forwarded between registration and dispatch matches nothing, and that request then
+  runs to its budget. A queued row ends at once with `{"type": "abort", "message": "Abort in
+  waiting queue"}` (`TokenizerManager._handle_abort_req`); a running dLLM row sits in the dLLM
+  manager between rounds and ends at once too, with what it has committed, as
+  `FINISH_ABORT().to_json()` (`dllm_manager.pop_aborted_reqs`, `send_abort_output`).
+- Prefill: one prompt block per round, `prefill_delay_ms` each (one forward), and decoding rows
+  wait meanwhile (`srt/dllm/mixin/scheduler.py:_process_dllm_batches`; see fake_sglang_rows).
+- HTTP/1.1 keep-alive as uvicorn serves it (the router reuses its worker connections): a
+  client's going away is noticed without a second reader on the connection
+  (`bench.fake_http.Watch`).
 - Client disconnect: a stream's background task aborts the rid 2 s after the response ends
   (`TokenizerManager.create_abort_task`, `asyncio.sleep(2)`); a non-streaming request notices
   on its 4 s wait timeout (`_stream_one_response`, `SGLANG_REQUEST_STATE_WAIT_TIMEOUT`).
