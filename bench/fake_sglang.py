@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import socket
 import sys
@@ -176,6 +177,7 @@ class FakeSglang:
         self.last_receive = time.perf_counter()  # `TokenizerManager.last_receive_tstamp`
         self.health_rows = 0  # generations queued by /health
         self.listening = False
+        self._loaded = asyncio.Event()
         self.requests_received = 0
         self.received_rids: list[str] = []
         self.bodies: list[tuple[str, Any]] = []  # (path, parsed JSON body) of every POST, as received
@@ -217,8 +219,13 @@ class FakeSglang:
         return f"http://{host}:{self.port}"
 
     async def _listen_later(self, sock: socket.socket) -> None:
-        await asyncio.sleep(self.load_s)  # the model loads
+        with contextlib.suppress(TimeoutError):  # the model loads (or a test ends the load)
+            await asyncio.wait_for(self._loaded.wait(), self.load_s)
         await self._listen(sock)
+
+    def finish_loading(self) -> None:
+        """Ends the `load_s` phase now: the server listens."""
+        self._loaded.set()
 
     async def _listen(self, sock: socket.socket) -> None:
         await self._http.start_on(sock)

@@ -246,14 +246,16 @@ async def test_client_disconnect_aborts_after_the_delay() -> None:
 
 
 async def test_a_loading_server_refuses_connections_then_warms_up_with_503() -> None:
-    f = FakeSglang(load_s=0.3, start_delay_s=0.2)
+    f = FakeSglang(load_s=60.0, ready=False)
     url = await f.start()
     try:
         with pytest.raises(ConnectionRefusedError):
             await get_json(url, "GET", "/ready")
+        f.finish_loading()
         await f.wait_for(lambda: f.listening, timeout=3)
         assert (await get_json(url, "GET", "/ready"))[0] == 503  # listening, warming up
-        await f.wait_for(lambda: f.ready, timeout=3)
+        assert (await get_json(url, "GET", "/health"))[0] == 503
+        f.ready = True
         assert (await get_json(url, "GET", "/ready"))[0] == 200
     finally:
         await f.stop()

@@ -22,16 +22,26 @@ def tok(tmp_path: Path) -> Path:
 
 
 async def test_a_server_not_listening_yet_is_loading_then_ready_without_an_error(tok: Path) -> None:
-    server = fake(tok, load_s=0.5, start_delay_s=2.5)  # refuses connections, then 503, then ready
+    server = fake(tok, load_s=120.0, ready=False)  # refuses connections until the test ends the load
     url = await server.start()
     eng = client(tok, {"speedy": [url]})
     states: list[str] = []
     eng.on_state = lambda state, _msg: states.append(state)
     msgs: list[str] = []
+    refused, warming = asyncio.Event(), asyncio.Event()
+
+    def progress(m: str, _pct: float) -> None:
+        msgs.append(m)
+        (refused if "not listening yet" in m else warming if "HTTP 503" in m else asyncio.Event()).set()
+
     try:
-        await asyncio.wait_for(eng.start(lambda m, _p: msgs.append(m)), 20)
+        starting = asyncio.create_task(eng.start(progress))
+        await asyncio.wait_for(refused.wait(), 20)
+        server.finish_loading()  # listening now, 503 while it warms up
+        await asyncio.wait_for(warming.wait(), 20)
+        server.ready = True
+        await asyncio.wait_for(starting, 20)
         assert eng.state == "ready" and eng.error is None
-        assert any("not listening yet" in m for m in msgs) and any("HTTP 503" in m for m in msgs)
         assert "error" not in states and eng.counters["lost"] == 0
         assert (await collect(eng.submit(request())))[-1].kind == "done"
         assert server.health_rows == 0  # probed by /ready: no generation was queued
