@@ -109,18 +109,26 @@ async def aborts(eng: SglangEngineClient, fake: FakeSglang, splits: list[tuple[s
     return out
 
 
+def received_more(fake: FakeSglang, n: int) -> bool:
+    return len(fake.received_rids) > n
+
+
+def row_ended(fake: FakeSglang, rid: str) -> bool:
+    return fake.timings[rid].finished is not None
+
+
 async def early_releases(eng: SglangEngineClient, fake: FakeSglang, splits: list[tuple[str, str]]) -> list[float]:
     out = []
     for i, (pre, suf) in enumerate(splits):
         doc = f"file:///e{i}.py"
         n = len(fake.received_rids)
         old = eng.submit(CompletionRequest(f"e{i}", doc, pre, suf, Plan(max_tokens=256)))
-        await fake.wait_for(lambda n=n: len(fake.received_rids) > n, timeout=5.0)
+        await fake.wait_for(partial(received_more, fake, n), timeout=5.0)
         rid = fake.received_rids[n]
         t0 = time.perf_counter()
         new = eng.submit(CompletionRequest(f"f{i}", doc, pre, suf, Plan(max_tokens=8)))
-        await fake.wait_for(lambda rid=rid: fake.timings[rid].finished is not None, timeout=5.0)
-        out.append((fake.timings[rid].finished - t0) * 1000)  # type: ignore[operator]
+        await fake.wait_for(partial(row_ended, fake, rid), timeout=5.0)
+        out.append((fake.timings[rid].finished or t0) * 1000 - t0 * 1000)
         async for _ev, _ in old.events():
             pass
         async for _ev, _ in new.events():

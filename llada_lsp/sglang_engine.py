@@ -309,6 +309,9 @@ class SglangEngineClient(EngineClient):
         except http.HttpError as e:
             self._failed(job, server, e)
         except BadChunk as e:
+            if job.cancelled:
+                job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+                return
             self.counters["http_errors"] += 1
             job.push(EngineEvent("error", rid, "", error=f"the SGLang server at {url} sent a bad answer: {e}"))
 

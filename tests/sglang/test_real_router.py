@@ -11,6 +11,7 @@ import contextlib
 import socket
 import sys
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,10 @@ from llada_lsp.sglang_engine import SglangJob
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 pytest.importorskip("sglang_router", reason="the dev extra sglang-router==0.3.2 is not installed (./dev sets it up)")
+
+
+def abort_heard(worker: FakeSglang, rid: str) -> bool:
+    return any(r.rid == rid for r in worker.abort_log)
 
 
 def free_port() -> int:
@@ -99,7 +104,7 @@ async def test_ready_completion_and_abort_fan_out_through_the_real_router(
         holder = next(w for w in workers if rid in w.received_rids)
         await holder.wait_for(lambda: rid in holder.aborted_rids)
         for w in workers:
-            await w.wait_for(lambda w=w: any(r.rid == rid for r in w.abort_log))
+            await w.wait_for(partial(abort_heard, w, rid))
         assert holder.timings[rid].finished is not None
     finally:
         await eng.close()
