@@ -95,7 +95,8 @@ async def run(mb: int) -> dict[str, Any]:
     for b in base:
         b["arm"] = "naive " + b["arm"]
     return {"bench": "sse_parse", "max_line_bytes": http.MAX_LINE_BYTES, "rows": rows + base,
-            "ok": rows[0]["refused"] is not None and rows[0]["written_mb"] < mb / 4}
+            "ok": rows[0]["refused"] is not None and rows[0]["written_mb"] < http.MAX_LINE_BYTES / 2**20 + 16
+            and rows[1]["events"] == total // 1024}
 
 
 def main() -> int:

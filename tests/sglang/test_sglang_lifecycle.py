@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sglang_helpers import client, collect, fake, first_draft, llada2_dir, request
+from sglang_helpers import REPLY, client, collect, fake, first_draft, llada2_dir, request
 
+from bench.fake_checkpoint import END_OF_MIDDLE
+from bench.fake_http import Request, Responder
+from bench.fake_sglang import FakeSglang
 from engine.api import Plan
 from llada_lsp.sglang_engine import SglangEngineClient
 
@@ -128,3 +132,37 @@ async def started(eng: SglangEngineClient) -> SglangEngineClient:
     await asyncio.wait_for(eng.start(lambda m, p: None), 20)
     assert eng.state == "ready", eng.error
     return eng
+
+
+class OlderServer(FakeSglang):
+    """A server without `/ready` and `/model_info` (SGLang before them): 404, as FastAPI answers."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.gets: list[str] = []
+
+    async def _handle(self, req: Request, resp: Responder) -> None:
+        if req.method == "GET":
+            self.gets.append(req.path)
+        if req.path in ("/ready", "/model_info"):
+            await resp.send_json(404, {"detail": "Not Found"})
+            return
+        await super()._handle(req, resp)
+
+
+async def test_model_info_first_then_the_deprecated_route_and_health_as_the_fallback_probe(tok: Path) -> None:
+    new = fake(tok)
+    url = await new.start()
+    old = OlderServer(reply=REPLY, tokenizer=tok, end_token_id=END_OF_MIDDLE, block_size=8, block_delay_ms=5.0,
+                      health_poll_s=0.05)
+    old_url = await old.start()
+    eng = client(tok, {"speedy": [url], "quality": [old_url]})
+    try:
+        await started(eng)
+        assert new.health_rows == 0  # /ready and /model_info answered: no /health, no deprecated route
+        assert old.gets == ["/ready", "/health", "/model_info", "/get_model_info"]
+        assert eng.pool is not None and [s.probe_path for s in eng.pool.servers] == ["/ready", "/health"]
+    finally:
+        await eng.close()
+        await new.stop()
+        await old.stop()
