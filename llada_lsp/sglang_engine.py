@@ -200,12 +200,14 @@ class SglangEngineClient(EngineClient):
         request would then run to max_new_tokens in a running slot. So a stream that has
         shown a chunk (the scheduler holds the rid) is aborted and closed at once; one that
         has not waits for its first chunk (then the same), at most FIRST_CHUNK_WAIT_S, after
-        which the rid is long dispatched (queued behind others) and the abort finds it."""
+        which the rid is long dispatched (queued behind others) and the abort finds it. The
+        editor hears the request's end at once either way."""
         if job.phase in ("queued", "ended"):
             return  # `_run` sees the cancel before it sends anything
         if job.seen_chunk:
             self._let_go(job)
         else:
+            job.push(EngineEvent("done", job.request.request_id, "", reason=job.done_reason))  # type: ignore[arg-type]
             job.loop.call_later(FIRST_CHUNK_WAIT_S, self._give_up, job)
 
     def _give_up(self, job: SglangJob) -> None:

@@ -166,3 +166,22 @@ async def test_model_info_first_then_the_deprecated_route_and_health_as_the_fall
         await eng.close()
         await new.stop()
         await old.stop()
+
+
+async def test_a_request_superseded_before_its_first_chunk_ends_for_the_editor_at_once(tok: Path) -> None:
+    server = fake(tok, reply="q" * 400, dispatch_delay_s=0.5, block_delay_ms=10.0)
+    url = await server.start()
+    eng = await started(client(tok, {"speedy": [url]}))
+    try:
+        old = eng.submit(request("1", plan=Plan(max_tokens=300)))
+        await server.wait_for(lambda: len(server.received_rids) == 1)
+        eng.submit(request("2", plan=Plan(max_tokens=8)))
+        evs = await collect(old, timeout=0.3)  # well before the request even reaches the scheduler
+        assert [e.kind for e in evs] == ["done"] and evs[0].reason == "superseded"
+        assert server.abort_log == []  # its abort waits until the server holds the rid
+        old_rid = server.received_rids[0]
+        await server.wait_for(lambda: old_rid in server.aborted_rids)
+        assert [r.rid for r in server.abort_log].count(old_rid) == 1
+    finally:
+        await eng.close()
+        await server.stop()
