@@ -17,6 +17,10 @@ from pathlib import Path
 VERSION = "0.5.23"
 CACHE = Path(os.environ.get("LLADA_SGLANG_WHEEL_CACHE", Path(sys.prefix) / "cache")) / f"sglang-{VERSION}"
 KEEP = ("sglang/srt/", "sglang/api/")
+# One fixed wheel, whatever machine runs the tests: only its Python files are used, so its
+# platform does not matter, and a runner with an older glibc or another Python gets it too.
+WHEEL_TAGS = ("--platform", "manylinux_2_34_x86_64", "--python-version", "3.11", "--implementation", "cp",
+              "--abi", "cp311")
 
 
 def sources() -> Path:
@@ -27,8 +31,8 @@ def sources() -> Path:
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE.parent) as tmp:
         done = subprocess.run([sys.executable, "-m", "pip", "download", f"sglang=={VERSION}", "--no-deps",
-                               "--only-binary=:all:", "-q", "-d", tmp], capture_output=True, text=True,
-                              timeout=900)
+                               "--only-binary=:all:", *WHEEL_TAGS, "-q", "-d", tmp], capture_output=True,
+                              text=True, timeout=900)
         wheels = list(Path(tmp).glob(f"sglang-{VERSION}-*.whl"))
         if done.returncode != 0 or not wheels:
             raise RuntimeError(f"cannot download the sglang {VERSION} wheel: {done.stderr.strip()[-2000:]}")
