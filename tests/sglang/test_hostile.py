@@ -207,3 +207,21 @@ async def test_an_endless_line_stops_at_the_bound_without_reading_the_rest() -> 
         assert server.sent < http.MAX_LINE_BYTES + 16 * 1024 * 1024 < total
     finally:
         await server.stop()
+
+
+async def test_events_split_at_every_byte_read_the_same() -> None:
+    """The line scanner keeps its place across pieces: a stream chunked one byte at a time
+    (CRLF line ends, multi-line data) gives the same events as one piece."""
+    text = b"data: {\"a\": 1}\r\n\r\n: comment\n\ndata: one\r\ndata: two\n\nevent: x\ndata: [DONE]\n\n"
+    whole = OK_HEAD + f"{len(text):x}\r\n".encode() + text + b"\r\n0\r\n\r\n"
+    split = OK_HEAD + b"".join(b"1\r\n" + text[i:i + 1] + b"\r\n" for i in range(len(text))) + b"0\r\n\r\n"
+    got = []
+    for raw in (whole, split):
+        server = Hostile(raw)
+        url = await server.start()
+        try:
+            resp = await http.request(url, "POST", "/generate", {}, read_timeout=5)
+            got.append([e async for e in resp.sse()])
+        finally:
+            await server.stop()
+    assert got[0] == got[1] == ['{"a": 1}', "one\ntwo", "[DONE]"]
