@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -28,9 +29,43 @@ class Request:
     headers: dict[str, str]
     body: bytes
     reader: asyncio.StreamReader = field(repr=False)
+    carry: bytes = b""  # bytes of the client's next request read while watching this one
 
     def json(self) -> Any:
         return json.loads(self.body.decode("utf-8")) if self.body else None
+
+
+class Watch:
+    """Notices a client that goes away while its response is produced (uvicorn hears it as
+    the connection's `connection_lost`), without breaking keep-alive: the one pending read
+    is finished before the connection reads its next request (two readers on one stream
+    raise `readuntil() called while another coroutine is already waiting`), and a byte of
+    that next request read meanwhile is handed on (`Request.carry`)."""
+
+    def __init__(self, req: Request) -> None:
+        self.req = req
+        self.task: asyncio.Task[bytes] = asyncio.create_task(req.reader.read(1))
+
+    async def gone(self) -> bool:
+        """Waits until the client goes away (True) or sends more (False: keep serving)."""
+        await asyncio.wait({self.task})
+        return await self._settle()
+
+    async def _settle(self) -> bool:
+        if self.task.cancelled():
+            return False
+        exc = self.task.exception()
+        if exc is not None:
+            return True
+        data = self.task.result()
+        self.req.carry += data
+        return not data
+
+    async def close(self) -> None:
+        if not self.task.done():
+            self.task.cancel()
+        await asyncio.wait({self.task})
+        await self._settle()
 
 
 class Responder:
@@ -75,9 +110,10 @@ class Responder:
 Handler = Callable[[Request, Responder], Awaitable[None]]
 
 
-async def read_request(reader: asyncio.StreamReader) -> Request | None:
-    """One request from the stream, or None at a clean end of the connection."""
-    line = await reader.readline()
+async def read_request(reader: asyncio.StreamReader, carry: bytes = b"") -> Request | None:
+    """One request from the stream (after `carry`, its first bytes if already read), or None
+    at a clean end of the connection."""
+    line = carry + await reader.readline()
     if not line:
         return None
     parts = line.decode("latin-1").strip().split(" ")
@@ -114,6 +150,10 @@ class HttpServer:
         self._server = await asyncio.start_server(self._serve, host, port)
         return int(self._server.sockets[0].getsockname()[1])
 
+    async def start_on(self, sock: socket.socket) -> None:
+        """Listens on a socket already bound (connections were refused until now)."""
+        self._server = await asyncio.start_server(self._serve, sock=sock)
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -129,9 +169,10 @@ class HttpServer:
         if task is not None:
             self._tasks.add(task)
         self._conns.add(writer)
+        carry = b""
         try:
             while True:
-                req = await read_request(reader)
+                req = await read_request(reader, carry)
                 if req is None:
                     break
                 resp = Responder(writer)
@@ -140,6 +181,7 @@ class HttpServer:
                     await resp.send(500)
                 if req.headers.get("connection", "").lower() == "close":
                     break
+                carry = req.carry
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
         finally:

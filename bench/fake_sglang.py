@@ -11,8 +11,17 @@ prints `{"port": N, "url": ...}` on stdout once it listens.
 
 Followed (files of the 0.5.23 wheel, `sglang/...`; the row rules are in `fake_sglang_rows`,
 the request checks in `fake_sglang_contract`):
-- `GET /health`, `/health_generate`: 503 while starting, else 200
-  (`srt/entrypoints/http_server.py:health_generate`).
+- Start-up: with `load_s` the port is bound but not listening, so connections are refused
+  while the model loads (`srt/entrypoints/http_server.py:launch_server` starts uvicorn only
+  after the scheduler processes are up); then `start_delay_s` of warm-up during which the
+  server is `ServerStatus.Starting` (503), then ready.
+- `GET /ready`: 200 or 503 from the server's state, at once (`http_server.py:ready`,
+  `TokenizerManager.is_ready`).
+- `GET /health`, `/health_generate`: 503 while starting; else a 1-token generation (rid
+  `HEALTH_CHECK_...`, `input_ids` [0]) is queued like any request and takes a running slot
+  when its turn comes; the answer is 200 at the first 1 s tick (`asyncio.sleep(1)`) after
+  which any output was received (`last_receive_tstamp > tic`), 503 after 20 s
+  (`HEALTH_CHECK_TIMEOUT`) (`http_server.py:health_generate`).
 - `GET /model_info` (and the deprecated `/get_model_info`): the keys of
   `http_server.py:model_info`; `GET /server_info` (`/get_server_info`): the resolved server
   args (`srt/utils/common.py:build_server_info`, e.g. `dllm_algorithm`, `dllm_fdfo`,
@@ -23,15 +32,27 @@ the request checks in `fake_sglang_contract`):
 - Max running requests: a dLLM runs `--max-running-requests` rows, 1 when unset
   (`srt/dllm/config.py:DllmConfig.from_server_args`); the rest wait in the queue and enter as
   rows finish (`srt/dllm/mixin/scheduler.py:_fetch_waiting_reqs`).
+- A request is registered on arrival (`TokenizerManager.generate_request` ->
+  `_init_req_state`) and reaches the scheduler `dispatch_delay_s` later (`await
+  _tokenize_one_request`, then `_send_one_request`); a stream's head is sent first (Starlette
+  starts a `StreamingResponse` before its generator runs).
 - `POST /abort_request {"rid", "abort_all"}` answers 200 with an empty body
-  (`http_server.py:abort_request`). The tokenizer manager forwards an abort only for a rid it
-  holds (`srt/managers/tokenizer_manager.py:TokenizerManager.abort_request`: with one tokenizer
-  worker an unknown rid, a bare prefix included, is dropped; an empty rid without `abort_all`
-  is ignored). The scheduler then matches by PREFIX (`srt/managers/scheduler.py:
-  Scheduler.abort_request`, `req.rid.startswith(recv_req.rid)`): aborting "a-1" also aborts
-  "a-10". A queued row ends at once with `{"type": "abort", "message": "Abort in waiting
-  queue"}` (`TokenizerManager._handle_abort_req`); a running row gets `to_finish` and ends at
-  its next committing round, with that round's tokens, as `FINISH_ABORT().to_json()`.
+  (`http_server.py:abort_request`). The tokenizer manager forwards ONE abort per rid
+  (`srt/managers/tokenizer_manager.py:TokenizerManager.abort_request`, `state.abort_sent`;
+  `AbortRecord.dropped` says why one was not forwarded): with one tokenizer worker an
+  unknown rid, a bare prefix included, is dropped, and an empty rid without `abort_all` is
+  ignored. The scheduler then matches by PREFIX (`srt/managers/scheduler.py:
+  Scheduler.abort_request`, `req.rid.startswith(recv_req.rid)`) over the rows it holds: an
+  abort forwarded between registration and dispatch matches nothing, and that request then
+  runs to its budget. A queued row ends at once with `{"type": "abort", "message": "Abort in
+  waiting queue"}` (`TokenizerManager._handle_abort_req`); a running dLLM row sits in the dLLM
+  manager between rounds and ends at once too, with what it has committed, as
+  `FINISH_ABORT().to_json()` (`dllm_manager.pop_aborted_reqs`, `send_abort_output`).
+- Prefill: one prompt block per round, `prefill_delay_ms` each (one forward), and decoding rows
+  wait meanwhile (`srt/dllm/mixin/scheduler.py:_process_dllm_batches`; see fake_sglang_rows).
+- HTTP/1.1 keep-alive as uvicorn serves it (the router reuses its worker connections): a
+  client's going away is noticed without a second reader on the connection
+  (`bench.fake_http.Watch`).
 - Client disconnect: a stream's background task aborts the rid 2 s after the response ends
   (`TokenizerManager.create_abort_task`, `asyncio.sleep(2)`); a non-streaming request notices
   on its 4 s wait timeout (`_stream_one_response`, `SGLANG_REQUEST_STATE_WAIT_TIMEOUT`).
@@ -43,7 +64,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import socket
 import sys
 import time
 import uuid
@@ -56,7 +79,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fake_http import HttpServer, Request, Responder  # noqa: E402
+from bench.fake_http import HttpServer, Request, Responder, Watch  # noqa: E402
 from bench.fake_sglang_contract import contract_error, request_error, sampling_params, stop_strings  # noqa: E402
 from bench.fake_sglang_rows import (  # noqa: E402
     Row,
@@ -78,6 +101,7 @@ class AbortRecord:
     rid: str
     abort_all: bool
     matched: list[str] = field(default_factory=list)
+    dropped: str = ""  # why the tokenizer manager did not forward it ("" when it did)
 
 
 class Codec:
@@ -115,6 +139,7 @@ class FakeSglang:
         end_token_id: int | None = None,
         block_size: int = 32,
         block_delay_ms: float = 40.0,
+        prefill_delay_ms: float | None = None,
         max_running_requests: int | None = None,
         fdfo: bool = True,
         stall: Callable[[str, int], bool] | None = None,  # (rid, 1-based row round) -> unresolved
@@ -127,21 +152,35 @@ class FakeSglang:
         disconnect_abort_s: float = 2.0,
         nonstream_disconnect_s: float = 4.0,
         tokenizer_worker_num: int = 1,
+        load_s: float = 0.0,
+        dispatch_delay_s: float = 0.001,
+        health_poll_s: float = 1.0,
+        health_timeout_s: float = 20.0,
     ) -> None:
         self.codec = Codec(tokenizer)
         self.reply, self.reply_fn, self.generator = reply, reply_fn, generator
         self.end_token_id = end_token_id
         self.block_size, self.block_delay_s = block_size, block_delay_ms / 1000.0
+        # a prefill round is one forward over one prompt block; a decode round commits a block
+        self.prefill_delay_s = (block_delay_ms if prefill_delay_ms is None else prefill_delay_ms) / 1000.0
         self.max_running = 1 if max_running_requests is None else max_running_requests
         self.fdfo, self.stall = fdfo, stall
         self.incremental = incremental_streaming_output
         self.model_path, self.architectures = model_path, list(architectures)
         self.dllm_algorithm = dllm_algorithm
         self.ready, self.start_delay_s = ready, start_delay_s
+        self._ready_when_up = ready  # False: stays 503 until a test sets `ready`
         self.disconnect_abort_s, self.nonstream_disconnect_s = disconnect_abort_s, nonstream_disconnect_s
         self.tokenizer_worker_num = tokenizer_worker_num
+        self.load_s, self.dispatch_delay_s = load_s, dispatch_delay_s
+        self.health_poll_s, self.health_timeout_s = health_poll_s, health_timeout_s
+        self.last_receive = time.perf_counter()  # `TokenizerManager.last_receive_tstamp`
+        self.health_rows = 0  # generations queued by /health
+        self.listening = False
+        self._loaded = asyncio.Event()
         self.requests_received = 0
         self.received_rids: list[str] = []
+        self.bodies: list[tuple[str, Any]] = []  # (path, parsed JSON body) of every POST, as received
         self.aborted_rids: list[str] = []
         self.abort_log: list[AbortRecord] = []
         self.running_peak = 0
@@ -161,19 +200,52 @@ class FakeSglang:
     # ---- lifecycle ----
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self.port = await self._http.start(host, port if port else (self.port or 0))
+        """Returns the URL at once. With `load_s`, the port is bound but refuses connections
+        for that long (SGLang loads the model before uvicorn listens: `launch_server`); then
+        `start_delay_s` of 503 (warm-up, `ServerStatus.Starting`), then ready."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port if port else (self.port or 0)))
+        self.port = int(sock.getsockname()[1])
         self._loop_task = asyncio.create_task(self._rounds())
-        if self.start_delay_s > 0:
+        if self.start_delay_s > 0 or self.load_s > 0:
             self.ready = False
-            asyncio.get_running_loop().call_later(self.start_delay_s, self._set_ready)
+        if self.load_s > 0:
+            task = asyncio.create_task(self._listen_later(sock))
+            self._bg.add(task)
+            task.add_done_callback(self._bg.discard)
+        else:
+            await self._listen(sock)
         return f"http://{host}:{self.port}"
 
+    async def _listen_later(self, sock: socket.socket) -> None:
+        with contextlib.suppress(TimeoutError):  # the model loads (or a test ends the load)
+            await asyncio.wait_for(self._loaded.wait(), self.load_s)
+        await self._listen(sock)
+
+    def finish_loading(self) -> None:
+        """Ends the `load_s` phase now: the server listens."""
+        self._loaded.set()
+
+    async def _listen(self, sock: socket.socket) -> None:
+        await self._http.start_on(sock)
+        self.listening = True
+        if self.start_delay_s > 0:
+            asyncio.get_running_loop().call_later(self.start_delay_s, self._set_ready)
+        else:
+            self.ready = self._ready_when_up
+        await self._notify()
+
     def _set_ready(self) -> None:
-        self.ready = True
+        self.ready = self._ready_when_up
+        task = asyncio.create_task(self._notify())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
 
     async def stop(self) -> None:
         """Like a killed server: connections drop, rows vanish; `start` again to restart."""
         await self._http.stop()
+        self.listening = False
         for t in [self._loop_task, *self._bg]:
             if t is not None:
                 t.cancel()
@@ -210,12 +282,18 @@ class FakeSglang:
             if not self._running:
                 self._work.clear()
                 continue
-            await asyncio.sleep(self.block_delay_s)  # one batched forward
+            # prefill rows first: while one prefills, decoding rows wait (`_process_dllm_batches`)
+            prefill = [r for r in self._running if not r.prefilled]
+            batch = prefill or list(self._running)
+            await asyncio.sleep(self.prefill_delay_s if prefill else self.block_delay_s)  # one batched round
             self.rounds += 1
-            for row in list(self._running):
+            for row in batch:
+                if row.done or row not in self._running:
+                    continue  # aborted during the forward
                 stalled = self.fdfo and self.stall is not None and row.prefilled and self.stall(row.rid, row.rounds + 1)
                 commit_round(row, self.block_size, bool(stalled), self._stop_ids(row.sp), self.codec.decode)
                 self._emit(row)
+            self.last_receive = time.perf_counter()
             await self._notify()
 
     def _emit(self, row: Row) -> None:
@@ -244,9 +322,13 @@ class FakeSglang:
                 self._waiting.remove(row)
                 self._finish(row, waiting_abort_chunk(row))
                 matched.append(row.rid)
-        for row in self._running:
+        for row in list(self._running):
             if not row.done and (abort_all or row.rid.startswith(rid)):
-                row.to_finish = abort_reason()
+                # `dllm_manager.pop_aborted_reqs` + `send_abort_output`: a running dLLM row
+                # sits in the dLLM manager between rounds and ends at once, with what it has
+                row.finish = abort_reason()
+                self._running.remove(row)
+                self._finish(row, chunk(row, self.codec.decode, self.incremental))
                 matched.append(row.rid)
         return matched
 
@@ -256,8 +338,16 @@ class FakeSglang:
         self.abort_log.append(rec)
         if not abort_all and not rid:
             return rec
-        if not abort_all and rid not in self._live and self.tokenizer_worker_num == 1:
-            return rec
+        if not abort_all:
+            state = self._live.get(rid)
+            if state is not None:
+                if state.abort_sent:  # one abort per rid is forwarded
+                    rec.dropped = "abort already sent"
+                    return rec
+                state.abort_sent = True
+            elif self.tokenizer_worker_num == 1:
+                rec.dropped = "unknown rid"
+                return rec
         rec.matched = self._abort(rid, abort_all)
         return rec
 
@@ -276,6 +366,7 @@ class FakeSglang:
 
     async def _handle(self, req: Request, resp: Responder) -> None:
         routes: dict[tuple[str, str], Callable[[Request, Responder], Any]] = {
+            ("GET", "/ready"): self._ready,
             ("GET", "/health"): self._health,
             ("GET", "/health_generate"): self._health,
             ("GET", "/model_info"): self._model_info,
@@ -286,6 +377,8 @@ class FakeSglang:
             ("PUT", "/generate"): self._generate,
             ("POST", "/abort_request"): self._abort_request,
         }
+        if req.method == "POST":
+            self.bodies.append((req.path, _json_or_none(req)))
         handler = routes.get((req.method, req.path))
         if handler is not None:
             await handler(req, resp)
@@ -294,8 +387,34 @@ class FakeSglang:
         else:
             await resp.send_json(404, {"detail": "Not Found"})
 
-    async def _health(self, req: Request, resp: Responder) -> None:
+    async def _ready(self, req: Request, resp: Responder) -> None:
+        """`http_server.py:ready`: the server's state, at once."""
         await resp.send(200 if self.ready else 503)
+
+    async def _health(self, req: Request, resp: Responder) -> None:
+        """`http_server.py:health_generate`: 503 while starting; else a 1-token generation
+        (rid `HEALTH_CHECK_...`, input_ids [0]) is queued like any request (it takes a running
+        slot when its turn comes), and the answer is 200 at the first `health_poll_s` tick
+        (the real `asyncio.sleep(1)`) after which any output was received, 503 after
+        `health_timeout_s` (HEALTH_CHECK_TIMEOUT, 20 s)."""
+        if not self.ready:
+            await resp.send(503)
+            return
+        tic = time.perf_counter()
+        sp = sampling_params({"sampling_params": {"max_new_tokens": 1, "temperature": 0.0}})
+        row = Row(f"HEALTH_CHECK_{uuid.uuid4().hex}", [0], self.codec.encode("x") or [0], sp, False, [],
+                  Timing(tic))
+        self.health_rows += 1
+        self._live[row.rid] = row
+        self._dispatch(row)
+        while time.perf_counter() < tic + self.health_timeout_s:
+            await asyncio.sleep(self.health_poll_s)
+            if self.last_receive > tic:
+                self._live.pop(row.rid, None)
+                await resp.send(200)
+                return
+        self._live.pop(row.rid, None)
+        await resp.send(503)
 
     def model_info(self) -> dict[str, Any]:
         return {
@@ -338,7 +457,7 @@ class FakeSglang:
             target = self.codec.encode(text) + ([self.end_token_id] if self.end_token_id is not None else [])
         rid = body.get("rid") or uuid.uuid4().hex
         return Row(rid, list(prompt), target, sp, bool(body.get("stream")), stop_strings(sp),
-                   Timing(time.perf_counter()))
+                   Timing(time.perf_counter()), prefill_left=len(prompt) // self.block_size)
 
     async def _generate(self, req: Request, resp: Responder) -> None:
         body = _json_or_none(req)
@@ -357,14 +476,24 @@ class FakeSglang:
         row = self._make_row(body)
         self.received_rids.append(row.rid)
         self.timings[row.rid] = row.timing
-        self._live[row.rid] = row
-        self._waiting.append(row)
-        self._work.set()
+        if row.stream:
+            await resp.start_stream()  # Starlette sends the head before the generator runs
+        self._live[row.rid] = row  # `TokenizerManager._init_req_state`: an abort now finds the rid
         await self._notify()
+        if self.dispatch_delay_s > 0:  # `_tokenize_one_request`, then `_send_one_request`
+            await asyncio.sleep(self.dispatch_delay_s)
+        self._dispatch(row)
         if row.stream:
             await self._stream(row, req, resp)
         else:
             await self._whole(row, req, resp)
+
+    def _dispatch(self, row: Row) -> None:
+        """The request reaches the scheduler's waiting queue (unless aborted meanwhile by a
+        disconnect, or the server was stopped)."""
+        if self._live.get(row.rid) is row:
+            self._waiting.append(row)
+            self._work.set()
 
     async def _reject(self, body: dict[str, Any], err: str, resp: Responder) -> None:
         if not body.get("stream"):
@@ -376,17 +505,21 @@ class FakeSglang:
         await resp.chunk(b"data: [DONE]\n\n")
         await resp.end_stream()
 
+    async def _next(self, row: Row, gone: asyncio.Task[bool]) -> dict[str, Any] | None:
+        """The row's next chunk; ConnectionResetError when the client went away first."""
+        get = asyncio.create_task(row.chunks.get())
+        await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if get.done():
+            return get.result()
+        get.cancel()
+        raise ConnectionResetError("client went away")
+
     async def _stream(self, row: Row, req: Request, resp: Responder) -> None:
-        gone = asyncio.create_task(req.reader.read(1))
+        watch = Watch(req)
+        gone = asyncio.create_task(watch.gone())
         try:
-            await resp.start_stream()
             while True:
-                get = asyncio.create_task(row.chunks.get())
-                await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not get.done():
-                    get.cancel()
-                    raise ConnectionResetError("client went away")
-                out = get.result()
+                out = await self._next(row, gone)
                 if out is None:
                     break
                 now = time.perf_counter()
@@ -400,19 +533,19 @@ class FakeSglang:
             raise
         finally:
             gone.cancel()
+            await watch.close()
 
     async def _whole(self, row: Row, req: Request, resp: Responder) -> None:
-        gone = asyncio.create_task(req.reader.read(1))
+        watch = Watch(req)
+        gone = asyncio.create_task(watch.gone())
         final: dict[str, Any] | None = None
         try:
             while True:
-                get = asyncio.create_task(row.chunks.get())
-                await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not get.done():
-                    get.cancel()
+                try:
+                    out = await self._next(row, gone)
+                except ConnectionError:
                     self._later_abort(row, self.nonstream_disconnect_s)
-                    raise ConnectionResetError("client went away")
-                out = get.result()
+                    raise
                 if out is None:
                     break
                 final = out
@@ -420,6 +553,7 @@ class FakeSglang:
             await resp.send_json(200, final)
         finally:
             gone.cancel()
+            await watch.close()
 
 
 def _json_or_none(req: Request) -> Any:
@@ -440,6 +574,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--end-token", default=None, help="end token (text, looked up in the tokenizer, or an id)")
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--block-delay-ms", type=float, default=40.0)
+    ap.add_argument("--prefill-delay-ms", type=float, default=None, help="a prefill round (default: the block delay)")
+    ap.add_argument("--load-s", type=float, default=0.0, help="refuse connections this long (the model loads)")
     ap.add_argument("--max-running-requests", type=int, default=None)
     ap.add_argument("--dllm-algorithm", default="LowConfidence")
     ap.add_argument("--dllm-fdfo", action=argparse.BooleanOptionalAction, default=True)
@@ -460,7 +596,8 @@ def fake_from_args(args: argparse.Namespace) -> FakeSglang:
     stall = (lambda _rid, n: n % every == 0) if every > 0 else None
     return FakeSglang(
         reply=reply, tokenizer=args.tokenizer, end_token_id=end, block_size=args.block_size,
-        block_delay_ms=args.block_delay_ms, max_running_requests=args.max_running_requests,
+        block_delay_ms=args.block_delay_ms, prefill_delay_ms=args.prefill_delay_ms, load_s=args.load_s,
+        max_running_requests=args.max_running_requests,
         fdfo=args.dllm_fdfo, stall=stall, incremental_streaming_output=args.incremental_streaming_output,
         model_path=args.model_path, dllm_algorithm=args.dllm_algorithm, start_delay_s=args.start_delay_s,
     )

@@ -9,11 +9,13 @@ What was verified in the wheel `sglang_router-0.3.2` (its HTTP server is Rust, c
   `/flush_cache`, `/get_loads`, `/workers`, `/workers/{worker_id}` and `/ha/...`; there is
   NO `/abort_request` route, so an abort sent to the router never reaches a worker
   (axum answers an unknown route 404 with an empty body).
-- `GET /workers` is served by `list_workers_rest`. Its JSON shape is not readable from the
-  stripped binary; public sgl-model-gateway sources of that handler return
-  `{"workers": [{"url", "model_id", "worker_type": "regular", "is_healthy", "load", ...}],
-  "total": n, "stats": {"prefill_count", "decode_count", "regular_count"}}`, which this fake
-  returns. Treat the exact shape as unverified for 0.3.2.
+- `GET /workers` is served by `list_workers_rest`: `{"workers": [{"id", "url", "model_id",
+  "priority", "cost", "worker_type": "regular", "is_healthy", "load", "connection_mode",
+  "metadata"}, ...], ...}`, as the real 0.3.2 router answered it in front of this fake
+  (tests/sglang/test_real_router.py runs it); this fake returns the keys the client reads.
+- Seen from the real router too: `/readiness` answers `{"status": "ready", "healthy_workers",
+  "total_workers"}` (200), `/health` and `/liveness` a plain `OK`, `/model_info` 404 (it
+  forwards only the deprecated `/get_model_info`), `/abort_request` 404 with an empty body.
 Not modelled: cache-aware routing (the default policy of the real router; this fake is plain
 round-robin), health checking, retries, circuit breakers, worker registration endpoints.
 """
@@ -57,8 +59,14 @@ class FakeRouter:
     async def _handle(self, req: Request, resp: Responder) -> None:
         if req.method == "GET" and req.path == "/workers":
             await resp.send_json(200, self.list_workers())
-        elif req.method == "GET" and req.path in ("/health", "/liveness", "/readiness"):
-            await resp.send(200 if self.workers else 503)
+        elif req.method == "GET" and req.path == "/readiness":
+            n = len(self.workers)
+            if n:
+                await resp.send_json(200, {"status": "ready", "healthy_workers": n, "total_workers": n})
+            else:  # the real body for this case was not observed
+                await resp.send(503)
+        elif req.method == "GET" and req.path in ("/health", "/liveness"):
+            await resp.send(200 if self.workers else 503, b"OK" if self.workers else b"", "text/plain; charset=utf-8")
         elif req.method == "POST" and req.path == "/generate" and self.workers:
             worker = self.workers[self._next % len(self.workers)]
             self._next += 1

@@ -8,8 +8,11 @@ sglang 0.5.23 (the wheel, `sglang/...`):
   keeps only the part of a block past the prompt (`next_token_ids[len_input - len_fill:]`),
   and `srt/dllm/mixin/req.py:ReqDllmMixin._update_block_offset_for_dllm` asserts block-aligned
   prefixes; so the first output block has `block_size - prompt_len % block_size` tokens.
-  A prompt of at least one block first has a prefill round (`is_dllm_prefill`,
-  `if len_fill <= len_input: continue`) that commits nothing.
+  A prompt is prefilled one block per round first (`is_dllm_prefill`,
+  `if len_fill <= len_input: continue`): `len(prompt) // block_size` rounds that commit
+  nothing; the partial last block is decoded with the first output block. While any row
+  prefills, a round is a prefill batch and decoding rows wait
+  (`SchedulerDllmMixin._process_dllm_batches` tries prefill requests first).
 - FDFO (`--dllm-fdfo`, on by default: `srt/arg_groups/fields/exec_.py:ExecDllm.dllm_fdfo`):
   a row whose block is unresolved (`accept_length == 0`) commits nothing that round, yet
   `stream_output(batch.reqs)` still runs for it and, with the default `stream_interval` 1
@@ -66,11 +69,16 @@ class Row:
     finished_len: int | None = None
     finish: dict[str, Any] | None = None
     to_finish: dict[str, Any] | None = None
-    prefilled: bool = False
+    prefill_left: int = 0  # prompt blocks still to prefill, one a round
+    abort_sent: bool = False  # `ReqState.abort_sent`: the one abort of this rid was forwarded
     rounds: int = 0
     sent_ids: int = 0
     sent_text: str = ""
     chunks: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+
+    @property
+    def prefilled(self) -> bool:
+        return self.prefill_left == 0
 
     @property
     def done(self) -> bool:
@@ -88,10 +96,9 @@ def abort_reason(message: str = "Aborted") -> dict[str, Any]:
 def commit_round(row: Row, block_size: int, stalled: bool, stop_ids: set[int], decode: Decode) -> None:
     """Runs one scheduler round for `row`: a prefill, an unresolved (stalled) block, or a commit."""
     row.rounds += 1
-    if not row.prefilled and len(row.prompt) >= block_size:
-        row.prefilled = True
+    if row.prefill_left > 0:
+        row.prefill_left -= 1
         return
-    row.prefilled = True
     if stalled:
         return
     pos = len(row.prompt) + len(row.out)

@@ -11,11 +11,18 @@ with completions cut from a real file, one at a time, and reports:
   before it stamps the arrival (counted against us). Goal: p50 <= 2 ms.
 - abort latency (p50, p95): from a superseding `submit` (same document, the older request
   streaming) to the older request's `/abort_request` arriving at the server. Goal: p50 <= 5 ms.
+- slot release before the first chunk (p50, p95): a request superseded right after it reached
+  the server, before its first chunk, from the superseding `submit` to its row's end in the
+  server. SGLang forwards one abort per rid and an abort that precedes its request is lost,
+  so the client aborts once the first chunk shows the server holds the rid (at most 1 s
+  later): this is what that wait costs in running-slot time. Reported, no goal.
 
 URL `fake` starts the FAKE SGLang server (bench.fake_sglang) in this process with a per-block
 delay of 20 ms, a LLaDA2.1-mini block on an H100: the LLaDA2.1 report gives mini a peak of
 ~1,587 tokens/s in its Speedy mode (about 5-6 tokens a forward at ~3.5 ms a forward), so a
-32-token block takes ~32 / 1,587 s = ~20 ms. The overhead does not depend on the delay (it is
+32-token block takes ~32 / 1,587 s = ~20 ms. Prefill is one 32-token prompt block a round, one
+forward each (~3.5 ms), and pauses decoding meanwhile, as SGLang 0.5.23 schedules it (the fake
+has no radix cache: every request prefills its whole prompt, a worst case). The overhead does not depend on the delay (it is
 subtracted); the delay only sets how long aborted requests stream. Another URL is a real
 server: only wall times are reported (its arrival times are not observable from here).
 Ends with one JSON line.
@@ -42,6 +49,7 @@ from llada_lsp.sglang_servers import SglangConfig
 ROOT = Path(__file__).resolve().parents[1]
 FILE = ROOT / "tests/lsp/data/shapes.py.txt"
 BLOCK_DELAY_MS = 20.0  # LLaDA2.1-mini on an H100, one 32-token block (module docstring)
+PREFILL_DELAY_MS = 3.5  # one forward over one 32-token prompt block (module docstring)
 REPLY = "self.width * self.height\n"
 
 
@@ -101,6 +109,33 @@ async def aborts(eng: SglangEngineClient, fake: FakeSglang, splits: list[tuple[s
     return out
 
 
+def received_more(fake: FakeSglang, n: int) -> bool:
+    return len(fake.received_rids) > n
+
+
+def row_ended(fake: FakeSglang, rid: str) -> bool:
+    return fake.timings[rid].finished is not None
+
+
+async def early_releases(eng: SglangEngineClient, fake: FakeSglang, splits: list[tuple[str, str]]) -> list[float]:
+    out = []
+    for i, (pre, suf) in enumerate(splits):
+        doc = f"file:///e{i}.py"
+        n = len(fake.received_rids)
+        old = eng.submit(CompletionRequest(f"e{i}", doc, pre, suf, Plan(max_tokens=256)))
+        await fake.wait_for(partial(received_more, fake, n), timeout=5.0)
+        rid = fake.received_rids[n]
+        t0 = time.perf_counter()
+        new = eng.submit(CompletionRequest(f"f{i}", doc, pre, suf, Plan(max_tokens=8)))
+        await fake.wait_for(partial(row_ended, fake, rid), timeout=5.0)
+        out.append((fake.timings[rid].finished or t0) * 1000 - t0 * 1000)
+        async for _ev, _ in old.events():
+            pass
+        async for _ev, _ in new.events():
+            pass
+    return out
+
+
 async def run(url: str, quick: bool, block_delay_ms: float) -> dict[str, Any]:
     n_req, n_abort = (30, 15) if quick else (300, 100)
     splits = cursors(FILE.read_text(), n_req)
@@ -115,7 +150,8 @@ async def run(url: str, quick: bool, block_delay_ms: float) -> dict[str, Any]:
                 return long if sp["max_new_tokens"] > 64 else short  # aborted ones stream long
 
             fake = FakeSglang(generator=reply, tokenizer=tok, end_token_id=END_OF_MIDDLE,
-                              block_delay_ms=block_delay_ms, max_running_requests=16)
+                              block_delay_ms=block_delay_ms, prefill_delay_ms=PREFILL_DELAY_MS, block_size=32,
+                              max_running_requests=16)
             url = await fake.start()
         eng = SglangEngineClient(SglangConfig(urls={"speedy": [url]}, model=str(tok)))
         try:
@@ -125,6 +161,7 @@ async def run(url: str, quick: bool, block_delay_ms: float) -> dict[str, Any]:
             await overheads(eng, fake, splits[:3])  # warm up (imports, first connections)
             over, wall = await overheads(eng, fake, splits)
             abort_ms = await aborts(eng, fake, splits[:n_abort]) if fake is not None else []
+            early_ms = await early_releases(eng, fake, splits[:n_abort]) if fake is not None else []
         finally:
             await eng.close()
             if fake is not None:
@@ -135,6 +172,9 @@ async def run(url: str, quick: bool, block_delay_ms: float) -> dict[str, Any]:
             "overhead_ms_p50": r(pct(over, 0.5)) if over else None, "overhead_ms_p95": r(pct(over, 0.95)) if over else None,
             "abort_ms_p50": r(pct(abort_ms, 0.5)) if abort_ms else None,
             "abort_ms_p95": r(pct(abort_ms, 0.95)) if abort_ms else None, "aborts": len(abort_ms),
+            "prefill_delay_ms": PREFILL_DELAY_MS if fake is not None else None,
+            "early_release_ms_p50": r(pct(early_ms, 0.5)) if early_ms else None,
+            "early_release_ms_p95": r(pct(early_ms, 0.95)) if early_ms else None,
             "wall_ms_p50": r(statistics.median(wall)), "goal_overhead_ms": 2.0, "goal_abort_ms": 5.0,
             "ok": bool(over and abort_ms and pct(over, 0.5) <= 2.0 and pct(abort_ms, 0.5) <= 5.0)}
 
@@ -144,6 +184,7 @@ def main(url: str, quick: bool, block_delay_ms: float = BLOCK_DELAY_MS) -> int:
     print(f"{'metric':<22}{'p50 ms':>10}{'p95 ms':>10}{'goal':>8}")
     print(f"{'adapter overhead':<22}{res['overhead_ms_p50']!s:>10}{res['overhead_ms_p95']!s:>10}{'<= 2':>8}")
     print(f"{'supersession->abort':<22}{res['abort_ms_p50']!s:>10}{res['abort_ms_p95']!s:>10}{'<= 5':>8}")
+    print(f"{'slot release, early':<22}{res['early_release_ms_p50']!s:>10}{res['early_release_ms_p95']!s:>10}{'':>8}")
     print(f"{'request wall time':<22}{res['wall_ms_p50']!s:>10}{'':>10}{'':>8}")
     print(json.dumps(res))
     return 0

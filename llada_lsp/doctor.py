@@ -1,7 +1,7 @@
 """`llada-lsp doctor`: check the configured backend and print a readable report.
 
 For `--engine sglang`: the tokenizer is found offline (a directory or the local Hugging
-Face cache), each server answers `/health` and `/get_model_info` (a router: its `/workers`,
+Face cache), each server answers its readiness route (`/ready`, a router's `/readiness`) and `/model_info` (a router: its `/workers`,
 and each worker's model), the model's family matches (LLaDA2.x/LLaDA, the tokenizer's), and
 one tiny completion makes the round trip (its latency is printed). For the other engines:
 the model resolves. Exit status 0 when every check passed, 1 otherwise.
@@ -77,12 +77,12 @@ async def check_server(pool: ServerPool, s: Server, family: str | None, what: st
     try:
         status = await pool.health(s)
     except http.HttpError as e:
-        report.fail(f"/health: {e}")
+        report.fail(f"readiness: {e}")
         return
     if status != 200:
-        report.fail(f"/health: HTTP {status}{' (still loading its model)' if status == 503 else ''}")
+        report.fail(f"{s.probe_path}: HTTP {status}{' (still loading its model)' if status == 503 else ''}")
         return
-    report.ok("/health: 200")
+    report.ok(f"{s.probe_path}: 200")
     targets = [s.url]
     if s.router:
         try:
@@ -94,10 +94,10 @@ async def check_server(pool: ServerPool, s: Server, family: str | None, what: st
         (report.ok if targets else report.fail)(f"/workers: {', '.join(targets) or 'none'} (aborts go there)")
     for url in targets:
         try:
-            info = await http.get_json(url, "/get_model_info", **kw)
-            report.ok(f"{url}/get_model_info: {check_family(url, info or {}, family, what)}")
+            info = await pool.model_info(url)
+            report.ok(f"{url}/model_info: {check_family(url, info, family, what)}")
         except (http.HttpError, ModelMismatch) as e:
-            report.fail(f"{url}/get_model_info: {e}")
+            report.fail(f"{url}/model_info: {e}")
     t0 = time.perf_counter()
     try:
         out = await http.post_json(s.url, "/generate", body, connect_timeout=pool.cfg.connect_timeout_s,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,9 @@ from urllib.parse import urlsplit
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_LINE_BYTES = 4 * 1024 * 1024  # one SSE line (a chunk of cumulative output is far smaller)
+READ_PIECE = 64 * 1024  # a chunk's data is read in pieces of at most this (memory stays bounded)
+_STATUS = re.compile(r"HTTP/1\.[01] ([0-9]{3})(?: (.*))?")
 
 
 class HttpError(Exception):
@@ -84,24 +88,42 @@ class Response:
             self.close()
             raise HttpError(f"{self.url}: the connection broke: {e or type(e).__name__}", url=self.url) from e
 
+    def _bad(self, what: str) -> HttpError:
+        self.close()
+        return HttpError(f"{self.url}: the server broke HTTP framing: {what}", url=self.url)
+
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives (chunked, Content-Length or until the connection closes)."""
+        """The body as it arrives (chunked, Content-Length or until the connection closes), in
+        pieces of at most READ_PIECE bytes. Bad framing is an HttpError at once."""
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             while True:
                 line = await self._io(self._reader.readuntil(b"\r\n"))
-                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                field = line.split(b";", 1)[0].strip()
+                if not re.fullmatch(rb"[0-9a-fA-F]{1,15}", field):
+                    raise self._bad(f"chunk size {line[:40]!r}")
+                size = int(field, 16)
                 if size == 0:
                     while (await self._io(self._reader.readuntil(b"\r\n"))) != b"\r\n":
                         pass  # trailers
                     return
-                data = await self._io(self._reader.readexactly(size + 2))
-                yield data[:-2]
+                while size:
+                    n = min(size, READ_PIECE)
+                    yield await self._io(self._reader.readexactly(n))
+                    size -= n
+                if await self._io(self._reader.readexactly(2)) != b"\r\n":
+                    raise self._bad("a chunk does not end with CRLF")
         elif "content-length" in self.headers:
-            n = int(self.headers["content-length"])
+            raw = self.headers["content-length"]
+            if not raw.isascii() or not raw.isdigit():
+                raise self._bad(f"Content-Length {raw[:40]!r}")
+            n = int(raw)
             if n > MAX_BODY_BYTES:
+                self.close()
                 raise HttpError(f"{self.url}: a body of {n} bytes is too large", self.status, url=self.url)
-            if n:
-                yield await self._io(self._reader.readexactly(n))
+            while n:
+                data = await self._io(self._reader.readexactly(min(n, READ_PIECE)))
+                n -= len(data)
+                yield data
         else:
             while data := await self._io(self._reader.read(65536)):
                 yield data
@@ -123,19 +145,31 @@ class Response:
             raise HttpError(f"{self.url}: the answer is not JSON: {e}", self.status, raw, self.url) from e
 
     async def sse(self) -> AsyncIterator[str]:
-        """The `data:` payload of each server-sent event (multi-line data joined by newlines)."""
-        buf = b""
+        """The `data:` payload of each server-sent event (multi-line data joined by newlines).
+        Linear in the stream's length: each byte is scanned for a newline once. A line longer
+        than MAX_LINE_BYTES (or an event's data longer than that) is an HttpError at once."""
+        buf = bytearray()
         data: list[str] = []
+        size = 0
         async for piece in self.chunks():
+            start = len(buf)  # the bytes before this piece hold no newline
             buf += piece
-            while (nl := buf.find(b"\n")) >= 0:
-                line, buf = buf[:nl].rstrip(b"\r").decode("utf-8", "replace"), buf[nl + 1:]
+            begin = 0
+            while (nl := buf.find(b"\n", start)) >= 0:
+                line = bytes(buf[begin:nl]).rstrip(b"\r").decode("utf-8", "replace")
+                begin = start = nl + 1
                 if not line:
                     if data:
                         yield "\n".join(data)
-                        data = []
+                        data, size = [], 0
                 elif line.startswith("data:"):
                     data.append(line[5:].removeprefix(" "))
+                    size += len(line)
+                    if size > MAX_LINE_BYTES:
+                        raise self._bad(f"an event longer than {MAX_LINE_BYTES} bytes")
+            del buf[:begin]
+            if len(buf) > MAX_LINE_BYTES:
+                raise self._bad(f"a line longer than {MAX_LINE_BYTES} bytes")
         if data:
             yield "\n".join(data)
 
@@ -176,8 +210,8 @@ async def request(url: str, method: str, path: str, body: Any = None, *, connect
         writer.transport.abort()
         raise HttpError(f"{full}: headers too large", url=full)
     lines = raw.decode("latin-1").split("\r\n")
-    status_line = lines[0].split(" ", 2)
-    if len(status_line) < 2 or not status_line[0].startswith("HTTP/") or not status_line[1].isdigit():
+    status_line = _STATUS.fullmatch(lines[0])
+    if status_line is None:
         writer.transport.abort()
         raise HttpError(f"{full}: not an HTTP answer: {lines[0][:80]!r}", url=full)
     headers: dict[str, str] = {}
@@ -185,8 +219,13 @@ async def request(url: str, method: str, path: str, body: Any = None, *, connect
         if ":" in line:
             k, v = line.split(":", 1)
             headers[k.strip().lower()] = v.strip()
-    reason = status_line[2] if len(status_line) > 2 else ""
-    return Response(full, int(status_line[1]), reason, headers, reader, writer, read_timeout)
+    status = int(status_line[1])
+    if 300 <= status < 400:  # never followed: a server that redirects is misconfigured or hostile
+        writer.transport.abort()
+        where = headers.get("location", "?")[:200]
+        raise HttpError(f"{full}: HTTP {status} redirect to {where!r} refused (redirects are not "
+                        "followed: point the setting at the server itself)", status, url=full)
+    return Response(full, status, status_line[2] or "", headers, reader, writer, read_timeout)
 
 
 async def call_json(url: str, method: str, path: str, body: Any = None, *, connect_timeout: float = 5.0,

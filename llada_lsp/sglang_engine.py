@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import secrets
 import time
@@ -36,6 +35,7 @@ from engine.decoding.stops import cut_text
 from engine.prompt.builder import PromptBuilder
 from llada_lsp import http_client as http
 from llada_lsp.engine_base import EngineClient, EngineJob, Progress
+from llada_lsp.sglang_chunks import BadChunk, Chunk, parse_event
 from llada_lsp.sglang_servers import (
     ModelMismatch,
     NoServer,
@@ -47,7 +47,7 @@ from llada_lsp.sglang_servers import (
 
 log = logging.getLogger(__name__)
 
-FIRST_CHUNK_WAIT_S = 2.0  # a cancelled stream waits this long for the chunk that proves the rid is known
+FIRST_CHUNK_WAIT_S = 1.0  # a cancelled stream waits this long for the chunk that proves the rid is known
 BuilderFactory = Callable[[Path, int], PromptBuilder]
 
 
@@ -154,21 +154,24 @@ class SglangEngineClient(EngineClient):
             self.set_state("ready")
 
     def job_timed_out(self, job: EngineJob) -> None:
-        """A request passed its deadline: a server that does not answer /health is marked lost."""
+        """A request passed its deadline: a server that does not answer its readiness probe,
+        and streams nothing meanwhile, is marked lost."""
         super().job_timed_out(job)
         server = getattr(job, "server", None)
         if self.pool is not None and server is not None and server.healthy:
-            self._spawn(self._check(server))
+            self._spawn(self.check(server))
 
-    async def _check(self, server: Server) -> None:
+    async def check(self, server: Server) -> None:
+        """Probe `server`; mark it lost unless it is ready or still streams."""
         assert self.pool is not None
         try:
             status = await self.pool.health(server)
         except http.HttpError as e:
-            self.pool.mark_lost(server, str(e))
+            if not self.pool.streaming(server):  # a busy server that streams is alive
+                self.pool.mark_lost(server, str(e))
             return
-        if status != 200:
-            self.pool.mark_lost(server, f"{server.url}/health: HTTP {status}")
+        if status != 200 and not self.pool.streaming(server):
+            self.pool.mark_lost(server, f"{server.url}{server.probe_path}: HTTP {status}")
 
     # -- requests -------------------------------------------------------------------------------
     def submit(self, request: CompletionRequest) -> EngineJob:
@@ -191,28 +194,37 @@ class SglangEngineClient(EngineClient):
         return task
 
     def _cancel(self, job: SglangJob) -> None:
-        """On the loop: abort on the server at once; close the stream once the server has
-        streamed for the rid (before that an abort may precede the rid's registration, so
-        the stream waits for its first chunk, then aborts again and ends)."""
+        """On the loop. One abort per rid, sent only once the server surely holds the rid.
+        SGLang 0.5.23 forwards one abort per rid (`TokenizerManager.abort_request`,
+        `abort_sent`), and an abort that reaches its scheduler before the request does (the
+        request is registered before it is tokenized and dispatched) matches nothing: that
+        request would then run to max_new_tokens in a running slot. So a stream that has
+        shown a chunk (the scheduler holds the rid) is aborted and closed at once; one that
+        has not waits for its first chunk (then the same), at most FIRST_CHUNK_WAIT_S, after
+        which the rid is long dispatched (queued behind others) and the abort finds it. The
+        editor hears the request's end at once either way."""
         if job.phase in ("queued", "ended"):
             return  # `_run` sees the cancel before it sends anything
-        self._abort(job)
         if job.seen_chunk:
-            if job.response is not None:
-                job.response.close()
-            if job.task is not None:
-                job.task.cancel()
+            self._let_go(job)
         else:
+            job.push(EngineEvent("done", job.request.request_id, "", reason=job.done_reason))  # type: ignore[arg-type]
             job.loop.call_later(FIRST_CHUNK_WAIT_S, self._give_up, job)
 
     def _give_up(self, job: SglangJob) -> None:
-        if job.phase != "ended" and job.task is not None:
-            if job.response is not None:
-                job.response.close()
+        if job.phase != "ended":
+            self._let_go(job)
+
+    def _let_go(self, job: SglangJob) -> None:
+        self._abort(job)
+        if job.response is not None:
+            job.response.close()
+        if job.task is not None:
             job.task.cancel()
 
     def _abort(self, job: SglangJob) -> None:
-        if job.server is None:
+        """The one abort of `job` (to every worker behind a router); later calls do nothing."""
+        if job.server is None or job.aborts:
             return
         job.aborts.append(time.perf_counter())
         self.counters["aborts_sent"] += 1
@@ -249,6 +261,9 @@ class SglangEngineClient(EngineClient):
             if not job.cancelled:
                 raise
             job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+        except Exception as e:  # noqa: BLE001 - an answer not foreseen ends its request at once, never at the deadline
+            log.exception("SGLang request %s failed", job.rid)
+            job.push(EngineEvent("error", rid, "", error=f"the SGLang backend failed on this request: {e!r}"[:500]))
         finally:
             if server is not None:
                 server.outstanding -= 1
@@ -296,6 +311,12 @@ class SglangEngineClient(EngineClient):
             await self._stream(job, resp, prompt, tail)
         except http.HttpError as e:
             self._failed(job, server, e)
+        except BadChunk as e:
+            if job.cancelled:
+                job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+                return
+            self.counters["http_errors"] += 1
+            job.push(EngineEvent("error", rid, "", error=f"the SGLang server at {url} sent a bad answer: {e}"))
 
     def _failed(self, job: SglangJob, server: Server, e: http.HttpError) -> None:
         rid = job.request.request_id
@@ -313,34 +334,27 @@ class SglangEngineClient(EngineClient):
         loose = replace(plan, stop="none", max_lines=0)  # the stop rule is applied below, to know it fired
         ids: list[int] = []
         text, blocks, first_at = "", 0, None
-        meta: dict[str, Any] = {}
+        meta: Chunk | None = None
         async for data in resp.sse():
             if data.strip() == "[DONE]":
                 break
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                job.push(EngineEvent("error", rid, text, error=f"the SGLang server sent a bad event: {data[:200]!r}"))
-                return
-            if not isinstance(obj, dict):
-                continue
-            if obj.get("error") is not None:
-                err = obj["error"]
-                msg = err.get("message", err) if isinstance(err, dict) else err
+            c = parse_event(data)  # BadChunk: an error at once (`_send`)
+            if c.error is not None:
                 self.counters["http_errors"] += 1
-                job.push(EngineEvent("error", rid, text, error=f"the SGLang server refused the request: {msg}"))
+                job.push(EngineEvent("error", rid, text, error=f"the SGLang server refused the request: {c.error}"))
                 return
             job.seen_chunk = True
-            if job.cancelled:  # the rid is known now: abort again (the first may have come too early)
+            if job.server is not None:
+                job.server.last_data_at = time.monotonic()
+            if job.cancelled:  # the rid is known now: its one abort
                 self._abort(job)
                 job.push(EngineEvent("done", rid, text, reason=job.done_reason))  # type: ignore[arg-type]
                 return
-            meta = obj.get("meta_info") or {}
-            out = [int(t) for t in obj.get("output_ids") or []]
-            n = meta.get("completion_tokens")
+            meta = c
+            out, n = c.output_ids, c.completion_tokens
             before = len(ids)
-            ids = ids + out if isinstance(n, int) and ids and len(out) < n else out  # deltas or cumulative
-            finish = meta.get("finish_reason")
+            ids = ids + out if n is not None and ids and len(out) < n else out  # deltas or cumulative
+            finish = c.finish
             if len(ids) <= before and finish is None:
                 continue  # an empty FDFO delta: nothing committed this round
             if len(ids) > before:
@@ -373,14 +387,14 @@ class SglangEngineClient(EngineClient):
         return "budget" if kind == "length" else "end_of_middle"
 
     @staticmethod
-    def _stats(job: SglangJob, ids: list[int], prompt: list[int], meta: dict[str, Any], blocks: int,
+    def _stats(job: SglangJob, ids: list[int], prompt: list[int], meta: Chunk | None, blocks: int,
                first_at: float | None) -> dict[str, Any]:
         """What the server reports and what was timed here; forwards and tokens-per-forward are
         not reported by SGLang, so they are None (never estimated)."""
         now = time.perf_counter()
         sent = job.started_at or job.submitted_at
-        prompt_tokens = meta.get("prompt_tokens", len(prompt))
-        cached = meta.get("cached_tokens")
+        prompt_tokens = meta.prompt_tokens if meta and meta.prompt_tokens is not None else len(prompt)
+        cached = meta.cached_tokens if meta else None
         return {"tokens": len(ids), "blocks": blocks, "prompt_tokens": prompt_tokens, "cached_tokens": cached,
                 "prefill_tokens": prompt_tokens - (cached or 0), "reused_tokens": cached or 0,
                 "forwards": None, "tpf": None, "queue_ms": (sent - job.submitted_at) * 1000,

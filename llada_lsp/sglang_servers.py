@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,8 +88,9 @@ def local_description(model_dir: Path) -> tuple[str | None, str]:
 
 def check_family(url: str, info: dict[str, Any], local_family: str | None, local_what: str) -> str:
     """The server's model as a message names it; ModelMismatch when it cannot be served here."""
-    path = info.get("model_path") or info.get("served_model_name") or "?"
+    path = str(info.get("model_path") or info.get("served_model_name") or "?")[:200]
     arch = info.get("architectures") or []
+    arch = [str(a)[:100] for a in arch[:8]] if isinstance(arch, list) else [str(arch)[:100]]
     served = f"{path} ({', '.join(map(str, arch)) or info.get('model_type') or 'no architectures'})"
     fam = family_of(path, *arch)  # what 0.5.23 reports (model_path, architectures)
     if fam not in FAMILIES:
@@ -112,6 +115,8 @@ class Server:
     served: str = ""  # its model, as messages name it
     workers: list[str] = field(default_factory=list)  # a router's, for aborts
     retry: asyncio.Task[None] | None = None
+    probe_path: str = ""  # the readiness route it answers (set by the first probe)
+    last_data_at: float = -math.inf  # time.monotonic() of the last stream chunk read from it
 
     @property
     def abort_targets(self) -> list[str]:
@@ -165,36 +170,70 @@ class ServerPool:
                  **({"workers": s.workers} if s.router else {})} for s in self.servers]
 
     # -- probing --------------------------------------------------------------------------
+    # The readiness routes, cheapest first. A worker's `/ready` (0.5.23
+    # `srt/entrypoints/http_server.py:ready`) answers from the server's state at once, 503
+    # while it starts; its `/health` runs a 1-token generation that takes 1-20 s and holds a
+    # running slot (`health_generate`), so it is only the fallback for servers without
+    # `/ready`. `sglang-router` 0.3.2 answers `/readiness` (200 while a worker is healthy).
+    READY_PATHS = {False: ("/ready", "/health"), True: ("/readiness", "/health")}
+
     async def health(self, s: Server) -> int:
-        """The HTTP status of GET /health (HttpError when the server cannot be reached)."""
-        resp = await http.request(s.url, "GET", "/health", connect_timeout=self.cfg.connect_timeout_s,
-                                  read_timeout=self.cfg.probe_timeout_s)
-        await resp.body()
-        return resp.status
+        """The HTTP status of the server's readiness route (HttpError when it cannot be reached)."""
+        paths = (s.probe_path,) if s.probe_path else self.READY_PATHS[s.router]
+        status = 404
+        for path in paths:
+            resp = await http.request(s.url, "GET", path, connect_timeout=self.cfg.connect_timeout_s,
+                                      read_timeout=self.cfg.probe_timeout_s)
+            await resp.body()
+            status = resp.status
+            if status != 404:
+                s.probe_path = path
+                return status
+        return status
+
+    def streaming(self, s: Server) -> bool:
+        """A stream from `s` delivered data within the probe timeout: it is alive, however
+        slowly it answers a probe."""
+        return s.outstanding > 0 and time.monotonic() - s.last_data_at < self.cfg.probe_timeout_s
+
+    async def model_info(self, url: str) -> dict[str, Any]:
+        """`/model_info`, else the deprecated `/get_model_info` (older servers; the router)."""
+        kw = {"connect_timeout": self.cfg.connect_timeout_s, "read_timeout": self.cfg.probe_timeout_s}
+        try:
+            info = await http.get_json(url, "/model_info", **kw)
+        except http.HttpError as e:
+            if e.status != 404:
+                raise
+            info = await http.get_json(url, "/get_model_info", **kw)
+        if not isinstance(info, dict):
+            raise http.HttpError(f"{url}/model_info: not a JSON object", 200, url=url)
+        return info
 
     async def probe(self, s: Server) -> None:
-        """Health, then the model of the server (of each worker behind a router). Raises
+        """Readiness, then the model of the server (of each worker behind a router). Raises
         HttpError (down or starting) or ModelMismatch (refused)."""
         status = await self.health(s)
         if status != 200:
-            raise http.HttpError(f"{s.url}/health: HTTP {status}", status, url=s.url)
+            raise http.HttpError(f"{s.url}{s.probe_path}: HTTP {status}", status, url=s.url)
         kw = {"connect_timeout": self.cfg.connect_timeout_s, "read_timeout": self.cfg.probe_timeout_s}
         if s.router:
             listed = await http.get_json(s.url, "/workers", **kw)
-            s.workers = [str(w["url"]).rstrip("/") for w in (listed or {}).get("workers", [])
-                         if isinstance(w, dict) and w.get("url")]
+            rows = listed.get("workers") if isinstance(listed, dict) else None
+            s.workers = [str(w["url"]).rstrip("/") for w in (rows if isinstance(rows, list) else [])
+                         if isinstance(w, dict) and isinstance(w.get("url"), str)]
             if not s.workers:
                 log.warning("the router %s lists no workers: aborts cannot reach them", s.url)
         served = []
         for url in s.workers or [s.url]:
-            info = await http.get_json(url, "/get_model_info", **kw)
-            served.append(check_family(url, info if isinstance(info, dict) else {}, self.local_family,
-                                       self.local_what))
+            info = await self.model_info(url)
+            served.append(check_family(url, info, self.local_family, self.local_what))
         s.served = ", ".join(sorted(set(served)))
 
     async def wait_up(self, s: Server, report: Callable[[str], None]) -> None:
-        """At start: wait out 503 (loading) up to `start_timeout_s`, then probe. A server that
-        cannot be reached is marked lost (and retried in the background); ModelMismatch is raised."""
+        """At start: a server that refuses connections (not listening yet: SGLang listens
+        only once its model is loaded) or answers 503 (warming up) is loading; it is waited
+        for up to `start_timeout_s`, with progress, then probed. Past that it is marked lost
+        (and retried in the background); ModelMismatch is raised."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.start_timeout_s
         for delay in reconnect.backoff(start=0.1, cap=2.0):
@@ -203,8 +242,10 @@ class ServerPool:
             try:
                 await self.probe(s)
             except http.HttpError as e:
-                if e.status == 503 and loop.time() < deadline:
-                    report(f"{s.url} is loading its model (HTTP 503)")
+                if e.status in (503, None) and loop.time() < deadline:
+                    s.lost = str(e)
+                    why = "not listening yet" if e.status is None else "HTTP 503"
+                    report(f"{s.url} is loading its model ({why})")
                     continue
                 self.mark_lost(s, str(e))
                 return
@@ -232,6 +273,10 @@ class ServerPool:
                     continue
                 except http.HttpError as e:
                     s.lost = str(e)
+                    continue
+                except Exception as e:  # noqa: BLE001 - an answer not foreseen must not end recovery
+                    log.warning("probing %s failed: %r", s.url, e)
+                    s.lost = f"{s.url}: {e!r}"[:500]
                     continue
                 s.healthy, s.lost = True, None
                 log.warning("the SGLang server %s is back", s.url)

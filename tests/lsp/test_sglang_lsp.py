@@ -114,3 +114,33 @@ async def test_server_killed_and_restarted_mid_session(fake: FakeSglang, lsp: Ll
     text = type_char(lsp, version, text, " ")
     assert first_text(await asyncio.wait_for(send_inline(lsp, URI, at_end(text)), 10)) == "a + b"
     assert lsp.refines == []
+
+
+async def test_a_server_still_loading_its_model_shows_loading_then_ready_and_no_error(tmp_path: Path) -> None:
+    """SGLang listens only once its model is loaded (connections are refused until then),
+    then answers 503 while it warms up: the editor sees "loading", then "ready", no error."""
+    tok = llada2_dir(tmp_path / "llada2")
+    server = FakeSglang(reply=REPLY, tokenizer=tok, end_token_id=END_OF_MIDDLE, block_size=8,
+                        block_delay_ms=20.0, load_s=120.0, start_delay_s=0.5)
+    await server.start()
+    client = LladaClient()
+    shown: list[str] = []
+    client.feature("window/showMessage")(lambda _ls, params: shown.append(str(params)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    init = {"engine": "sglang", "model": str(tok), "sglang": {"urls": {"speedy": [f"http://127.0.0.1:{server.port}"]}},
+            "speculative": False, "rescueAlternatives": 0, "maxTokens": {"line": 16, "statements": 16, "block": 16}}
+    try:
+        assert not server.listening
+        starting = asyncio.create_task(client.start(init, env=env, timeout=60))  # raises on an error first
+        await client.until(lambda: any("not listening yet" in str(s.get("message", "")) for s in client.statuses), 60)
+        server.finish_loading()  # the model is loaded: it listens (503 while it warms up), then is ready
+        await starting
+        states = [s["state"] for s in client.statuses]
+        assert "error" not in states and states[0] == "loading" and states[-1] == "ready", states
+        assert server.listening and server.ready
+        open_document(client, URI, "python", TEXT)
+        assert first_text(await asyncio.wait_for(send_inline(client, URI, at_end(TEXT)), 10)) == "a + b"
+        assert shown == []  # no error was shown to the user
+    finally:
+        await client.close()
+        await server.stop()

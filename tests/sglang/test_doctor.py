@@ -39,7 +39,7 @@ async def test_doctor_passes_on_a_healthy_setup(tmp_path: Path) -> None:
         code, out = await doctor("--model", str(tok), "--sglang-url", f"speedy={ua}", "--sglang-router", ur,
                                  "--mode", "speedy", "--sglang-url", f"quality={ua}")
         assert code == 0, out
-        assert f"server {ua}" in out and f"router {ur}" in out and "/health: 200" in out
+        assert f"server {ua}" in out and f"router {ur}" in out and "/ready: 200" in out and "/readiness: 200" in out
         assert f"/workers: {ub}" in out and "LLaDA2MoeModelLM" in out
         assert out.count("/generate round trip:") == 2 and "all checks passed" in out
         assert a.requests_received == 1 and b.requests_received == 1
@@ -61,6 +61,6 @@ async def test_doctor_fails_on_wrong_family_and_dead_server(tmp_path: Path) -> N
                                  "--sglang-url", f"quality={dead_url}")
         assert code == 1
         assert "FAIL" in out and "meta-llama/Llama-3.1-8B" in out and "not a LLaDA2.x/LLaDA model" in out
-        assert f"{dead_url}/health: cannot connect" in out and "check(s) failed" in out
+        assert f"{dead_url}/ready: cannot connect" in out and "check(s) failed" in out
     finally:
         await wrong.stop()

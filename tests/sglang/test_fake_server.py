@@ -81,8 +81,11 @@ async def test_health_is_503_while_starting_then_200() -> None:
     try:
         assert (await get_json(url, "GET", "/health"))[0] == 503
         assert (await get_json(url, "GET", "/health_generate"))[0] == 503
+        assert (await get_json(url, "GET", "/ready"))[0] == 503
         f.ready = True
-        assert (await get_json(url, "GET", "/health"))[0] == 200
+        assert (await get_json(url, "GET", "/ready"))[0] == 200
+        status, info = await get_json(url, "GET", "/model_info")
+        assert status == 200 and info["architectures"] == ["LLaDA2MoeModelLM"]
         status, info = await get_json(url, "GET", "/get_model_info")
         assert status == 200 and info["model_path"] == "inclusionAI/LLaDA2.0-mini" and info["is_generation"]
         status, sinfo = await get_json(url, "GET", "/get_server_info")
@@ -239,4 +242,109 @@ async def test_client_disconnect_aborts_after_the_delay() -> None:
         assert asyncio.get_running_loop().time() - closed_at >= 0.2
         assert f.abort_log[-1].rid == "gone"
     finally:
+        await f.stop()
+
+
+async def test_a_loading_server_refuses_connections_then_warms_up_with_503() -> None:
+    f = FakeSglang(load_s=60.0, ready=False)
+    url = await f.start()
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            await get_json(url, "GET", "/ready")
+        f.finish_loading()
+        await f.wait_for(lambda: f.listening, timeout=3)
+        assert (await get_json(url, "GET", "/ready"))[0] == 503  # listening, warming up
+        assert (await get_json(url, "GET", "/health"))[0] == 503
+        f.ready = True
+        assert (await get_json(url, "GET", "/ready"))[0] == 200
+    finally:
+        await f.stop()
+
+
+async def test_health_queues_a_generation_and_answers_after_its_poll() -> None:
+    f = FakeSglang(reply="abc", block_size=BLOCK, block_delay_ms=5, health_poll_s=0.2)
+    url = await f.start()
+    try:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        assert (await get_json(url, "GET", "/health"))[0] == 200
+        assert loop.time() - t0 >= 0.2 and f.health_rows == 1 and f.rounds >= 1  # it ran a round
+        # with the only running slot taken by a long request, /health waits its poll, then sees its output
+        long = asyncio.create_task(stream(url, {"rid": "long", "input_ids": [1], "sampling_params": {"max_new_tokens": 64}}))
+        f.reply = "x" * 64
+        await f.wait_for(lambda: f.rounds >= 2)
+        assert (await get_json(url, "GET", "/health"))[0] == 200
+        await asyncio.wait_for(long, 5)
+    finally:
+        await f.stop()
+
+
+async def test_one_abort_per_rid_and_an_early_abort_misses_the_request() -> None:
+    f = FakeSglang(reply="v" * 40, block_size=BLOCK, block_delay_ms=5, dispatch_delay_s=0.3)
+    url = await f.start()
+    try:
+        t = asyncio.create_task(stream(url, {"rid": "early", "input_ids": [1], "sampling_params": {"max_new_tokens": 40}}))
+        await f.wait_for(lambda: "early" in f.received_rids)
+        await get_json(url, "POST", "/abort_request", {"rid": "early"})  # registered, not yet dispatched
+        await get_json(url, "POST", "/abort_request", {"rid": "early"})
+        evs = await asyncio.wait_for(t, 5)
+        assert [r.matched for r in f.abort_log] == [[], []]
+        assert f.abort_log[1].dropped == "abort already sent"
+        assert evs[-2]["meta_info"]["finish_reason"]["type"] == "length"  # it ran to max_new_tokens
+    finally:
+        await f.stop()
+
+
+async def test_a_running_row_ends_at_once_on_abort() -> None:
+    f = FakeSglang(reply="r" * 400, block_size=BLOCK, block_delay_ms=200)
+    url = await f.start()
+    try:
+        t = asyncio.create_task(stream(url, {"rid": "run", "input_ids": [1], "sampling_params": {"max_new_tokens": 400}}))
+        await f.wait_for(lambda: f.rounds >= 1)
+        rounds = f.rounds
+        await get_json(url, "POST", "/abort_request", {"rid": "run"})
+        evs = await asyncio.wait_for(t, 5)
+        assert f.rounds == rounds  # no further forward was needed
+        assert evs[-2]["meta_info"]["finish_reason"]["type"] == "abort" and f.aborted_rids == ["run"]
+    finally:
+        await f.stop()
+
+
+async def test_prefill_is_one_block_a_round_and_pauses_decoding() -> None:
+    f = FakeSglang(reply="p" * 40, block_size=BLOCK, block_delay_ms=5, max_running_requests=2)
+    url = await f.start()
+    try:
+        first = asyncio.create_task(stream(url, {"rid": "a", "input_ids": [1], "sampling_params": {"max_new_tokens": 40}}))
+        await f.wait_for(lambda: f.rounds >= 1)
+        second = asyncio.create_task(stream(url, {"rid": "b", "input_ids": [1] * (4 * BLOCK + 1),
+                                                  "sampling_params": {"max_new_tokens": 8}}))
+        ev_a, ev_b = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    finally:
+        await f.stop()
+    empty_b = [e for e in ev_b[:-1] if not e["output_ids"]]
+    assert len(empty_b) == 4  # four prompt blocks, four prefill rounds (empty FDFO chunks)
+    # while b prefilled, a committed nothing: a's chunk count is its own rounds only
+    t_a, t_b = f.timings["a"], f.timings["b"]
+    assert t_a.finished is not None and t_b.admitted is not None
+    assert f.rounds >= len(ev_a[:-1]) + 4
+
+
+async def test_keep_alive_serves_requests_one_after_another_on_one_connection() -> None:
+    f = FakeSglang(reply="k" * 10, block_size=BLOCK, block_delay_ms=2)
+    url = await f.start()
+    u = urlsplit(url)
+    reader, writer = await asyncio.open_connection(u.hostname, u.port)
+    try:
+        for i in range(3):
+            body = json.dumps({"rid": f"ka{i}", "input_ids": [1], "stream": True, "sampling_params": {}}).encode()
+            writer.write(f"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body)
+            assert (await reader.readline()).split()[1] == b"200"
+            while await reader.readline() not in (b"\r\n", b""):
+                pass
+            evs = [e async for e in events(reader)]
+            assert evs[-1] == "[DONE]" and await reader.readline() == b"\r\n"  # the chunked body's end
+            # the next request at once, while the server still winds this one down
+        assert f.received_rids == ["ka0", "ka1", "ka2"]
+    finally:
+        writer.close()
         await f.stop()

@@ -23,5 +23,17 @@ def test_quick_bench_prints_its_json_line() -> None:
     assert res["requests"] == 30 and res["aborts"] == 15
     assert 0 < res["overhead_ms_p50"] <= res["overhead_ms_p95"] < 200
     assert 0 < res["abort_ms_p50"] <= res["abort_ms_p95"] < 500
-    assert res["wall_ms_p50"] >= 2 * res["block_delay_ms"]  # a prefill round and a commit round
+    assert res["wall_ms_p50"] >= 2 * res["block_delay_ms"]  # prefill rounds and at least one commit round
+    assert 0 < res["early_release_ms_p50"] <= res["early_release_ms_p95"] < 1500  # first chunk, then the abort
     assert isinstance(res["ok"], bool) and "adapter overhead" in out
+
+
+def test_sse_bench_refuses_the_endless_line_and_reads_every_event() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "bench/sse_parse.py", "--mb", "12"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=240, check=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    line, events = res["rows"][0], res["rows"][1]
+    assert line["arm"] == "one line" and "longer than" in line["refused"] and line["written_mb"] < 12
+    assert events["arm"] == "events" and events["events"] == 12 * 1024 and events["refused"] is None
+    assert res["ok"] is True
