@@ -124,24 +124,28 @@ class _Text:
         return self.data[n.start_byte:n.end_byte].decode("utf-8", "surrogatepass")
 
 
+def _first_diff(x: str, y: str, n: int) -> int:
+    """The first index < n where x and y differ (n when none): 4 KiB slices compared, then a
+    binary search inside the first unequal one (memcmp speed, little copying)."""
+    step, i = 4096, 0
+    while i < n and x[i:i + step] == y[i:i + step]:
+        i += step
+    lo, hi = i, min(n, i + step)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x[i:mid + 1] == y[i:mid + 1]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return min(lo, n)
+
+
 def common_ends(old: str, new: str) -> tuple[int, int]:
     """(p, s): old and new share their first p and last s characters, p + s <= min(len)."""
-    lo, hi = 0, min(len(old), len(new))
-    while lo < hi:  # binary search on slice equality: memcmp speed
-        mid = (lo + hi + 1) // 2
-        if old[:mid] == new[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    p = lo
-    lo, hi = 0, min(len(old), len(new)) - p
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if old[len(old) - mid:] == new[len(new) - mid:]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return p, lo
+    m = min(len(old), len(new))
+    p = _first_diff(old, new, m)
+    s = _first_diff(old[::-1], new[::-1], m - p)
+    return p, s
 
 
 def analyze(language: str, old: str, new: str, old_tree: ts.Tree, new_tree: ts.Tree) -> Analysis:
@@ -325,13 +329,20 @@ def _is_use(lang: Lang, t: _Text, n: ts.Node) -> bool:
 def _occurrences(t: _Text, scope: ts.Node, name: str) -> list[ts.Node]:
     """The smallest nodes spanning each whole-word match of `name` inside `scope`."""
     out: list[ts.Node] = []
-    pat = re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(name.encode()) + rb"(?![A-Za-z0-9_])")
-    root = _root(scope)
-    for m in pat.finditer(t.data, scope.start_byte, scope.end_byte):
-        n = root.descendant_for_byte_range(m.start(), m.end())
-        if n is not None and n.start_byte == m.start() and n.end_byte == m.end():
-            out.append(n)
+    needle, data, root = name.encode(), t.data, _root(scope)
+    i, end = scope.start_byte, scope.end_byte
+    while (i := data.find(needle, i, end)) >= 0:
+        j = i + len(needle)
+        if (i == 0 or not _word_byte(data[i - 1])) and (j >= len(data) or not _word_byte(data[j])):
+            n = root.descendant_for_byte_range(i, j)
+            if n is not None and n.start_byte == i and n.end_byte == j:
+                out.append(n)
+        i = j
     return out
+
+
+def _word_byte(b: int) -> bool:
+    return b == 95 or 48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128
 
 
 def _uses(lang: Lang, t: _Text, scope: ts.Node, name: str, ident_type: str) -> list[tuple[int, int]]:

@@ -57,6 +57,9 @@ def fill_request(rid: str, doc_key: str, path: str, text: str, site: Site, defin
     return CompletionRequest(rid, doc_key, prefix, suffix, plan, context)
 
 
+FILL_PREFIX_CHARS = 600  # a masked fill's prompt around its site (the definition comes as context)
+FILL_SUFFIX_CHARS = 200
+
 _CLOSE = {")": "(", "]": "[", "}": "{"}
 
 
@@ -94,21 +97,37 @@ def touches(index: LineIndex, s: Suggested, kept: tuple[int, int]) -> bool:
     return a <= kept[1] and b >= kept[0]
 
 
-def adds_parse_error(language: str, text: str, s: Suggested, errors_now: int) -> bool:
-    """Whether the document with `s` applied parses with more errors than `errors_now`."""
+def _point(text: str, i: int) -> tuple[int, int]:
+    line_start = text.rfind("\n", 0, i) + 1
+    return text.count("\n", 0, i), len(text[line_start:i].encode("utf-8", "surrogatepass"))
+
+
+def adds_parse_error(language: str, text: str, s: Suggested, errors_now: int, tree: Any = None) -> bool:
+    """Whether the document with `s` applied parses with more errors than `errors_now`;
+    `tree`, the current tree of `text`, is copied and edited so that the parse is incremental."""
     parser = parser_for(language)
     if parser is None:
         return False
     after = text[:s.start] + s.text + text[s.end:]
-    return count_errors(parser.parse(after.encode("utf-8", "surrogatepass")).root_node) > errors_now
+    data = after.encode("utf-8", "surrogatepass")
+    old_tree = None
+    if tree is not None:
+        old_tree = tree.copy()
+        sb = len(text[:s.start].encode("utf-8", "surrogatepass"))
+        eb = sb + len(text[s.start:s.end].encode("utf-8", "surrogatepass"))
+        nb = sb + len(s.text.encode("utf-8", "surrogatepass"))
+        old_tree.edit(start_byte=sb, old_end_byte=eb, new_end_byte=nb, start_point=_point(text, s.start),
+                      old_end_point=_point(text, s.end), new_end_point=_point(after, s.start + len(s.text)))
+    new_tree = parser.parse(data, old_tree) if old_tree is not None else parser.parse(data)
+    return count_errors(new_tree.root_node) > errors_now
 
 
 def keep(language: str, text: str, index: LineIndex, found: list[Suggested], kept: tuple[int, int],
-         errors_now: int) -> list[Suggested]:
+         errors_now: int, tree: Any = None) -> list[Suggested]:
     """The suggestions that change something, stay off the kept lines and add no parse error."""
     return [s for s in sorted(found, key=lambda s: (s.start, s.end))
             if s.text != text[s.start:s.end] and not touches(index, s, kept)
-            and not adds_parse_error(language, text, s, errors_now)]
+            and not adds_parse_error(language, text, s, errors_now, tree)]
 
 
 def lsp_suggestion(text: str, index: LineIndex, s: Suggested, enc: Encoding) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.edit_analysis import Analysis, Site, analyze
-from llada_lsp.edit_window import Suggested, fill_request, from_analysis, from_fill, keep, lsp_suggestion
+from llada_lsp.edit_window import FILL_PREFIX_CHARS, FILL_SUFFIX_CHARS, Suggested, fill_request, from_analysis, from_fill, keep, lsp_suggestion
 from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
 from llada_lsp.positions import Encoding, PositionError
@@ -194,7 +194,7 @@ class NextEditService:
         kept = (p.line, p.line)
         if p.edited is not None:
             kept = (min(p.line, p.edited[0]), max(p.line, p.edited[1]))
-        out = keep(doc.language_id, text, index, found, kept, errors_now)
+        out = keep(doc.language_id, text, index, found, kept, errors_now, doc.syntax_tree())
         self.counters["answered"] += 1
         self.counters["suggestions"] += len(out)
         return Answer(version, [lsp_suggestion(text, index, s, enc) for s in out], "",
@@ -204,12 +204,12 @@ class NextEditService:
                     ) -> list[Suggested] | str:
         """The model's fills of `sites` (one job each, submitted together), those at or above
         the confidence threshold."""
-        ctx, o = self.options.context, self.options.next_edit
+        o = self.options.next_edit
         definition = doc.text[analysis.definition[0]:analysis.definition[1]] if analysis.definition else ""
         jobs: list[EngineJob] = []
         for k, site in enumerate(sites):
             req = fill_request(f"ne{serial}.{k}", f"{doc.uri}\0next-edit\0{k}", doc.uri.rsplit("/", 1)[-1],
-                               doc.text, site, definition, ctx.prefix_chars, ctx.suffix_chars,
+                               doc.text, site, definition, FILL_PREFIX_CHARS, FILL_SUFFIX_CHARS,
                                o.site_tokens, self.options.mode)
             jobs.append(self.engine.submit(req))
         self.jobs[doc.uri] = jobs
