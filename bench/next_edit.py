@@ -58,6 +58,7 @@ from engine.train.corpus import heldout_files, read_text  # noqa: E402
 from llada_lsp.edit_analysis import analyze  # noqa: E402
 from llada_lsp.edit_window import (  # noqa: E402
     FILL_PREFIX_CHARS,
+    FILL_ROWS,
     FILL_SUFFIX_CHARS,
     Suggested,
     fill_request,
@@ -434,6 +435,8 @@ def server_pipeline(t: Task, fill: Callable[[list[Any]], list[tuple[str, float]]
         s = from_fill(site, text, conf)
         if s is not None:
             found.append(Suggested(s.start, s.end, s.text, s.confidence, "analysis" if prior_name else "model"))
+        elif (s := from_fill(site, site.hint, 0.0)) is not None:  # an empty fill: the parameter's name, at 0
+            found.append(Suggested(s.start, s.end, s.text, 0.0, "analysis"))
     index = LineIndex.of(t.new)
     out = keep("python", t.new, index, found, (t.line, t.line), count_errors(new_tree.root_node), new_tree)
     out = [s for s in out if s.confidence >= threshold]
@@ -597,12 +600,23 @@ def analysis_speed(lines: int) -> dict[str, Any]:
     return out
 
 
+def gated(answers: Iterator[Answer], th: float) -> Callable[[Task], Answer]:
+    """The answers again (in task order), without the suggestions below `th`."""
+    def answer(_t: Task) -> Answer:
+        a = next(answers)
+        return Answer([s for s in a.suggestions if s.confidence >= th], a.ms, a.analysis_ms)
+    return answer
+
+
 def rows_fill(eng: Any) -> Callable[[list[Any]], list[tuple[str, float]]]:
     """Masked fills decoded together: every request submitted to the engine's step loop (one
     row each, up to its batch), stepped until all are done."""
     from engine.decoding.local import LOCAL_OWNER
 
     def fill(reqs: list[Any]) -> list[tuple[str, float]]:
+        return [x for k in range(0, len(reqs), FILL_ROWS) for x in wave(reqs[k:k + FILL_ROWS])]
+
+    def wave(reqs: list[Any]) -> list[tuple[str, float]]:
         loop = eng.loop()
         done: dict[str, Any] = {}
 
@@ -650,9 +664,13 @@ def main() -> None:
         for t in warm:
             server_pipeline(t, fill, args.site_tokens)
 
-        m_rows, m_answers = evaluate(f"model {model}", tasks, lambda t, f=fill: server_pipeline(t, f, args.site_tokens))
+        m_rows, m_answers = evaluate(f"model {model} (every fill)", tasks,
+                                     lambda t, f=fill: server_pipeline(t, f, args.site_tokens))
         rows += m_rows
-        gates[model] = gate(tasks, m_answers)
+        gates[model] = g = gate(tasks, m_answers)
+        if g["threshold"] is not None:
+            rows += evaluate(f"model {model} @ gate {g['threshold']}", tasks,
+                             gated(iter(m_answers), float(g["threshold"])))[0]
     speed = analysis_speed(args.analysis_lines)
     counts = {k: sum(1 for t in tasks if t.kind == k) for k in KINDS}
     counts["rename_distractor"] = sum(1 for t in tasks if t.kind == "rename" and t.distractor)

@@ -29,7 +29,7 @@ from typing import Any
 
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.edit_analysis import Analysis, Site, analyze
-from llada_lsp.edit_window import FILL_PREFIX_CHARS, FILL_SUFFIX_CHARS, Suggested, fill_request, from_analysis, from_fill, keep, lsp_suggestion
+from llada_lsp.edit_window import FILL_PREFIX_CHARS, FILL_ROWS, FILL_SUFFIX_CHARS, Suggested, fill_request, from_analysis, from_fill, keep, lsp_suggestion
 from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
 from llada_lsp.positions import Encoding, PositionError
@@ -206,30 +206,34 @@ class NextEditService:
         the confidence threshold."""
         o = self.options.next_edit
         definition = doc.text[analysis.definition[0]:analysis.definition[1]] if analysis.definition else ""
-        jobs: list[EngineJob] = []
-        for k, site in enumerate(sites):
-            req = fill_request(f"ne{serial}.{k}", f"{doc.uri}\0next-edit\0{k}", doc.uri.rsplit("/", 1)[-1],
-                               doc.text, site, definition, FILL_PREFIX_CHARS, FILL_SUFFIX_CHARS,
-                               o.site_tokens, self.options.mode)
-            jobs.append(self.engine.submit(req))
-        self.jobs[doc.uri] = jobs
-        try:
-            done = await asyncio.gather(*(self._done(j) for j in jobs))
-        except asyncio.CancelledError:
-            for j in jobs:
-                j.cancel("cancelled")  # $/cancelRequest: the client gets RequestCancelled
-            self.counters["client_cancelled"] += 1
-            raise
-        finally:
-            if self.jobs.get(doc.uri) is jobs:
-                del self.jobs[doc.uri]
+        done: list[tuple[str, float] | str] = []
+        for w in range(0, len(sites), FILL_ROWS):  # waves of the step loop's rows
+            jobs = [self.engine.submit(fill_request(
+                f"ne{serial}.{k}", f"{doc.uri}\0next-edit\0{k - w}", doc.uri.rsplit("/", 1)[-1], doc.text, site,
+                definition, FILL_PREFIX_CHARS, FILL_SUFFIX_CHARS, o.site_tokens, self.options.mode))
+                for k, site in enumerate(sites[w:w + FILL_ROWS], start=w)]
+            self.jobs[doc.uri] = jobs
+            try:
+                done.extend(await asyncio.gather(*(self._done(j) for j in jobs)))
+            except asyncio.CancelledError:
+                for j in jobs:
+                    j.cancel("cancelled")  # $/cancelRequest: the client gets RequestCancelled
+                self.counters["client_cancelled"] += 1
+                raise
+            finally:
+                if self.jobs.get(doc.uri) is jobs:
+                    del self.jobs[doc.uri]
+            if self.latest.get(doc.uri) != serial:
+                return "superseded"
         out: list[Suggested] = []
         threshold = o.threshold if o.threshold is not None else GATED.get(self._model(), 0.9)
         for site, got in zip(sites, done, strict=True):
             if isinstance(got, str):
+                if got.startswith("engine error"):
+                    continue  # this site goes unfilled (a busy engine refused it); the others stand
                 return got
             text, conf = got
-            s = from_fill(site, text, conf)
+            s = from_fill(site, text, conf)  # an empty fill suggests nothing
             if s is not None and conf >= threshold:
                 out.append(s)
         return out
