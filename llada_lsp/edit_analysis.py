@@ -95,7 +95,7 @@ class Analysis:
     detail: str = ""
     sites: tuple[Site, ...] = ()
     edited: tuple[int, int] = (0, 0)  # the changed stretch of the new text
-    definition: tuple[int, int] | None = None  # the edited definition's span in the new text
+    definition: tuple[int, int] | None = None  # the edited definition's span (a function: its signature)
 
     @property
     def found(self) -> bool:
@@ -402,7 +402,8 @@ def _params(lang: Lang, ot: _Text, nt: _Text, a: int, bo: int, bn: int, old_tree
     on, nn = _param_names(lang, ot, ol), _param_names(lang, nt, nl)
     skip = 1 if nn and nn[0] in lang.self_names else 0
     on, nn = [x for x in on if x not in lang.self_names], [x for x in nn if x not in lang.self_names]
-    definition = (nt.char(fn.start_byte), nt.char(fn.end_byte))
+    body = fn.child_by_field_name("body")  # the signature is what a call needs to see
+    definition = (nt.char(fn.start_byte), nt.char(body.start_byte if body is not None else fn.end_byte))
     calls = _calls(lang, nt, new_tree, fname, fn, skip)
     if len(nn) == len(on) + 1 and [x for x in nn if x in on] == on:
         i = next(k for k in range(len(nn)) if k >= len(on) or nn[k] != on[k])

@@ -57,8 +57,8 @@ def fill_request(rid: str, doc_key: str, path: str, text: str, site: Site, defin
     return CompletionRequest(rid, doc_key, prefix, suffix, plan, context)
 
 
-FILL_PREFIX_CHARS = 600  # a masked fill's prompt around its site (the definition comes as context)
-FILL_SUFFIX_CHARS = 200
+FILL_PREFIX_CHARS = 300  # a masked fill's prompt around its site (the signature comes as context)
+FILL_SUFFIX_CHARS = 100
 FILL_ROWS = 4  # masked fills submitted at once (the in-process step loop's rows)
 
 _CLOSE = {")": "(", "]": "[", "}": "{"}

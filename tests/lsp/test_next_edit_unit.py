@@ -182,10 +182,12 @@ async def test_a_newer_request_supersedes_and_an_edit_makes_stale() -> None:
     assert (await second).reason == "document changed"
 
 
-async def test_off_by_default_below_the_gate() -> None:
+async def test_off_by_default_below_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLADA_MODEL", raising=False)  # the embedded tiny-code: gated on
     store = DocumentStore(1_000_000)
     store.open(URI, "python", 1, TEXT)
-    svc = NextEditService(store, ScriptedEngine(), parse_options({})[0], lambda: "utf-16")
+    assert NextEditService(store, ScriptedEngine(), parse_options({})[0], lambda: "utf-16").available  # tiny-code
+    svc = NextEditService(store, ScriptedEngine(), parse_options({"model": "/models/other-7b"})[0], lambda: "utf-16")
     assert not svc.available
     assert "off" in (await svc.suggest(NextEditParams(URI, 1, 0, 0))).reason
     on = NextEditService(store, ScriptedEngine(), parse_options({"nextEdit": {"enabled": True}})[0],
