@@ -106,7 +106,7 @@ def service(**opts: Any) -> tuple[NextEditService, DocumentStore, ScriptedEngine
     store = DocumentStore(1_000_000)
     store.open(URI, "python", 1, TEXT)
     eng = ScriptedEngine()
-    options = parse_options({"nextEdit": {"enabled": True, **opts}})[0]
+    options = parse_options({"nextEdit": {"enabled": True, "threshold": 0.5, **opts}})[0]
     return NextEditService(store, eng, options, lambda: "utf-16"), store, eng
 
 
@@ -194,3 +194,17 @@ async def test_off_by_default_below_the_gate(monkeypatch: pytest.MonkeyPatch) ->
                          lambda: "utf-16")
     assert on.available
     assert (await on.suggest(NextEditParams(URI, 1, 0, 0))).reason.startswith("no edit since")
+
+
+async def test_the_gated_default_asks_no_fill_but_keeps_the_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLADA_MODEL", raising=False)
+    store = DocumentStore(1_000_000)
+    store.open(URI, "python", 1, TEXT)
+    eng = ScriptedEngine()
+    svc = NextEditService(store, eng, parse_options({})[0], lambda: "utf-16")  # tiny-code: fills off
+    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
+    ans = await svc.suggest(NextEditParams(URI, 2, 0, 20))
+    assert ans.kind == "param_added" and ans.suggestions == [] and eng.jobs == []
+    edit(svc, store, "def main(width, height)", "def main(wide, height)", 3)
+    ans = await svc.suggest(NextEditParams(URI, 3, 4, 12))
+    assert ans.kind == "rename" and [s["newText"] for s in ans.suggestions] == ["wide"]
