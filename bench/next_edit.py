@@ -215,7 +215,8 @@ def rename_task(key: str, text: str, rng: random.Random) -> Task | None:
             if c.type == "typed_parameter" and c.named_children else None
         if ident is not None and ident.type == "identifier" and text_of(ident) not in ("self", "cls"):
             binds.append((ident, fn.id))
-    for n in walk(fn.child_by_field_name("body")):
+    body = fn.child_by_field_name("body")
+    for n in walk(body) if body is not None else []:
         if n.type == "assignment" and (left := n.child_by_field_name("left")) is not None and left.type == "identifier":
             if _scope_of(left, tables).id == fn.id and all(text_of(b) != text_of(left) for b, _ in binds):
                 binds.append((left, fn.id))
@@ -283,15 +284,15 @@ def param_task(kind: str, key: str, text: str, rng: random.Random) -> Task | Non
     for fn in fns:
         params = _plain_params(fn)
         need = 2 if kind == "param_reordered" else 1
-        if params is None or len(params) < need or params[0].start_point[0] != fn.child_by_field_name(
-                "parameters").end_point[0]:
+        plist, name_node = fn.child_by_field_name("parameters"), fn.child_by_field_name("name")
+        if params is None or len(params) < need or plist is None or name_node is None \
+                or params[0].start_point[0] != plist.end_point[0]:
             continue
-        fname = text_of(fn.child_by_field_name("name"))
+        fname = text_of(name_node)
         calls = _calls(root, fname, len(params))
         if calls is None:
             continue
         names = [text_of(p) for p in params]
-        plist = fn.child_by_field_name("parameters")
         args_of = {c.id: [text_of(x) for x in c.named_children if x.type != "comment"] for c in calls}
         i = rng.randrange(len(names))
         if kind == "param_added":
@@ -318,9 +319,9 @@ def param_task(kind: str, key: str, text: str, rng: random.Random) -> Task | Non
             new_names = [names[k] for k in perm]
             want = {c.id: [args_of[c.id][k] for k in perm] for c in calls}
         new = _apply(text, [(plist.start_byte, plist.end_byte, "(" + ", ".join(new_names) + ")")])
-        edits = [(plist.start_byte, plist.end_byte, "(" + ", ".join(new_names) + ")")] + \
+        moves = [(plist.start_byte, plist.end_byte, "(" + ", ".join(new_names) + ")")] + \
             [(c.start_byte, c.end_byte, text_of(c)) for c in calls]
-        spans = _spans(new, edits, plist.start_byte)
+        spans = _spans(new, moves, plist.start_byte)
         truth = [Truth(s, e, _args_text(c, want[c.id])) for (s, e), c in zip(spans, calls, strict=True)]
         return Task(kind, key, text, new, text.count("\n", 0, plist.start_byte), truth, fname=fname,
                     param=names[i], index=i)
@@ -691,8 +692,10 @@ def main() -> None:
         for t in warm:
             server_pipeline(t, fill, args.site_tokens)
 
-        m_rows, m_answers = evaluate(f"model {model} (every fill)", tasks,
-                                     lambda t, f=fill: server_pipeline(t, f, args.site_tokens))
+        def with_fills(t: Task, f: Callable[[list[Any]], list[tuple[str, float]]] = fill) -> Answer:
+            return server_pipeline(t, f, args.site_tokens)
+
+        m_rows, m_answers = evaluate(f"model {model} (every fill)", tasks, with_fills)
         rows += m_rows
         gates[model] = g = gate(tasks, m_answers)
         # the default: what the server shows at the gated threshold

@@ -29,7 +29,17 @@ from typing import Any
 
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.edit_analysis import Analysis, Site, analyze
-from llada_lsp.edit_window import FILL_PREFIX_CHARS, FILL_ROWS, FILL_SUFFIX_CHARS, Suggested, fill_request, from_analysis, from_fill, keep, lsp_suggestion
+from llada_lsp.edit_window import (
+    FILL_PREFIX_CHARS,
+    FILL_ROWS,
+    FILL_SUFFIX_CHARS,
+    Suggested,
+    fill_request,
+    from_analysis,
+    from_fill,
+    keep,
+    lsp_suggestion,
+)
 from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
 from llada_lsp.positions import Encoding, PositionError

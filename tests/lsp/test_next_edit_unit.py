@@ -94,8 +94,8 @@ class ScriptedEngine(EngineClient):
 
     def finish(self, k: int, text: str, conf: float) -> None:
         job = self.jobs[k]
-        reason = "superseded" if job.cancelled else "end_of_middle"
-        job.push(EngineEvent("done", job.request.request_id, text, reason=reason,
+        job.push(EngineEvent("done", job.request.request_id, text,
+                             reason="superseded" if job.cancelled else "end_of_middle",
                              stats={"min_confidence": conf}))
 
     async def close(self) -> None:
@@ -134,8 +134,8 @@ async def test_a_rename_is_answered_by_the_analysis_without_the_engine() -> None
         == [(5, "width", "wide", "analysis")]
     # the rename is not done yet: the base stays; once the use is renamed too, it settles
     edit(svc, store, "area(width, height)", "area(wide, height)", 3)
-    ans = await svc.suggest(NextEditParams(URI, 3, 5, 12))
-    assert ans.suggestions == [] and ans.reason.startswith("no follow-up: rename")
+    settled = await svc.suggest(NextEditParams(URI, 3, 5, 12))
+    assert settled.suggestions == [] and settled.reason.startswith("no follow-up: rename")
     assert svc.bases[URI].text == store.get(URI).text
 
 
