@@ -1,14 +1,17 @@
-"""Pure text helpers of `llada/nextEdit`: which lines around an edit go to the model as a
-draft, and the engine's suggestions mapped back onto the document.
+"""Pure helpers of `llada/nextEdit`: the follow-up sites of an edit (`llada_lsp.edit_analysis`)
+turned into suggestions.
 
-The lines being edited (the cursor's line, and the lines of the edited range when the client
-sends one: the `kept` lines) stay out of every region: the user is typing there, and a
-suggestion that rewrote them would fight the keystrokes. They remain in the prompt as text.
-So a window is two regions, one on each side of the kept lines, each asked for on its own
-(engine passes read the whole region as one draft, which must be contiguous): first the lines
-below (where the follow-ups of a definition's change are), then the lines above (a call's
-change whose definition precedes it). Each side holds at most `window_lines` lines and
-`max_chars` characters; the lines farthest from the edit are left out first.
+A site with content decided by the analysis (a rename's new name, an argument deleted or
+reordered) becomes a suggestion at once, confidence 1.0, source "analysis". A site the model
+fills (an added parameter's argument at a call) becomes a masked infill: a completion request
+whose prefix ends at the site (plus its separator) and whose suffix starts after it, with the
+edited definition given as context, a one-line stop rule and a small per-site token budget
+(the end-of-middle token makes the length variable). Its fill is cut to one argument and its
+confidence is the weakest committed token's (`min_confidence` of the done event's stats).
+
+Then every suggestion is checked: none may touch the kept lines (the line being typed and the
+edited range), none may equal the text it replaces, and none may add a parse error
+(tree-sitter: the document with it applied has no more error nodes than without).
 """
 
 from __future__ import annotations
@@ -16,20 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.api import EditSuggestion
+from engine.api import CompletionRequest, ContextChunk, Plan
+from llada_lsp.edit_analysis import Site
 from llada_lsp.positions import Encoding, LineIndex
-
-
-@dataclass(frozen=True)
-class Region:
-    """text[start:end]: whole lines `first`..`last` on one side ("below" or "above") of the
-    kept lines."""
-
-    side: str
-    start: int
-    end: int
-    first: int
-    last: int
+from llada_lsp.syntax import count_errors, parser_for
 
 
 @dataclass(frozen=True)
@@ -40,83 +33,107 @@ class Suggested:
     end: int
     text: str
     confidence: float
+    source: str = "analysis"  # "analysis" (the edit decides it) or "model" (a masked fill)
 
 
-def line_end(index: LineIndex, line: int) -> int:
-    """The offset just past `line`'s line break (the text's end for the last line)."""
-    return index.start(line + 1) if line + 1 < index.line_count else len(index.text)
+def from_analysis(site: Site) -> Suggested | None:
+    if site.prior is None:
+        return None
+    return Suggested(site.start, site.end, site.before + site.prior + site.after, 1.0)
 
 
-def regions(index: LineIndex, kept: tuple[int, int], window_lines: int, max_chars: int) -> list[Region]:
-    """The regions around the kept lines [first, last], below first; a side with nothing but
-    whitespace in it is left out."""
-    text, n = index.text, index.line_count
-    first, last = max(0, kept[0]), min(n - 1, kept[1])
-    out: list[Region] = []
-    lo, hi = last + 1, min(n - 1, last + window_lines)
-    while lo <= hi and line_end(index, hi) - index.start(lo) > max_chars:
-        hi -= 1  # the farthest line goes first
-    if lo <= hi:
-        out.append(Region("below", index.start(lo), line_end(index, hi), lo, hi))
-    lo, hi = max(0, first - window_lines), first - 1
-    while lo <= hi and line_end(index, hi) - index.start(lo) > max_chars:
-        lo += 1
-    if lo <= hi:
-        out.append(Region("above", index.start(lo), line_end(index, hi), lo, hi))
-    return [r for r in out if text[r.start:r.end].strip()]
-
-
-def prompt_around(text: str, region: Region, prefix_chars: int, suffix_chars: int) -> tuple[str, str]:
-    """The prefix and suffix of `region`: at most `prefix_chars` / `suffix_chars` characters,
-    cut at line boundaries (a bounded prefix starts at a line's start, a bounded suffix ends
-    after a line break) unless one line alone is longer."""
-    a = max(0, region.start - prefix_chars)
+def fill_request(rid: str, doc_key: str, path: str, text: str, site: Site, definition: str,
+                 prefix_chars: int, suffix_chars: int, budget: int, preset: str | None) -> CompletionRequest:
+    """The masked infill of a model-filled site: the edited definition as context when the
+    prefix does not already hold it."""
+    a = max(0, site.start - prefix_chars)
     if a > 0:
-        nl = text.find("\n", a, region.start)
+        nl = text.find("\n", a, site.start)
         a = nl + 1 if nl >= 0 else a
-    b = min(len(text), region.end + suffix_chars)
-    if b < len(text):
-        nl = text.rfind("\n", region.end, b)
-        b = nl + 1 if nl >= 0 else b
-    return text[a:region.start], text[region.end:b]
+    prefix = text[a:site.start] + site.before
+    suffix = site.after + text[site.end:site.end + suffix_chars]
+    context = (ContextChunk(path, definition),) if definition and definition not in prefix else ()
+    plan = Plan(max_tokens=budget, stop="line", preset=preset, alternatives=1)
+    return CompletionRequest(rid, doc_key, prefix, suffix, plan, context)
 
 
-def in_document(region: Region, suggestions: tuple[EditSuggestion, ...]) -> list[Suggested]:
-    """The engine's suggestions (offsets into the region) as document offsets, in order."""
-    return sorted((Suggested(region.start + s.start, region.start + s.end, s.text, s.confidence)
-                   for s in suggestions), key=lambda s: (s.start, s.end))
+FILL_PREFIX_CHARS = 300  # a masked fill's prompt around its site (the signature comes as context)
+FILL_SUFFIX_CHARS = 100
+FILL_ROWS = 4  # masked fills submitted at once (the in-process step loop's rows)
+
+_CLOSE = {")": "(", "]": "[", "}": "{"}
 
 
-def by_line(text: str, index: LineIndex, found: list[Suggested]) -> list[Suggested]:
-    """Suggestions that meet on a line merge into one (the text between them kept), so that a
-    line has at most one: what the editors show as one diff and accept at once."""
-    out: list[Suggested] = []
-    for s in sorted(found, key=lambda s: (s.start, s.end)):
-        if out and index.line_of(s.start) == index.line_of(out[-1].end) and s.start >= out[-1].end:
-            p = out[-1]
-            out[-1] = Suggested(p.start, s.end, p.text + text[p.end:s.start] + s.text,
-                                min(p.confidence, s.confidence))
-        else:
-            out.append(s)
-    return out
+def one_argument(fill: str) -> str:
+    """The fill up to the end of its first argument: a top-level comma, an unmatched closer or
+    a line break ends it."""
+    depth, quote = 0, ""
+    for k, ch in enumerate(fill):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in _CLOSE:
+            if depth == 0:
+                return fill[:k].strip()
+            depth -= 1
+        elif (ch == "," and depth == 0) or ch == "\n":
+            return fill[:k].strip()
+    return fill.strip()
+
+
+def from_fill(site: Site, fill: str, confidence: float) -> Suggested | None:
+    arg = one_argument(fill)
+    if not arg:
+        return None
+    return Suggested(site.start, site.end, site.before + arg + site.after, confidence, "model")
 
 
 def touches(index: LineIndex, s: Suggested, kept: tuple[int, int]) -> bool:
-    """Whether the suggestion's range meets a kept line (replacing the line break before a
-    kept line joins it, so that counts)."""
+    """Whether the suggestion's range meets a kept line."""
     a, b = index.line_of(s.start), index.line_of(s.end)
     return a <= kept[1] and b >= kept[0]
 
 
-def mangled(text: str, s: Suggested) -> bool:
-    """Whether the suggestion writes a replacement character the text did not have there (a
-    byte-level token that splits a character: never meant as code)."""
-    return "\ufffd" in s.text and "\ufffd" not in text[s.start:s.end]
+def _point(text: str, i: int) -> tuple[int, int]:
+    line_start = text.rfind("\n", 0, i) + 1
+    return text.count("\n", 0, i), len(text[line_start:i].encode("utf-8", "surrogatepass"))
+
+
+def adds_parse_error(language: str, text: str, s: Suggested, errors_now: int, tree: Any = None) -> bool:
+    """Whether the document with `s` applied parses with more errors than `errors_now`;
+    `tree`, the current tree of `text`, is copied and edited so that the parse is incremental."""
+    parser = parser_for(language)
+    if parser is None:
+        return False
+    after = text[:s.start] + s.text + text[s.end:]
+    data = after.encode("utf-8", "surrogatepass")
+    old_tree = None
+    if tree is not None:
+        old_tree = tree.copy()
+        sb = len(text[:s.start].encode("utf-8", "surrogatepass"))
+        eb = sb + len(text[s.start:s.end].encode("utf-8", "surrogatepass"))
+        nb = sb + len(s.text.encode("utf-8", "surrogatepass"))
+        old_tree.edit(start_byte=sb, old_end_byte=eb, new_end_byte=nb, start_point=_point(text, s.start),
+                      old_end_point=_point(text, s.end), new_end_point=_point(after, s.start + len(s.text)))
+    new_tree = parser.parse(data, old_tree) if old_tree is not None else parser.parse(data)
+    return count_errors(new_tree.root_node) > errors_now
+
+
+def keep(language: str, text: str, index: LineIndex, found: list[Suggested], kept: tuple[int, int],
+         errors_now: int, tree: Any = None) -> list[Suggested]:
+    """The suggestions that change something, stay off the kept lines and add no parse error."""
+    return [s for s in sorted(found, key=lambda s: (s.start, s.end))
+            if s.text != text[s.start:s.end] and not touches(index, s, kept)
+            and not adds_parse_error(language, text, s, errors_now, tree)]
 
 
 def lsp_suggestion(text: str, index: LineIndex, s: Suggested, enc: Encoding) -> dict[str, Any]:
-    """The wire form: {range, newText, oldText, confidence, line} (line: the range's start line)."""
+    """The wire form: {range, newText, oldText, confidence, line, source}."""
     (l1, c1), (l2, c2) = index.position(s.start, enc), index.position(s.end, enc)
     return {"range": {"start": {"line": l1, "character": c1}, "end": {"line": l2, "character": c2}},
             "newText": s.text, "oldText": text[s.start:s.end], "confidence": round(s.confidence, 6),
-            "line": l1}
+            "line": l1, "source": s.source}

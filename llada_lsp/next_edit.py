@@ -1,13 +1,19 @@
 """`llada/nextEdit`: next-edit suggestions after an edit (docs/lsp.md "Next-edit suggestions").
 
-The lines around the edit (`llada_lsp.edit_window`: below the edited lines, then above them;
-the edited lines themselves stay out) go to the engine as drafts for edit-only passes
-(`EngineClient.next_edit`); the tokens it replaces come back as suggestions, which are mapped
-onto the document, merged per line (those that would write a U+FFFD, a split character, are
-dropped) and answered as LSP ranges. The newest request for a
-document wins: it cancels the older one's engine job and the older one answers an empty list
-with the reason `superseded`; an edit of the document does the same to a running request
-(`document changed`), since its answer would be stale.
+The service keeps, per document, a *base*: the text (and tree) before the edit being made.
+A request compares the base with the current text (`llada_lsp.edit_analysis`): the edit's kind
+and its follow-up sites. Sites whose content the edit decides become suggestions at once; the
+others (an added parameter's argument at each call) are masked infills, one completion request
+per site, submitted together (the daemon's step loop decodes them as rows of one batch; the
+in-process engine one after another), with the edited definition as context. Every suggestion
+is checked (`llada_lsp.edit_window.keep`: off the kept lines, changes something, adds no parse
+error), and model fills below `nextEdit.threshold` (the weakest token's confidence) are
+dropped. The base moves to the current text when a request finds nothing left to do and the
+text parses with no more errors than the base (so a half-typed name keeps the old base).
+
+The newest request for a document wins: it cancels the older one's engine jobs and the older
+one answers an empty list with the reason `superseded`; an edit of the document does the same
+to a running request (`document changed`), since its answer would be stale.
 """
 
 from __future__ import annotations
@@ -15,27 +21,29 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import NextEditRequest
 from llada_lsp.documents import Document, DocumentStore
+from llada_lsp.edit_analysis import Analysis, Site, analyze
 from llada_lsp.edit_window import (
-    Region,
+    FILL_PREFIX_CHARS,
+    FILL_ROWS,
+    FILL_SUFFIX_CHARS,
     Suggested,
-    by_line,
-    in_document,
+    fill_request,
+    from_analysis,
+    from_fill,
+    keep,
     lsp_suggestion,
-    mangled,
-    prompt_around,
-    regions,
-    touches,
 )
 from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
 from llada_lsp.positions import Encoding, PositionError
+from llada_lsp.syntax import count_errors, parser_for
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +71,15 @@ class Answer:
     version: int | None
     suggestions: list[dict[str, Any]] = field(default_factory=list)
     reason: str = ""
+    kind: str = ""  # the edit's kind (llada_lsp.edit_analysis)
+    detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"version": self.version, "suggestions": self.suggestions}
         if self.reason:
             out["reason"] = self.reason
+        if self.kind:
+            out["kind"], out["detail"] = self.kind, self.detail
         return out
 
 
@@ -105,20 +117,56 @@ def parse_params(params: Any) -> NextEditParams:
     return NextEditParams(uri, version, line, character, edited)
 
 
+@dataclass
+class Base:
+    """The text before the edit being made, its tree and its parse errors."""
+
+    text: str
+    tree: Any
+    errors: int
+
+
+# The precision gate (bench/next_edit.py, BENCHMARKS.md "Next-edit suggestions"): per model,
+# the lowest fill confidence at which the model's own fills are exactly right >= 90% of the time
+# (FILLS_OFF: at no threshold), for the models whose suggestions then reach precision >= 0.9
+# with recall >= 0.5 over every edit kind and noise edits. `nextEdit.enabled` unset means: on
+# for these models, off for the others (not measured). Both embedded models pass on the
+# analysis' suggestions alone (precision 1.000, recall 0.744); neither one's fills reach 0.9
+# (best: mini-code, 0.237 exact at every threshold tried), so fills stay off by default.
+FILLS_OFF = 1.01  # above any confidence: no masked fill is run
+GATED: dict[str, float] = {"tiny-code": FILLS_OFF, "mini-code": FILLS_OFF}
+
+
+def model_name(model: str | None) -> str:
+    """The model's short name: the option's, else $LLADA_MODEL's, else the embedded tiny-code."""
+    return (model or os.environ.get("LLADA_MODEL") or "tiny-code").rstrip("/").rsplit("/", 1)[-1]
+
+
+def gated_on(model: str | None) -> bool:
+    return model_name(model) in GATED
+
+
 class NextEditService:
     def __init__(self, store: DocumentStore, engine: EngineClient, options: Options,
                  encoding: Callable[[], Encoding]) -> None:
         self.store, self.engine, self.options, self.encoding = store, engine, options, encoding
-        self.jobs: dict[str, EngineJob] = {}
+        self.jobs: dict[str, list[EngineJob]] = {}
+        self.bases: dict[str, Base] = {}
         self.latest: dict[str, int] = {}
         self.serial = itertools.count(1)
         self.counters: Counter[str] = Counter()
         self.empty_reasons: Counter[str] = Counter()
 
     @property
+    def enabled(self) -> bool:
+        """The option, or when unset the precision gate of the model."""
+        on = self.options.next_edit.enabled
+        return gated_on(self.options.model) if on is None else on
+
+    @property
     def available(self) -> bool:
-        """Whether requests can get suggestions: on, and an engine with a next-edit entry point."""
-        return self.options.next_edit.enabled and self.engine.has_next_edit
+        """Whether requests can get suggestions: on (and an engine ready to fill masks)."""
+        return self.enabled
 
     async def suggest(self, p: NextEditParams) -> Answer:
         """The suggestions after an edit at `p` (the document's current state)."""
@@ -134,17 +182,23 @@ class NextEditService:
         why = self._refusal(doc, p)
         if why is not None:
             return self._empty(doc.version, why)
-        kept = (p.line, p.line)
-        if p.edited is not None and abs(p.edited[0] - p.line) <= self.options.next_edit.window_lines:
-            kept = (min(p.line, p.edited[0]), max(p.line, p.edited[1]))
-        o = self.options.next_edit
-        sides = regions(doc.index, kept, o.window_lines, o.max_region_chars)
-        if not sides:
-            return self._empty(doc.version, "no lines around the edit")
+        base = self.bases.get(p.uri)
+        tree = doc.syntax_tree()
+        if base is None or tree is None:
+            return self._empty(doc.version, "no edit since the document was opened" if base is None
+                               else "no grammar for the language")
         version, revision, text, index = doc.version, doc.revision, doc.text, doc.index
-        found: list[Suggested] = []
-        for k, region in enumerate(sides):
-            got = await self._run(doc, region, f"ne{serial}.{k}")
+        analysis = analyze(doc.language_id, base.text, text, base.tree, tree)
+        errors_now = count_errors(tree.root_node)
+        if not analysis.sites:
+            if errors_now <= base.errors:
+                self.bases[p.uri] = Base(text, tree.copy(), errors_now)  # settled: the next edit starts here
+            return self._empty(version, f"no follow-up: {analysis.kind} {analysis.detail}".strip())
+        self.counters[f"kind_{analysis.kind}"] += 1
+        found = [s for site in analysis.sites if (s := from_analysis(site)) is not None]
+        masked = [site for site in analysis.sites if site.prior is None]
+        if masked and self._threshold() <= 1.0:  # fills off (the gate's default): the engine is not asked
+            got = await self._fill(doc, analysis, masked, serial)
             if isinstance(got, str):
                 return self._empty(version, got)
             found.extend(got)
@@ -152,59 +206,93 @@ class NextEditService:
                 return self._empty(version, "superseded")
             if self.store.docs.get(p.uri) is not doc or doc.version != version or doc.revision != revision:
                 return self._empty(version, "document changed")
-        kept_out = [s for s in by_line(text, index, found)
-                    if not touches(index, s, kept) and not mangled(text, s)]
+        kept = (p.line, p.line)
+        if p.edited is not None:
+            kept = (min(p.line, p.edited[0]), max(p.line, p.edited[1]))
+        out = keep(doc.language_id, text, index, found, kept, errors_now, doc.syntax_tree())
+        if not out and errors_now <= base.errors:
+            self.bases[p.uri] = Base(text, tree.copy(), errors_now)  # nothing to follow: settled
         self.counters["answered"] += 1
-        self.counters["suggestions"] += len(kept_out)
-        return Answer(version, [lsp_suggestion(text, index, s, enc) for s in kept_out])
+        self.counters["suggestions"] += len(out)
+        return Answer(version, [lsp_suggestion(text, index, s, enc) for s in out], "",
+                      analysis.kind, analysis.detail)
+
+    async def _fill(self, doc: Document, analysis: Analysis, sites: list[Site], serial: int
+                    ) -> list[Suggested] | str:
+        """The model's fills of `sites` (one job each, submitted together), those at or above
+        the confidence threshold."""
+        o = self.options.next_edit
+        definition = doc.text[analysis.definition[0]:analysis.definition[1]] if analysis.definition else ""
+        done: list[tuple[str, float] | str] = []
+        for w in range(0, len(sites), FILL_ROWS):  # waves of the step loop's rows
+            jobs = [self.engine.submit(fill_request(
+                f"ne{serial}.{k}", f"{doc.uri}\0next-edit\0{k - w}", doc.uri.rsplit("/", 1)[-1], doc.text, site,
+                definition, FILL_PREFIX_CHARS, FILL_SUFFIX_CHARS, o.site_tokens, self.options.mode))
+                for k, site in enumerate(sites[w:w + FILL_ROWS], start=w)]
+            self.jobs[doc.uri] = jobs
+            try:
+                done.extend(await asyncio.gather(*(self._done(j) for j in jobs)))
+            except asyncio.CancelledError:
+                for j in jobs:
+                    j.cancel("cancelled")  # $/cancelRequest: the client gets RequestCancelled
+                self.counters["client_cancelled"] += 1
+                raise
+            finally:
+                if self.jobs.get(doc.uri) is jobs:
+                    del self.jobs[doc.uri]
+            if self.latest.get(doc.uri) != serial:
+                return "superseded"
+        out: list[Suggested] = []
+        threshold = self._threshold()
+        for site, got in zip(sites, done, strict=True):
+            if isinstance(got, str):
+                if got.startswith("engine error"):
+                    continue  # this site goes unfilled (a busy engine refused it); the others stand
+                return got
+            text, conf = got
+            s = from_fill(site, text, conf)  # an empty fill suggests nothing
+            if s is not None and conf >= threshold:
+                out.append(s)
+        return out
 
     def _refusal(self, doc: Document, p: NextEditParams) -> str | None:
         """Why the request gets nothing without reaching the engine, if it does."""
-        if not self.options.next_edit.enabled:
-            return "next-edit suggestions are off (option nextEdit.enabled)"
-        if not self.engine.has_next_edit:
-            return "the engine has no next-edit entry point"
+        if not self.enabled:
+            return "next-edit suggestions are off (option nextEdit.enabled; the model is below the precision gate)"
         if p.version is not None and p.version != doc.version:
             return f"stale: the request is for version {p.version}, the document is at {doc.version}"
         if not self.options.language_enabled(doc.language_id):
             return "language disabled"
         if (why := doc.unservable_reason()) is not None:
             return why
+        if parser_for(doc.language_id) is None:
+            return "no grammar for the language"
         if not self.engine.ready:
             return f"engine {self.engine.state}"
         return None
 
-    async def _run(self, doc: Document, region: Region, rid: str) -> list[Suggested] | str:
-        """One region's engine job: its suggestions in document offsets, or why none."""
-        ctx, o = self.options.context, self.options.next_edit
-        prefix, suffix = prompt_around(doc.text, region, ctx.prefix_chars, ctx.suffix_chars)
-        req = NextEditRequest(rid, doc.uri, prefix, doc.text[region.start:region.end], suffix,
-                              threshold=o.threshold, preset=self.options.mode, max_passes=o.max_passes)
-        job = self.engine.next_edit(req)
-        if job is None:
-            return "the engine has no next-edit entry point"
-        self.jobs[doc.uri] = job
-        try:
-            async for ev, _t in job.events():
-                if ev.kind == "error":
-                    self.counters["engine_errors"] += 1
-                    return f"engine error: {ev.error}"
-                if ev.kind == "done":
-                    if ev.reason in ("cancelled", "superseded"):
-                        return job.cancel_reason or str(ev.reason)
-                    return in_document(region, ev.suggestions)
-        except asyncio.CancelledError:
-            job.cancel("cancelled")  # $/cancelRequest: the client gets RequestCancelled
-            self.counters["client_cancelled"] += 1
-            raise
-        finally:
-            if self.jobs.get(doc.uri) is job:
-                del self.jobs[doc.uri]
+    def _threshold(self) -> float:
+        """The fill threshold: the option's, else the model's gated one (0.9 unmeasured)."""
+        o = self.options.next_edit.threshold
+        return o if o is not None else GATED.get(self._model(), 0.9)
+
+    def _model(self) -> str:
+        return model_name(self.options.model)
+
+    async def _done(self, job: EngineJob) -> tuple[str, float] | str:
+        async for ev, _t in job.events():
+            if ev.kind == "error":
+                self.counters["engine_errors"] += 1
+                return f"engine error: {ev.error}"
+            if ev.kind == "done":
+                if ev.reason in ("cancelled", "superseded"):
+                    return job.cancel_reason or str(ev.reason)
+                # an engine without per-token confidence (SGLang) gives 0: its fills never pass
+                return ev.text, float((ev.stats or {}).get("min_confidence", 0.0))
         return "engine stream ended"
 
     def _cancel(self, uri: str, reason: str) -> None:
-        job = self.jobs.pop(uri, None)
-        if job is not None:
+        for job in self.jobs.pop(uri, []):
             job.cancel(reason)
 
     def _empty(self, version: int | None, why: str) -> Answer:
@@ -213,6 +301,13 @@ class NextEditService:
         log.debug("no next edit: %s", why)
         return Answer(version, [], why)
 
+    def document_changing(self, doc: Document) -> None:
+        """Before an edit is applied: the text as it stands becomes the base when there is none."""
+        if doc.uri in self.bases or not self.enabled or doc.tree is None or doc.unservable_reason() is not None:
+            return
+        tree = doc.syntax_tree()
+        self.bases[doc.uri] = Base(doc.text, tree.copy(), count_errors(tree.root_node))
+
     def document_changed(self, uri: str) -> None:
         """An edit makes a running request's answer stale: stop its engine work now."""
         self._cancel(uri, "document changed")
@@ -220,6 +315,7 @@ class NextEditService:
     def document_closed(self, uri: str) -> None:
         self._cancel(uri, "closed")
         self.latest.pop(uri, None)
+        self.bases.pop(uri, None)
 
     def debug_info(self) -> dict[str, Any]:
         return {"counters": dict(self.counters), "available": self.available,

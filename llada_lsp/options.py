@@ -65,7 +65,8 @@ class NextEditOptions:
     edit given to the model as a draft, and the edit rule's threshold and passes. The debounce
     is the client's."""
 
-    enabled: bool = True
+    enabled: bool | None = None  # None: on only for a model that passed the precision gate (next_edit.GATED)
+    site_tokens: int = 12  # a model-filled site's token budget (an added argument)
     window_lines: int = 20  # lines above and below the edited lines (each side)
     max_region_chars: int = 3000  # a side's region at most (lines farthest from the edit go first)
     threshold: float | None = None  # edit threshold in (0, 1]; None: the mode's preset
@@ -137,6 +138,8 @@ def _check(value: Any, expected: Any, key: str) -> Any:
         ok = isinstance(value, bool)
     elif expected is str:
         ok = isinstance(value, str)
+    elif expected == "bool|None":
+        ok = value is None or isinstance(value, bool)
     elif expected == "str|None":
         ok = value is None or isinstance(value, str)
     elif expected == "int|None":
@@ -165,7 +168,7 @@ def _check(value: Any, expected: Any, key: str) -> Any:
 _TYPES: dict[str, Any] = {
     "int": int, "bool": bool, "str": str, "str | None": "str|None", "int | None": "int|None",
     "list[str]": "list[str]", "dict[str, list[str]]": "urls", "float | None": "float|None",
-    "Mode": str,
+    "Mode": str, "bool | None": "bool|None",
 }
 
 

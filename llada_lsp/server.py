@@ -219,6 +219,8 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
         if d.version is not None and d.version <= doc.version:
             log.warning("stale didChange for %s (version %s <= %s) applied", d.uri, d.version,
                         doc.version)
+        if ls.next_edits is not None:
+            ls.next_edits.document_changing(doc)  # the text before the edit: next-edit's base
         ls.store.change(d.uri, d.version, list(params.content_changes), ls.encoding())
         if ls.service is not None:
             ls.service.document_changed(d.uri, tuple(c.range.start.line for c in params.content_changes

@@ -46,12 +46,14 @@ class TextStream:
             if forks and ev.reason != "cancelled" else ()
         total = (time.perf_counter() - self.t0) * 1000
         n_tok = len(seq.final_middle())
+        # the weakest committed token of the text (next-edit fills are gated on it)
+        min_conf = float(seq.commit_conf[:n_tok].min()) if n_tok else 1.0
         # every model forward the request caused (alternatives and remask passes included)
         fw = seq.tally.forwards
         stats = {"forwards": fw, "tokens": n_tok, "tpf": n_tok / max(1, fw), "primary_forwards": seq.forwards,
                  "prefill_tokens": len(seq.prompt) - self.reused, "reused_tokens": self.reused,
                  "queue_ms": self.queue_ms,
                  "first_draft_ms": self.first_draft_ms if self.first_draft_ms is not None else total,
-                 "total_ms": total, **(extra or {})}
+                 "total_ms": total, "min_confidence": min_conf, **(extra or {})}
         return EngineEvent("done", self.req.request_id, text, diff_edits(self.prev, text), seq.forwards, True,
                            reason=ev.reason, stats=stats, alternatives=alts)

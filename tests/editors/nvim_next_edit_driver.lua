@@ -109,14 +109,35 @@ result.shown = wait('the next-edit overlay', spec.answer_timeout, function()
   return #s.marks > 0 and s
 end)
 
--- The jump key moves to a suggestion; the accept key applies the one there.
+-- spec.switch: leave the buffer and come back: the set is cleared (it would go stale unseen);
+-- asked for again, it is drawn again.
+if spec.switch then
+  rpc('nvim_command', 'enew')
+  rpc('nvim_command', 'buffer #')
+  result.switched = wait('the set cleared by the buffer switch', 10, function()
+    local s = snapshot()
+    return #s.marks == 0 and s.shown_tick == vim.NIL and s
+  end)
+  rpc('nvim_command', 'LladaNextEdit request')
+  result.shown_again = wait('the set drawn again', spec.answer_timeout, function()
+    local s = snapshot()
+    return #s.marks > 0 and s
+  end)
+end
+
+-- The jump key moves to a suggestion; the accept key applies the one there (spec.accept_key:
+-- '<M-Y>' accepts the whole set, from wherever the cursor is).
 rpc('nvim_win_set_cursor', 0, { spec.line, 0 })
-rpc('nvim_input', '<M-n>')
-result.jumped = wait('the jump', 10, function()
-  local s = snapshot()
-  return s.cursor[1] ~= spec.line and s
-end)
-rpc('nvim_input', '<M-y>')
+if spec.accept_key == '<M-Y>' then
+  result.jumped = snapshot()
+else
+  rpc('nvim_input', '<M-n>')
+  result.jumped = wait('the jump', 10, function()
+    local s = snapshot()
+    return s.cursor[1] ~= spec.line and s
+  end)
+end
+rpc('nvim_input', spec.accept_key or '<M-y>')
 result.accepted = wait('the accept', 10, function()
   local s = snapshot()
   return s.tick ~= result.jumped.tick and s

@@ -1,5 +1,5 @@
-"""bench/next_edit.py end to end on 3 held-out tasks: its JSON line's keys and sanity; and its
-scoring rule on hand-made suggestions."""
+"""bench/next_edit.py end to end on 3 held-out tasks per kind: its JSON line's keys and sanity;
+and its scoring rule on hand-made answers."""
 
 from __future__ import annotations
 
@@ -8,37 +8,45 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.next_edit import RenameTask, score, textual
-from engine.api import EditSuggestion
+from bench.next_edit import Answer, Tally, Task, Truth, row, score, textual
+from llada_lsp.edit_window import Suggested
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_quick_run_reports_every_row() -> None:
-    out = subprocess.run([sys.executable, "bench/next_edit.py", "--quick", "--threads", "1", "--thresholds",
-                          "preset,0.2", "--max-passes", "2"],
+def test_quick_run_reports_every_kind_and_gate() -> None:
+    out = subprocess.run([sys.executable, "bench/next_edit.py", "--quick", "--threads", "1", "--models", "tiny-code",
+                          "--analysis-lines", "400"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
-    assert res["bench"] == "next_edit" and res["tasks"] == 3 and res["sites"] >= 3
-    names = [r["name"] for r in res["rows"]]
-    assert names == ["textual rename", "model @ preset", "model @ 0.2"]
-    base = res["rows"][0]
-    assert base["recall"] == 1.0 and base["forwards_per_request"] == 0.0  # the old name at every site
+    assert res["bench"] == "next_edit" and res["tasks"]["rename"] == 3 and res["tasks"]["noise"] == 3
+    systems = {r["system"] for r in res["rows"]}
+    assert {"textual", "model tiny-code (every fill)"} <= systems
     for r in res["rows"]:
-        assert 0.0 <= r["precision"] <= 1.0 and 0.0 <= r["recall"] <= 1.0 and 0 <= r["correct"] <= r["suggestions"]
-    for r in res["rows"][1:]:
-        assert 1.0 <= r["forwards_per_request"] <= 2.0 and 0 < r["p50_ms"] <= r["p95_ms"]
+        if r["kind"] in ("rename", "param_added", "param_removed", "param_reordered"):
+            assert 0.0 <= r["precision"] <= 1.0 and 0.0 <= r["recall"] <= 1.0
+            lo, hi = r["recall_ci"]
+            assert lo <= r["recall"] <= hi
+        if r["kind"] == "noise" and r["system"] != "textual":
+            assert r["fp_rate"] == 0.0  # the analysis names no follow-up kind for these edits
+    assert set(res["gates"]) == {"analysis", "tiny-code"}
+    assert res["analysis_speed"]["rename"]["kind"] == "rename"
 
 
 def test_scoring_rule() -> None:
-    region = "y = x + 1\nprint(x, 'x')\n"
-    t = RenameTask("f", "x", "x_new", "", region, "", ((4, 5), (16, 17)))
-    assert score(t, textual(t)) == (2, 3, 2)  # the string's 'x' is a wrong suggestion
-    good = EditSuggestion(4, 5, "x_new", 0.9)
-    wider = EditSuggestion(15, 17, "(x_new", 0.9)  # overlaps the site, changes nothing else
-    extra = EditSuggestion(14, 17, "(x_new", 0.9)  # also drops a character
-    wrong = EditSuggestion(4, 5, "z", 0.9)
-    insert = EditSuggestion(5, 5, "_new", 0.9)  # an empty range touching the site
-    assert score(t, (good, wider)) == (2, 2, 2)
-    assert score(t, (extra, wrong)) == (0, 2, 0)
-    assert score(t, (insert,)) == (1, 1, 1)
+    old = "def f(x):\n    return x + g('x')\n"
+    new = "def f(y):\n    return x + g('x')\n"
+    at = new.index("x +")
+    t = Task("rename", "f.py", old, new, 0, [Truth(at, at + 1, "y")])
+    tl = Tally()
+    score(t, textual(t), tl)  # the string's 'x' is a wrong suggestion
+    assert (tl.suggestions, tl.located, tl.right, tl.sites_located) == (2, 1, 1, 1)
+    tl = Tally()
+    score(t, Answer([Suggested(at, at + 1, "z", 1.0), Suggested(0, 3, "fun", 1.0)], 1.0), tl)
+    assert (tl.suggestions, tl.located, tl.right) == (2, 1, 0)  # located, but the wrong content
+    r = row("x", "rename", tl)
+    assert r["precision"] == 0.5 and r["recall"] == 1.0 and r["content_em"] == 0.0
+    noise = Task("noise", "f.py", old, old.replace("'x'", "'x now'"), 1, [])
+    tl = Tally()
+    score(noise, Answer([Suggested(0, 1, "q", 1.0)], 1.0), tl)
+    assert row("x", "noise", tl)["fp_rate"] == 1.0

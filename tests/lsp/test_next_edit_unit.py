@@ -1,94 +1,67 @@
-"""`llada/nextEdit` without a model: the window and mapping helpers (llada_lsp.edit_window) and
-the service's supersession, staleness and backends without next-edit (a scripted engine)."""
+"""`llada/nextEdit` without a model: the suggestion helpers (llada_lsp.edit_window) and the
+service on a scripted engine (analysis suggestions, masked fills, the gate, supersession)."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from engine.api import CompletionRequest, EditSuggestion, EngineEvent, NextEditRequest
+from engine.api import CompletionRequest, EngineEvent
 from llada_lsp.documents import DocumentStore
-from llada_lsp.edit_window import (
-    Suggested,
-    by_line,
-    lsp_suggestion,
-    mangled,
-    prompt_around,
-    regions,
-    touches,
-)
+from llada_lsp.edit_analysis import Site
+from llada_lsp.edit_window import Suggested, from_fill, keep, lsp_suggestion, one_argument, touches
 from llada_lsp.engine_base import EngineClient, EngineJob, Progress
 from llada_lsp.next_edit import NextEditParams, NextEditParamsError, NextEditService, parse_params
 from llada_lsp.options import parse_options
 from llada_lsp.positions import LineIndex
 
-LINES = [f"line{k}" for k in range(30)]
-TEXT = "\n".join(LINES) + "\n"
+URI = "file:///a.py"
+TEXT = '''def area(w, h):
+    return w * h
 
 
-def test_regions_leave_the_kept_lines_out_below_first() -> None:
-    index = LineIndex.of(TEXT)
-    below, above = regions(index, (10, 11), 3, 10_000)
-    assert (below.side, below.first, below.last) == ("below", 12, 14)
-    assert TEXT[below.start:below.end] == "line12\nline13\nline14\n"
-    assert (above.side, above.first, above.last) == ("above", 7, 9)
-    assert TEXT[above.start:above.end] == "line7\nline8\nline9\n"
+def main(width, height):
+    a = area(width, height)
+    b = area(2, 3)
+    return a + b
+'''
 
 
-def test_regions_drop_the_farthest_lines_first_and_stop_at_the_ends() -> None:
-    index = LineIndex.of(TEXT)
-    below, above = regions(index, (10, 10), 5, 14)  # two 7-character lines a side
-    assert (below.first, below.last, above.first, above.last) == (11, 12, 8, 9)
-    only = regions(index, (0, 0), 5, 10_000)
-    assert [r.side for r in only] == ["below"]
-    assert regions(LineIndex.of("a\n\n  \n"), (0, 0), 5, 100) == []  # whitespace only
-
-
-def test_prompt_around_cuts_at_line_boundaries() -> None:
-    index = LineIndex.of(TEXT)
-    below = regions(index, (10, 10), 2, 10_000)[0]
-    prefix, suffix = prompt_around(TEXT, below, 15, 15)
-    assert prefix == "line9\nline10\n"  # "ine8\n" cut: a bounded prefix starts a line
-    assert suffix == "line13\nline14\n"
-    whole_prefix, _ = prompt_around(TEXT, below, 10_000, 0)
-    assert whole_prefix == TEXT[:below.start]
-
-
-def test_by_line_merges_a_lines_suggestions_keeping_the_text_between() -> None:
-    text = "a = foo(bar, baz)\nb = 1\n"
-    index = LineIndex.of(text)
-    merged = by_line(text, index, [Suggested(4, 7, "qux", 0.5), Suggested(13, 16, "zap", 0.3),
-                                   Suggested(18, 19, "c", 0.9)])
-    assert merged == [Suggested(4, 16, "qux(bar, zap", 0.3), Suggested(18, 19, "c", 0.9)]
+def test_one_argument_cuts_at_the_first_top_level_comma_or_closer() -> None:
+    assert one_argument("scale, 2)") == "scale"
+    assert one_argument("f(a, b), c") == "f(a, b)"
+    assert one_argument("'a,b')\n") == "'a,b'"
+    assert one_argument(" x\ny") == "x"
+    assert one_argument(")") == ""
+    assert from_fill(Site(3, 3, None, ", ", ""), ")", 0.9) is None
 
 
 def test_touches_counts_a_joined_line_break() -> None:
-    text = "a\nb\nc\n"
-    index = LineIndex.of(text)
-    assert touches(index, Suggested(1, 2, "", 1.0), (1, 1))  # "a\n" -> "a": joins line 1
+    index = LineIndex.of("a\nb\nc\n")
+    assert touches(index, Suggested(1, 2, "", 1.0), (1, 1))
     assert not touches(index, Suggested(0, 1, "x", 1.0), (1, 1))
-    assert not touches(index, Suggested(4, 5, "y", 1.0), (1, 1))
 
 
-def test_a_split_character_is_mangled() -> None:
-    text = "s = 'é'\n"
-    assert mangled(text, Suggested(5, 6, "\ufffd", 0.5))
-    assert not mangled(text, Suggested(5, 6, "è", 0.5))
-    assert not mangled("s = '\ufffd'\n", Suggested(5, 6, "\ufffd!", 0.5))  # it was there
+def test_keep_drops_parse_errors_no_ops_and_the_kept_lines() -> None:
+    text = "x = f(1)\ny = f(2)\nz = f(3)\n"
+    index = LineIndex.of(text)
+    at1, at2, at3 = text.index("1)"), text.index("2)"), text.index("3)")
+    found = [Suggested(at1 + 1, at1 + 1, ", k", 1.0), Suggested(at2 + 1, at2 + 1, ", k k", 1.0),
+             Suggested(at3, at3 + 1, "3", 1.0), Suggested(at3 + 1, at3 + 1, ", q", 1.0)]
+    got = keep("python", text, index, found, (0, 0), 0)
+    assert got == [Suggested(at3 + 1, at3 + 1, ", q", 1.0)]
 
 
 def test_lsp_suggestion_counts_utf16_units() -> None:
     text = "x = 1\ns = '😀é' + tyop\n"
     index = LineIndex.of(text)
     at = text.index("tyop")
-    d = lsp_suggestion(text, index, Suggested(at, at + 4, "typo", 0.25), "utf-16")
-    # 11 code points before "tyop"; '😀' is two UTF-16 units (four UTF-8 bytes, 'é' two)
+    d = lsp_suggestion(text, index, Suggested(at, at + 4, "typo", 0.25, "model"), "utf-16")
     assert d == {"range": {"start": {"line": 1, "character": 12}, "end": {"line": 1, "character": 16}},
-                 "newText": "typo", "oldText": "tyop", "confidence": 0.25, "line": 1}
-    assert lsp_suggestion(text, index, Suggested(at, at + 4, "typo", 0.25), "utf-8")["range"]["start"] \
-        == {"line": 1, "character": 15}
+                 "newText": "typo", "oldText": "tyop", "confidence": 0.25, "line": 1, "source": "model"}
 
 
 def test_parse_params() -> None:
@@ -96,16 +69,15 @@ def test_parse_params() -> None:
                       "range": {"start": {"line": 5, "character": 0}, "end": {"line": 1, "character": 0}}})
     assert p == NextEditParams("file:///a", 3, 2, 1, (1, 5))
     for bad in ({}, {"textDocument": {"uri": "file:///a"}},
-                {"textDocument": {"uri": "file:///a"}, "position": {"line": -1, "character": 0}},
-                {"textDocument": {"uri": "file:///a", "version": "2"}, "position": {"line": 0, "character": 0}}):
+                {"textDocument": {"uri": "file:///a"}, "position": {"line": -1, "character": 0}}):
         with pytest.raises(NextEditParamsError):
             parse_params(bad)
 
 
 # -- the service, on a scripted engine ----------------------------------------------------------
 class ScriptedEngine(EngineClient):
-    """next_edit jobs that finish when the test says (`finish`), with suggestions replacing each
-    region's first word by an upper-case copy."""
+    """Completion jobs (masked fills) that finish when the test says, with the text and weakest
+    confidence it gives."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -115,42 +87,37 @@ class ScriptedEngine(EngineClient):
     async def start(self, progress: Progress) -> None:
         self.state = "ready"
 
-    def submit(self, request: CompletionRequest) -> EngineJob:  # pragma: no cover - not used
-        raise AssertionError("completions are not asked for")
-
-    def next_edit(self, request: NextEditRequest) -> EngineJob:
+    def submit(self, request: CompletionRequest) -> EngineJob:
         job = EngineJob(request, asyncio.get_running_loop())
         self.jobs.append(job)
         return job
 
-    def finish(self, k: int) -> None:
+    def finish(self, k: int, text: str, conf: float) -> None:
         job = self.jobs[k]
-        req = job.request
-        assert isinstance(req, NextEditRequest)
-        if job.cancelled:
-            job.push(EngineEvent("done", req.request_id, req.region, reason="superseded"))
-            return
-        word = req.region.split("\n", 1)[0]
-        job.push(EngineEvent("done", req.request_id, req.region, reason="end_of_middle",
-                             suggestions=(EditSuggestion(0, len(word), word.upper(), 0.5),)))
+        job.push(EngineEvent("done", job.request.request_id, text,
+                             reason="superseded" if job.cancelled else "end_of_middle",
+                             stats={"min_confidence": conf}))
 
     async def close(self) -> None:
         return None
 
 
-class NoNextEdit(ScriptedEngine):
-    next_edit = EngineClient.next_edit  # type: ignore[assignment] # the base's: no entry point
-
-
-def service(engine: EngineClient, **opts: Any) -> tuple[NextEditService, DocumentStore]:
+def service(**opts: Any) -> tuple[NextEditService, DocumentStore, ScriptedEngine]:
     store = DocumentStore(1_000_000)
-    store.open("file:///a.py", "python", 1, TEXT)
-    options = parse_options({"nextEdit": {"windowLines": 3, **opts}})[0]
-    return NextEditService(store, engine, options, lambda: "utf-16"), store
+    store.open(URI, "python", 1, TEXT)
+    eng = ScriptedEngine()
+    options = parse_options({"nextEdit": {"enabled": True, "threshold": 0.5, **opts}})[0]
+    return NextEditService(store, eng, options, lambda: "utf-16"), store, eng
+
+
+def edit(svc: NextEditService, store: DocumentStore, old: str, new: str, version: int) -> None:
+    doc = store.get(URI)
+    svc.document_changing(doc)
+    store.change(URI, version, [SimpleNamespace(text=doc.text.replace(old, new, 1))], "utf-16")
+    svc.document_changed(URI)
 
 
 async def until(cond: Any) -> None:
-    """Let the event loop run until `cond()` (bounded)."""
     for _ in range(200):
         if cond():
             return
@@ -158,62 +125,86 @@ async def until(cond: Any) -> None:
     raise AssertionError("condition never held")
 
 
-async def test_suggestions_from_both_sides_mapped_onto_the_document() -> None:
-    eng = ScriptedEngine()
-    svc, _ = service(eng)
-    task = asyncio.ensure_future(svc.suggest(NextEditParams("file:///a.py", 1, 10, 2)))
-    await until(lambda: len(eng.jobs) == 1)
-    assert eng.jobs[0].request.region.startswith("line11\n")  # type: ignore[union-attr]
-    assert eng.jobs[0].request.prefix.endswith("line10\n")  # type: ignore[union-attr]
-    eng.finish(0)
+async def test_a_rename_is_answered_by_the_analysis_without_the_engine() -> None:
+    svc, store, eng = service()
+    edit(svc, store, "def main(width, height)", "def main(wide, height)", 2)
+    ans = (await svc.suggest(NextEditParams(URI, 2, 4, 12))).to_json()
+    assert ans["kind"] == "rename" and eng.jobs == []
+    assert [(s["range"]["start"]["line"], s["oldText"], s["newText"], s["source"]) for s in ans["suggestions"]] \
+        == [(5, "width", "wide", "analysis")]
+    # the rename is not done yet: the base stays; once the use is renamed too, it settles
+    edit(svc, store, "area(width, height)", "area(wide, height)", 3)
+    settled = await svc.suggest(NextEditParams(URI, 3, 5, 12))
+    assert settled.suggestions == [] and settled.reason.startswith("no follow-up: rename")
+    assert svc.bases[URI].text == store.get(URI).text
+
+
+async def test_an_added_parameter_is_filled_by_the_model_per_call() -> None:
+    svc, store, eng = service(threshold=0.5)
+    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
+    task = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
     await until(lambda: len(eng.jobs) == 2)
-    assert eng.jobs[1].request.region.startswith("line7\n")  # type: ignore[union-attr]
-    eng.finish(1)
+    first = eng.jobs[0].request
+    assert isinstance(first, CompletionRequest)
+    assert first.prefix.endswith("a = area(width, height, ") and first.suffix.startswith(")\n")
+    assert "def area(w, h, scale)" in first.prefix and first.context == ()  # the definition is visible
+    eng.finish(0, "2.0, 1)", 0.8)  # cut to one argument
+    eng.finish(1, "1", 0.3)  # below the threshold
     ans = (await task).to_json()
-    assert ans == {"version": 1, "suggestions": [
-        {"range": {"start": {"line": 7, "character": 0}, "end": {"line": 7, "character": 5}},
-         "newText": "LINE7", "oldText": "line7", "confidence": 0.5, "line": 7},
-        {"range": {"start": {"line": 11, "character": 0}, "end": {"line": 11, "character": 6}},
-         "newText": "LINE11", "oldText": "line11", "confidence": 0.5, "line": 11}]}
+    assert ans["kind"] == "param_added"
+    assert [(s["newText"], s["confidence"], s["source"]) for s in ans["suggestions"]] == [(", 2.0", 0.8, "model")]
+
+
+async def test_a_fill_that_adds_a_parse_error_is_dropped() -> None:
+    svc, store, eng = service(threshold=0.1)
+    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
+    task = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
+    await until(lambda: len(eng.jobs) == 2)
+    eng.finish(0, "a b", 0.99)
+    eng.finish(1, "1 +", 0.99)
+    assert (await task).suggestions == []
 
 
 async def test_a_newer_request_supersedes_and_an_edit_makes_stale() -> None:
-    eng = ScriptedEngine()
-    svc, store = service(eng)
-    first = asyncio.ensure_future(svc.suggest(NextEditParams("file:///a.py", 1, 10, 0)))
-    await until(lambda: len(eng.jobs) == 1)
-    second = asyncio.ensure_future(svc.suggest(NextEditParams("file:///a.py", 1, 12, 0)))
+    svc, store, eng = service()
+    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
+    first = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
     await until(lambda: len(eng.jobs) == 2)
+    second = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
+    await until(lambda: len(eng.jobs) == 4)
     assert eng.jobs[0].cancelled and eng.jobs[0].cancel_reason == "superseded"
-    eng.finish(0)
-    assert (await first).to_json() == {"version": 1, "suggestions": [], "reason": "superseded"}
-    svc.document_changed("file:///a.py")  # a didChange while the second runs
-    eng.finish(1)
+    eng.finish(0, "1", 1.0)
+    eng.finish(1, "1", 1.0)
+    assert (await first).to_json() == {"version": 2, "suggestions": [], "reason": "superseded"}
+    svc.document_changed(URI)  # a didChange while the second runs
+    eng.finish(2, "1", 1.0)
+    eng.finish(3, "1", 1.0)
     assert (await second).reason == "document changed"
-    ans = await svc.suggest(NextEditParams("file:///a.py", 0, 10, 0))
-    assert ans.suggestions == [] and ans.reason.startswith("stale") and len(eng.jobs) == 2
-    assert store.get("file:///a.py").version == 1
 
 
-async def test_a_backend_without_next_edit_and_the_option_off() -> None:
-    eng = NoNextEdit()
-    svc, _ = service(eng)
-    assert not eng.has_next_edit and ScriptedEngine().has_next_edit
+async def test_off_by_default_below_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLADA_MODEL", raising=False)  # the embedded tiny-code: gated on
+    store = DocumentStore(1_000_000)
+    store.open(URI, "python", 1, TEXT)
+    assert NextEditService(store, ScriptedEngine(), parse_options({})[0], lambda: "utf-16").available  # tiny-code
+    svc = NextEditService(store, ScriptedEngine(), parse_options({"model": "/models/other-7b"})[0], lambda: "utf-16")
     assert not svc.available
-    ans = await svc.suggest(NextEditParams("file:///a.py", 1, 10, 0))
-    assert ans.suggestions == [] and "no next-edit" in ans.reason
-    off, _ = service(ScriptedEngine(), enabled=False)
-    assert not off.available
-    assert "off" in (await off.suggest(NextEditParams("file:///a.py", 1, 10, 0))).reason
+    assert "off" in (await svc.suggest(NextEditParams(URI, 1, 0, 0))).reason
+    on = NextEditService(store, ScriptedEngine(), parse_options({"nextEdit": {"enabled": True}})[0],
+                         lambda: "utf-16")
+    assert on.available
+    assert (await on.suggest(NextEditParams(URI, 1, 0, 0))).reason.startswith("no edit since")
 
 
-async def test_cancel_request_cancels_the_engine_job() -> None:
+async def test_the_gated_default_asks_no_fill_but_keeps_the_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLADA_MODEL", raising=False)
+    store = DocumentStore(1_000_000)
+    store.open(URI, "python", 1, TEXT)
     eng = ScriptedEngine()
-    svc, _ = service(eng)
-    task = asyncio.ensure_future(svc.suggest(NextEditParams("file:///a.py", 1, 10, 0)))
-    await until(lambda: len(eng.jobs) == 1)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert eng.jobs[0].cancelled and svc.jobs == {}
-
+    svc = NextEditService(store, eng, parse_options({})[0], lambda: "utf-16")  # tiny-code: fills off
+    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
+    ans = await svc.suggest(NextEditParams(URI, 2, 0, 20))
+    assert ans.kind == "param_added" and ans.suggestions == [] and eng.jobs == []
+    edit(svc, store, "def main(width, height)", "def main(wide, height)", 3)
+    ans = await svc.suggest(NextEditParams(URI, 3, 4, 12))
+    assert ans.kind == "rename" and [s["newText"] for s in ans.suggestions] == ["wide"]

@@ -38,6 +38,7 @@ let nextEditServer = false; // llada/status says llada/nextEdit can answer
 let nextEdits: NextEditController;
 let oldTextDecoration: vscode.TextEditorDecorationType;
 let newTextDecoration: vscode.TextEditorDecorationType;
+let labelDecoration: vscode.TextEditorDecorationType; // "next edit k/N · kind" at a site's line end
 
 function readSettings(): Settings {
   const c = vscode.workspace.getConfiguration("llada");
@@ -178,6 +179,10 @@ function renderNextEdits(uri: string, decorations: NextEditDecoration[]): void {
       range: new vscode.Range(toRange(d.range).end, toRange(d.range).end),
       renderOptions: { after: { contentText: d.after } },
     })));
+    editor.setDecorations(labelDecoration, decorations.map((d) => {
+      const end = editor.document.lineAt(d.range.end.line).range.end;
+      return { range: new vscode.Range(end, end), renderOptions: { after: { contentText: `  ${d.label}` } } };
+    }));
   }
   const active = vscode.window.activeTextEditor;
   if (active && uriOf(active.document) === uri) {
@@ -230,6 +235,15 @@ async function acceptNextEdit(): Promise<void> {
   }
 }
 
+async function acceptAllNextEdits(): Promise<void> {
+  const editor = vscode.window.activeTextEditor;
+  const uri = editor && uriOf(editor.document);
+  const edits = uri ? nextEdits.acceptAll(uri) : [];
+  if (editor && edits.length > 0) {
+    await editor.edit((b) => edits.forEach((e) => b.replace(toRange(e.range), e.newText)));
+  }
+}
+
 async function start(context: vscode.ExtensionContext): Promise<void> {
   const settings = readSettings();
   client = new LanguageClient("llada", "llada", serverCommand(settings), clientOptions());
@@ -277,8 +291,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   newTextDecoration = vscode.window.createTextEditorDecorationType({
     after: { backgroundColor: new vscode.ThemeColor("diffEditor.insertedTextBackground"), margin: "0 0 0 0.5em" },
   });
+  labelDecoration = vscode.window.createTextEditorDecorationType({
+    after: { color: new vscode.ThemeColor("editorCodeLens.foreground"), fontStyle: "italic", margin: "0 0 0 1em" },
+  });
   nextEdits = makeNextEdits();
-  context.subscriptions.push(output, status, oldTextDecoration, newTextDecoration);
+  context.subscriptions.push(output, status, oldTextDecoration, newTextDecoration, labelDecoration);
   context.subscriptions.push(
     vscode.commands.registerCommand("llada.restartServer", () => restart(context)),
     vscode.commands.registerCommand("llada.showStats", async () => {
@@ -303,6 +320,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     vscode.commands.registerCommand("llada.nextEdit.jump", jumpToNextEdit),
     vscode.commands.registerCommand("llada.nextEdit.accept", acceptNextEdit),
+    vscode.commands.registerCommand("llada.nextEdit.acceptAll", acceptAllNextEdits),
     vscode.commands.registerCommand("llada.nextEdit.dismiss", () => {
       const editor = vscode.window.activeTextEditor;
       const uri = editor && uriOf(editor.document);
@@ -313,6 +331,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.onDidChangeTextDocument(onEdit),
     vscode.window.onDidChangeActiveTextEditor((e) => {
       const uri = e && uriOf(e.document);
+      nextEdits.switched(uri || undefined);
       void vscode.commands.executeCommand("setContext", "llada.nextEditVisible", !!uri && nextEdits.suggestions(uri).length > 0);
     }),
     vscode.workspace.onDidCloseTextDocument((d) => {

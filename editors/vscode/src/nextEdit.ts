@@ -1,7 +1,10 @@
 // Next-edit suggestions (docs/lsp.md "Next-edit suggestions"), free of the `vscode` module so
 // that node's test runner drives it against the real server (test/nextEdit.test.ts): after
-// edits, once they stop for the debounce, `llada/nextEdit` is sent; the answer becomes
-// decorations (the old text struck out, the new text after it), which any edit clears.
+// edits, once they stop for the debounce, `llada/nextEdit` is sent; the answer (the follow-up
+// sites of one edit: a rename's uses, a changed function's calls) becomes one reviewable set of
+// decorations (the old text struck out, the new text after it, "next edit k/N · kind" at each
+// site's line end): jump through it, accept one or all, dismiss. Any edit clears it, and so
+// does switching to another editor.
 import type { LspPosition, LspRange, LspTextEdit } from "./core";
 
 export const NEXT_EDIT_METHOD = "llada/nextEdit";
@@ -13,6 +16,7 @@ export interface NextEditSuggestion {
   oldText: string;
   confidence: number;
   line: number;
+  source?: string; // "analysis" (the edit decides the text) or "model" (a masked fill)
 }
 
 /** The answer: the document version it applies to, and why it is empty when it is. */
@@ -20,6 +24,8 @@ export interface NextEditResult {
   version: number | null;
   suggestions: NextEditSuggestion[];
   reason?: string;
+  kind?: string; // the edit's kind: rename, param_added, param_removed, param_reordered
+  detail?: string;
 }
 
 export interface NextEditParams {
@@ -34,15 +40,18 @@ export interface NextEditDecoration {
   range: LspRange;
   after: string;
   hover: string;
+  label: string; // the site's place in the set, drawn apart from the text ("next edit 2/3 · rename")
 }
 
-export function decorationOf(s: NextEditSuggestion): NextEditDecoration {
+export function decorationOf(s: NextEditSuggestion, k = 1, n = 1, kind = ""): NextEditDecoration {
   const lines = s.newText.replace(/\n$/, "").split("\n");
   const after = lines.length > 1 ? `${lines[0]} ⏎ ${lines.slice(1).join(" ⏎ ")}` : lines[0];
+  const label = `next edit ${k}/${n}${kind ? ` · ${kind}` : ""}`;
   return {
     range: s.range,
     after,
-    hover: `llada next edit (confidence ${s.confidence.toFixed(2)}):\n- ${JSON.stringify(s.oldText)}\n+ ${JSON.stringify(s.newText)}`,
+    hover: `llada ${label} (${s.source ?? "model"}, confidence ${s.confidence.toFixed(2)}):\n- ${JSON.stringify(s.oldText)}\n+ ${JSON.stringify(s.newText)}`,
+    label,
   };
 }
 
@@ -155,7 +164,7 @@ export class NextEditController {
     } else {
       this.shown.delete(uri);
     }
-    this.host.render(uri, suggestions.map(decorationOf));
+    this.host.render(uri, suggestions.map((s, k) => decorationOf(s, k + 1, suggestions.length, res.kind ?? "")));
     return res;
   }
 
@@ -178,6 +187,25 @@ export class NextEditController {
     }
     this.clear(uri);
     return { range: target.range, newText: target.newText };
+  }
+
+  /** Every edit of the set (the editor applies them as one edit); what is shown is cleared. */
+  acceptAll(uri: string): LspTextEdit[] {
+    const all = this.suggestions(uri);
+    if (all.length > 0) {
+      this.clear(uri);
+    }
+    return all.map((s) => ({ range: s.range, newText: s.newText }));
+  }
+
+  /** Another document became the active one: the others' sets would go stale unseen. */
+  switched(active: string | undefined): void {
+    for (const uri of [...this.shown.keys(), ...this.timers.keys()]) {
+      if (uri !== active) {
+        this.clear(uri);
+        this.cancelTimer(uri);
+      }
+    }
   }
 
   /** Hide the document's suggestions (until the next edit). */

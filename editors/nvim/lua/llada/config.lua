@@ -12,10 +12,12 @@ local M = {}
 ---@class llada.NextEditKeymaps (normal mode; each falls back to the key itself without suggestions)
 ---@field jump string|false   move to the next suggestion
 ---@field accept string|false apply the suggestion on the cursor's line (else the next one)
+---@field accept_all string|false apply every suggestion of the set
 ---@field dismiss string|false hide the suggestions
 
 ---@class llada.NextEditConfig
 ---@field enabled boolean       send llada/nextEdit after edits (when the server says it can answer)
+---@field hl_info string|nil    the "next edit k/N" label of each site (linked to Comment)
 ---@field debounce_ms integer   wait this long after the last edit
 ---@field hl_old string         the text a suggestion replaces (linked to DiffDelete)
 ---@field hl_new string         the suggested text (linked to DiffAdd)
@@ -61,7 +63,7 @@ M.defaults = {
     debounce_ms = 300,
     hl_old = 'LladaNextEditOld',
     hl_new = 'LladaNextEditNew',
-    keymaps = { jump = '<M-n>', accept = '<M-y>', dismiss = '<M-x>' },
+    keymaps = { jump = '<M-n>', accept = '<M-y>', accept_all = '<M-Y>', dismiss = '<M-x>' },
   },
 }
 

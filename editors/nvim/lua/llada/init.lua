@@ -161,7 +161,8 @@ local function map_next_edit(keys)
   if not keys then
     return
   end
-  for name, fn in pairs({ jump = next_edit.jump, accept = next_edit.accept, dismiss = next_edit.dismiss }) do
+  for name, fn in pairs({ jump = next_edit.jump, accept = next_edit.accept, accept_all = next_edit.accept_all,
+                          dismiss = next_edit.dismiss }) do
     local lhs = keys[name]
     if lhs then
       vim.keymap.set('n', lhs, function()
@@ -181,12 +182,14 @@ function M.setup(opts)
   api.nvim_set_hl(0, 'LladaGhost', { link = 'Comment', default = true })
   api.nvim_set_hl(0, 'LladaNextEditOld', { link = 'DiffDelete', default = true })
   api.nvim_set_hl(0, 'LladaNextEditNew', { link = 'DiffAdd', default = true })
-  local actions = { jump = next_edit.jump, accept = next_edit.accept, dismiss = next_edit.dismiss,
+  api.nvim_set_hl(0, 'LladaNextEditInfo', { link = 'Comment', default = true })
+  local actions = { jump = next_edit.jump, accept = next_edit.accept, accept_all = next_edit.accept_all,
+                   dismiss = next_edit.dismiss,
                    request = function() next_edit.request(api.nvim_get_current_buf()) end }
   api.nvim_create_user_command('LladaNextEdit', function(c)
     local fn = actions[c.args ~= '' and c.args or 'jump']
     if not fn then
-      vim.notify('llada: :LladaNextEdit jump|accept|dismiss|request', vim.log.levels.ERROR)
+      vim.notify('llada: :LladaNextEdit jump|accept|accept_all|dismiss|request', vim.log.levels.ERROR)
       return
     end
     fn()

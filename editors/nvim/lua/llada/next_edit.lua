@@ -2,9 +2,12 @@
 --- asks the server (`llada/nextEdit`) which other lines the model would now change, and shows
 --- each suggestion as a diff in the buffer: the old text highlighted as removed
 --- (LladaNextEditOld, linked to DiffDelete), the new text as virtual text after it
---- (LladaNextEditNew, linked to DiffAdd; a multi-line one as virtual lines below). `jump` moves
---- the cursor to the next suggestion, `accept` applies the one on the cursor's line (else the
---- next one). Any edit of the buffer clears them; a newer answer replaces them.
+--- (LladaNextEditNew, linked to DiffAdd; a multi-line one as virtual lines below). The sites of
+--- one edit (a rename's uses, the calls of a changed function) are one set: each is labelled
+--- "k/N" with the edit's kind at the line's end (LladaNextEditInfo). `jump` moves the cursor to
+--- the next site, `accept` applies the one on the cursor's line (else the next one),
+--- `accept_all` applies the whole set, `dismiss` hides it. Any edit of the buffer and leaving the
+--- buffer clear them; a newer answer replaces them.
 local api = vim.api
 local config = require('llada.config')
 local lc = require('llada.client')
@@ -89,8 +92,8 @@ local function item_of(buf, s, encoding)
   }
 end
 
---- Draw one suggestion; returns its extmark ids.
-local function draw_item(buf, it)
+--- Draw one suggestion (the `k`th of `n`, of an edit of `kind`); returns its extmark ids.
+local function draw_item(buf, it, k, n, kind)
   local o = opts()
   local marks = {}
   local function mark(row, col, extmark)
@@ -99,6 +102,9 @@ local function draw_item(buf, it)
       table.insert(marks, id)
     end
   end
+  local label = ('  next edit %d/%d%s'):format(k, n, kind ~= '' and (' · ' .. kind) or '')
+  mark(it.row, 0, { virt_text = { { label, o.hl_info or 'LladaNextEditInfo' } }, virt_text_pos = 'eol',
+                    hl_mode = 'combine', priority = 190 })
   if it.end_row > it.row or it.end_col > it.col then
     mark(it.row, it.col, { end_row = it.end_row, end_col = it.end_col, hl_group = o.hl_old,
                            hl_mode = 'combine', priority = 200 })
@@ -138,9 +144,9 @@ local function show(buf, client, res, tick)
   if #items == 0 then
     return
   end
-  local state = { client_id = client.id, tick = tick, items = items, marks = {} }
-  for _, it in ipairs(items) do
-    vim.list_extend(state.marks, draw_item(buf, it))
+  local state = { client_id = client.id, tick = tick, items = items, marks = {}, kind = res.kind or '' }
+  for k, it in ipairs(items) do
+    vim.list_extend(state.marks, draw_item(buf, it, k, #items, state.kind))
   end
   M.shown[buf] = state
   pcall(api.nvim_exec_autocmds, 'User', { pattern = 'LladaNextEdit', modeline = false })
@@ -269,6 +275,23 @@ function M.accept()
   return true
 end
 
+--- Apply every suggestion of the set at once (one undo step). False without one.
+function M.accept_all()
+  local buf = api.nvim_get_current_buf()
+  local s = M.shown[buf]
+  if not s or vim.b[buf].changedtick ~= s.tick or #s.items == 0 then
+    return false
+  end
+  local client = vim.lsp.get_client_by_id(s.client_id)
+  local edits = {}
+  for _, it in ipairs(s.items) do
+    table.insert(edits, { range = it.range, newText = it.new_text })
+  end
+  M.clear(buf)
+  vim.lsp.util.apply_text_edits(edits, buf, client and client.offset_encoding or 'utf-16')
+  return true
+end
+
 --- Hide the suggestions of the current buffer (until the next edit).
 function M.dismiss()
   local buf = api.nvim_get_current_buf()
@@ -282,6 +305,13 @@ function M.attach(buf)
   api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
     group = group, buffer = buf,
     callback = function() M.changed(buf) end,
+  })
+  api.nvim_create_autocmd('BufLeave', { -- a buffer switch: what is shown would go stale unseen
+    group = group, buffer = buf,
+    callback = function()
+      stop(buf)
+      M.clear(buf)
+    end,
   })
   api.nvim_create_autocmd('BufUnload', {
     group = group, buffer = buf,
