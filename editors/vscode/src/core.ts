@@ -320,13 +320,18 @@ export interface ServerCommand {
 }
 
 /**
- * Where `llada-lsp` is: the `llada.serverPath` setting, else next to the Python interpreter
- * the workspace uses (`python.defaultInterpreterPath`), else in a workspace `.venv`, else the
- * `llada-lsp` on PATH. A workspace's own programs (its `.venv`) are only run when the
- * workspace is trusted (`vscode.workspace.isTrusted`).
+ * Where `llada-lsp` is, first found: the `llada.serverPath` setting, `$LLADA_LSP`, `llada-lsp`
+ * on PATH, the `.venv` of the llada-lsp checkout the extension was built in (`checkout`,
+ * recorded at build time: `./dev demo` creates it), next to the Python interpreter the
+ * workspace uses (`python.defaultInterpreterPath`), a workspace `.venv`. A workspace's own
+ * programs (its `.venv`) are only run when the workspace is trusted. None found: the bare name,
+ * whose spawn error the status item then shows.
  */
 export function resolveServerCommand(opts: {
   serverPath: string;
+  envPath?: string; // $LLADA_LSP
+  pathDirs?: readonly string[]; // $PATH, split
+  checkout?: string; // the llada-lsp checkout the extension was built in
   pythonPath?: string;
   workspaceFolders: readonly string[];
   trusted: boolean;
@@ -341,7 +346,13 @@ export function resolveServerCommand(opts: {
   if (opts.serverPath) {
     return { command: opts.serverPath, args: [] };
   }
-  const candidates: string[] = [];
+  if (opts.envPath) {
+    return { command: opts.envPath, args: [] };
+  }
+  const candidates: string[] = (opts.pathDirs ?? []).filter((d) => d).map((d) => opts.join(d, exe));
+  if (opts.checkout) {
+    candidates.push(opts.join(opts.checkout, ".venv", bin, exe));
+  }
   if (opts.pythonPath && opts.pythonPath !== "python" && opts.pythonPath !== "python3") {
     candidates.push(opts.join(opts.dirname(opts.pythonPath), exe));
   }

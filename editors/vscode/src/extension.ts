@@ -1,12 +1,14 @@
 // The VS Code side: starts llada-lsp through vscode-languageclient, shows its inline
-// completions, re-triggers the inline suggestion when `llada/refine` changes the shown one,
-// shows `llada/stats` in the status bar, and draws next-edit suggestions as decorations
+// completions, re-shows the inline suggestion when `llada/refine` changes the shown one (hide,
+// then trigger: VS Code skips a trigger while a suggestion is shown), shows the server's state
+// and timings in the status bar (./status), and draws next-edit suggestions as decorations
 // (llada.nextEdit.jump / accept / dismiss). The protocol logic lives in ./core and ./nextEdit.
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
 import {
   LanguageClient,
+  State,
   type LanguageClientOptions,
   type ServerOptions,
 } from "vscode-languageclient/node";
@@ -14,25 +16,24 @@ import {
   DEFAULT_SETTINGS,
   SuggestionTracker,
   answerFromTracker,
-  describeStats,
-  formatStats,
   machineValue,
   resolveServerCommand,
   serverOptions,
-  statusName,
   type LspInlineItem,
   type RefineParams,
   type Settings,
   type StatsParams,
   type StatusParams,
 } from "./core";
+import { RESTART_SETTINGS, mergeOptions, passThroughOptions } from "./settings";
+import { StatusModel, type StatusView } from "./status";
 import { NEXT_EDIT_METHOD, NextEditController, type NextEditDecoration, type NextEditResult } from "./nextEdit";
 
 let client: LanguageClient | undefined;
 let status: vscode.StatusBarItem;
+const statusModel = new StatusModel();
 let output: vscode.LogOutputChannel;
 const tracker = new SuggestionTracker();
-let retrigger: NodeJS.Timeout | undefined;
 let ownRetrigger = false; // the next provider call is the extension's re-trigger, not the user's
 let nextEditServer = false; // llada/status says llada/nextEdit can answer
 let nextEdits: NextEditController;
@@ -62,13 +63,33 @@ function readSettings(): Settings {
   };
 }
 
-function serverCommand(settings: Settings): ServerOptions {
+/** Every server option the settings give (initializationOptions / workspace/configuration). */
+function allServerOptions(): Record<string, unknown> {
+  const c = vscode.workspace.getConfiguration("llada");
+  return mergeOptions(serverOptions(readSettings()), passThroughOptions((name) => c.inspect(name)));
+}
+
+/** The llada-lsp checkout the extension was built in (out/checkout.json, written by
+ * `npm run build`), if it is still there. */
+function checkoutRoot(context: vscode.ExtensionContext): string | undefined {
+  try {
+    const rec = JSON.parse(fs.readFileSync(path.join(context.extensionPath, "out", "checkout.json"), "utf8")) as { root?: unknown };
+    return typeof rec.root === "string" && fs.existsSync(rec.root) ? rec.root : undefined;
+  } catch {
+    return undefined; // not built in a checkout (or the record is unreadable)
+  }
+}
+
+function serverCommand(settings: Settings, context: vscode.ExtensionContext): ServerOptions & { command: string } {
   const trusted = vscode.workspace.isTrusted;
   const py = vscode.workspace.getConfiguration("python");
   // an untrusted workspace's own interpreter setting is not followed either
   const python = trusted ? py.get<string>("defaultInterpreterPath") : py.inspect<string>("defaultInterpreterPath")?.globalValue;
   const cmd = resolveServerCommand({
     serverPath: settings.serverPath,
+    envPath: process.env.LLADA_LSP,
+    pathDirs: (process.env.PATH ?? "").split(path.delimiter),
+    checkout: checkoutRoot(context),
     pythonPath: python,
     workspaceFolders: (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath),
     trusted,
@@ -81,25 +102,51 @@ function serverCommand(settings: Settings): ServerOptions {
   return { command: cmd.command, args: cmd.args, options: { env: { ...process.env } } };
 }
 
-function setStatus(text: string, tooltip: string): void {
-  status.text = text;
-  status.tooltip = tooltip;
+function showStatus(v: StatusView): void {
+  status.text = v.text;
+  status.tooltip = v.tooltip;
+  status.command = v.command;
+  status.backgroundColor = v.error ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
   status.show();
 }
 
-/** Ask VS Code to show the refined suggestion (coalesced: one re-trigger per burst). */
+/**
+ * Show the refined suggestion. VS Code (1.100) skips `editor.action.inlineSuggest.trigger`
+ * while a suggestion is shown, so the shown one is hidden first and the trigger then asks the
+ * provider again, which answers from the tracker with the newest text at once. Refinements
+ * that arrive while one is being shown are coalesced into the next.
+ */
+let reshowing = false;
+let pendingReshow: string | undefined; // the uri of a refinement not shown yet
 function scheduleRetrigger(uri: string): void {
-  if (retrigger) {
-    return;
+  pendingReshow = uri;
+  if (!reshowing) {
+    void reshow();
   }
-  retrigger = setTimeout(() => {
-    retrigger = undefined;
-    const editor = vscode.window.activeTextEditor;
-    if (editor && client && client.code2ProtocolConverter.asUri(editor.document.uri) === uri) {
+}
+
+async function reshow(): Promise<void> {
+  reshowing = true;
+  try {
+    while (pendingReshow !== undefined) {
+      const uri = pendingReshow;
+      pendingReshow = undefined;
+      const editor = vscode.window.activeTextEditor;
+      if (!editor || !client || client.code2ProtocolConverter.asUri(editor.document.uri) !== uri) {
+        continue;
+      }
+      const at = editor.selection.active;
+      // only while the document and cursor are where the suggestion was asked for
+      if (!tracker.lookup(uri, editor.document.version, { line: at.line, character: at.character }, tracker.get(uri)?.selected)) {
+        continue;
+      }
+      await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
       ownRetrigger = true;
-      void vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+      await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
     }
-  }, 15);
+  } finally {
+    reshowing = false;
+  }
 }
 
 function toLspItems(result: vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined): LspInlineItem[] {
@@ -121,7 +168,7 @@ function clientOptions(): LanguageClientOptions {
   return {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
     outputChannel: output,
-    initializationOptions: serverOptions(readSettings()),
+    initializationOptions: allServerOptions(),
     middleware: {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         const uri = client!.code2ProtocolConverter.asUri(document.uri);
@@ -149,7 +196,7 @@ function clientOptions(): LanguageClientOptions {
         // The server pulls section "llada": answer with its option names, not VS Code's.
         configuration: (params, token, next) => {
           if (params.items.some((i) => i.section === "llada")) {
-            return params.items.map((i) => (i.section === "llada" ? serverOptions(readSettings()) : null));
+            return params.items.map((i) => (i.section === "llada" ? allServerOptions() : null));
           }
           return next(params, token);
         },
@@ -232,36 +279,53 @@ async function acceptNextEdit(): Promise<void> {
 
 async function start(context: vscode.ExtensionContext): Promise<void> {
   const settings = readSettings();
-  client = new LanguageClient("llada", "llada", serverCommand(settings), clientOptions());
+  const command = serverCommand(settings, context);
+  showStatus(statusModel.starting(command.command));
+  const c = new LanguageClient("llada", "llada", command, clientOptions());
+  client = c;
   client.onNotification("llada/refine", (p: RefineParams) => {
     if (tracker.refine(p)) {
       scheduleRetrigger(p.uri);
     }
   });
-  let name = "llada"; // with the backend when it is not the native engine (llada/status)
-  client.onNotification("llada/stats", (s: StatsParams) =>
-    setStatus(`$(sparkle) ${formatStats(s).replace(/^llada/, name)}`, describeStats(s)));
-  client.onNotification("llada/status", (s: StatusParams) => {
-    name = statusName(s);
-    nextEditServer = s.state === "ready" && s.nextEdit === true;
-    if (s.state === "loading") {
-      setStatus(`$(sync~spin) ${name}`, `${name}: ${s.message ?? "loading the model"}`);
-    } else if (s.state === "error") {
-      setStatus(`$(error) ${name}`, `${name}: ${s.message ?? "engine error"}`);
-    } else {
-      setStatus(`$(sparkle) ${name}`, `${name}: ready`);
+  client.onNotification("llada/stats", (s: StatsParams) => {
+    if (client === c) {
+      showStatus(statusModel.onStats(s));
     }
   });
-  setStatus("$(sync~spin) llada", "llada: starting the server");
-  await client.start();
-  context.subscriptions.push({ dispose: () => void client?.stop() });
+  client.onNotification("llada/status", (s: StatusParams) => {
+    nextEditServer = s.state === "ready" && s.nextEdit === true;
+    if (client === c) {
+      showStatus(statusModel.onStatus(s));
+    }
+  });
+  client.onDidChangeState((e) => {
+    if (client === c && e.newState === State.Stopped) {
+      showStatus(statusModel.stopped());
+    }
+  });
+  try {
+    await client.start();
+  } catch (err) {
+    const reason = err instanceof Error ? err.message : String(err);
+    output.appendLine(`the server did not start: ${reason}`);
+    if (client === c) {
+      showStatus(statusModel.failed(reason));
+    }
+    return;
+  }
+  context.subscriptions.push({ dispose: () => void c.stop() });
 }
 
 async function restart(context: vscode.ExtensionContext): Promise<void> {
   const old = client;
   client = undefined;
   if (old) {
-    await old.stop();
+    try {
+      await old.stop();
+    } catch (err) {
+      output.appendLine(`stopping the old server: ${err instanceof Error ? err.message : String(err)}`);
+    }
   }
   await start(context);
 }
@@ -295,10 +359,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         return;
       }
       nextEdits.debounceMs = readSettings().nextEdit.debounceMs;
-      if (e.affectsConfiguration("llada.serverPath") || e.affectsConfiguration("llada.engine") || e.affectsConfiguration("llada.model")) {
+      if (RESTART_SETTINGS.some((k) => e.affectsConfiguration(`llada.${k}`))) {
         await restart(context);
       } else {
-        await client.sendNotification("workspace/didChangeConfiguration", { settings: serverOptions(readSettings()) });
+        await client.sendNotification("workspace/didChangeConfiguration", { settings: allServerOptions() });
       }
     }),
     vscode.commands.registerCommand("llada.nextEdit.jump", jumpToNextEdit),
