@@ -61,6 +61,7 @@ def vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         "llada.serverPath": str(server),
         "llada.nextEdit.enabled": True,
         "llada.nextEdit.debounceMs": 100,
+        "llada.trace.server": "messages",
         "editor.inlineSuggest.enabled": True,
         "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
         "editor.suggestOnTriggerCharacters": False,
@@ -109,7 +110,7 @@ def screenshot_on_failure(page: Any, name: str) -> Iterator[None]:
         with contextlib.suppress(Exception):
             page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
             (ARTIFACTS / f"{name}.html").write_text(page.content())
-        for log in LOGS:
+        for log in [*LOGS, *(p for d in LOGS[:1] for p in d.parent.glob("user-data/logs/*/exthost*/*/llada.log"))]:
             if log.exists():
                 shutil.copy(log, ARTIFACTS / f"{name}-{log.name}")
         raise
@@ -185,18 +186,19 @@ def test_alt_bracket_cycles_candidates(vscode: dict[str, Any]) -> None:
 
 
 def test_status_item_on_spawn_error_and_restart(vscode: dict[str, Any]) -> None:
-    """A server path that does not exist: the item says why (spawn ... ENOENT) and a click on
-    it restarts the server; once the program is there, that restart reaches `ready`."""
-    wb, page, cs, home = vscode["wb"], vscode["page"], vscode["cs"], vscode["home"]
-    missing = home / "later" / "llada-lsp"
+    """The server program gone: after `llada: Restart the language server` the item says why
+    (spawn ... ENOENT) and is an error; once the program is back, a click on the item restarts
+    the server and it reaches `ready`."""
+    wb, page, server = vscode["wb"], vscode["page"], vscode["server"]
+    away = server.with_name("llada-lsp.away")
     with screenshot_on_failure(page, "spawn-error"):
-        cs.write_settings({**cs.settings, "llada.serverPath": str(missing)})
+        server.rename(away)
+        wb.run_command("llada: Restart the language server")
         item = wait_for("the status item to show the spawn error",
-                        lambda: next((s for s in wb.status() if "ENOENT" in s["text"] + s["label"]), None), timeout=60)
-        assert item["error"], item
-        missing.parent.mkdir()
-        shutil.copy(vscode["server"], missing)
-        page.click(f'[id="{item["id"]}"] a' if item["id"] else ".statusbar-item:has-text('ENOENT')")
+                        lambda: next((s for s in wb.status() if "ENOENT" in s["text"]), None), timeout=60)
+        assert item["error"] and f"spawn {server} ENOENT" in item["label"], item
+        away.rename(server)
+        page.click(f'[id="{item["id"]}"] a')
         wait_for("the restarted server to be ready",
                  lambda: next((s for s in wb.status() if "llada ready" in s["text"]), None), timeout=60)
     figures = {**vscode["figures"], "setup_s": round(vscode["setup_s"], 1)}

@@ -140,13 +140,41 @@ async function reshow(): Promise<void> {
       if (!tracker.lookup(uri, editor.document.version, { line: at.line, character: at.character }, tracker.get(uri)?.selected)) {
         continue;
       }
-      await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
+      // sent together: the window runs them in order, and the trigger's provider call is then
+      // the only round trip between the extension host and the window
       ownRetrigger = true;
-      await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+      await Promise.all([
+        vscode.commands.executeCommand("editor.action.inlineSuggest.hide"),
+        vscode.commands.executeCommand("editor.action.inlineSuggest.trigger"),
+      ]);
     }
   } finally {
     reshowing = false;
   }
+}
+
+/**
+ * Alt+] / Alt+[: VS Code answers the explicit fetch these run from the shown suggestion when it
+ * came from an explicit request at the same place (as every re-shown refinement does), so it
+ * would never ask for the other candidates. While the shown suggestion has none, hide it and
+ * trigger again without marking the request the extension's own: the provider then asks the
+ * server (triggerKind Invoked), which decodes and answers every candidate; then cycle.
+ */
+async function cycle(direction: "next" | "previous"): Promise<void> {
+  const editor = vscode.window.activeTextEditor;
+  const uri = editor && uriOf(editor.document);
+  const shown = uri ? tracker.get(uri) : undefined;
+  if (shown && shown.others.length === 0 && !reshowing) {
+    reshowing = true;
+    try {
+      await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
+      ownRetrigger = false;
+      await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+    } finally {
+      reshowing = false;
+    }
+  }
+  await vscode.commands.executeCommand(`editor.action.inlineSuggest.show${direction === "next" ? "Next" : "Previous"}`);
 }
 
 function toLspItems(result: vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined): LspInlineItem[] {
@@ -365,6 +393,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         await client.sendNotification("workspace/didChangeConfiguration", { settings: allServerOptions() });
       }
     }),
+    vscode.commands.registerCommand("llada.inlineSuggest.next", () => cycle("next")),
+    vscode.commands.registerCommand("llada.inlineSuggest.previous", () => cycle("previous")),
     vscode.commands.registerCommand("llada.nextEdit.jump", jumpToNextEdit),
     vscode.commands.registerCommand("llada.nextEdit.accept", acceptNextEdit),
     vscode.commands.registerCommand("llada.nextEdit.dismiss", () => {

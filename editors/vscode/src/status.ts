@@ -77,7 +77,7 @@ export class StatusModel {
       case "error":
       case "stopped":
         return {
-          text: `$(error) ${name}: ${short(this.message)}`,
+          text: `$(error) ${name}: ${shortReason(this.message)}`,
           tooltip: `${name}: ${this.message}\n(server: ${this.command})\nClick to restart the language server.`,
           command: RESTART_COMMAND,
           error: true,
@@ -91,8 +91,9 @@ export class StatusModel {
   }
 }
 
-/** An error reason short enough for the status bar (the tooltip has all of it). */
-function short(reason: string): string {
-  const line = reason.split("\n", 1)[0];
+/** An error reason short enough for the status bar (the tooltip has all of it): paths
+ * shortened to their last part, e.g. `spawn llada-lsp ENOENT`. */
+export function shortReason(reason: string): string {
+  const line = reason.split("\n", 1)[0].replace(/(?:[A-Za-z]:)?[\\/][^\s'"]*[\\/]([^\s'"\\/]+)/g, "$1");
   return line.length > 60 ? `${line.slice(0, 57)}...` : line;
 }
