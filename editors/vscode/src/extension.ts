@@ -116,17 +116,14 @@ function showStatus(v: StatusView): void {
  * provider again, which answers from the tracker with the newest text at once. Refinements
  * that arrive while one is being shown are coalesced into the next.
  */
-let reshowing = false;
+let reshowing: Promise<void> | undefined; // while a refinement is being shown
 let pendingReshow: string | undefined; // the uri of a refinement not shown yet
 function scheduleRetrigger(uri: string): void {
   pendingReshow = uri;
-  if (!reshowing) {
-    void reshow();
-  }
+  reshowing ??= reshow();
 }
 
 async function reshow(): Promise<void> {
-  reshowing = true;
   try {
     while (pendingReshow !== undefined) {
       const uri = pendingReshow;
@@ -149,7 +146,7 @@ async function reshow(): Promise<void> {
       ]);
     }
   } finally {
-    reshowing = false;
+    reshowing = undefined;
   }
 }
 
@@ -161,18 +158,14 @@ async function reshow(): Promise<void> {
  * server (triggerKind Invoked), which decodes and answers every candidate; then cycle.
  */
 async function cycle(direction: "next" | "previous"): Promise<void> {
+  await reshowing; // a refinement being shown first
   const editor = vscode.window.activeTextEditor;
   const uri = editor && uriOf(editor.document);
   const shown = uri ? tracker.get(uri) : undefined;
-  if (shown && shown.others.length === 0 && !reshowing) {
-    reshowing = true;
-    try {
-      await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
-      ownRetrigger = false;
-      await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
-    } finally {
-      reshowing = false;
-    }
+  if (shown && shown.others.length === 0) {
+    await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
+    ownRetrigger = false;
+    await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
   }
   await vscode.commands.executeCommand(`editor.action.inlineSuggest.show${direction === "next" ? "Next" : "Previous"}`);
 }

@@ -94,6 +94,9 @@ export class StatusModel {
 /** An error reason short enough for the status bar (the tooltip has all of it): paths
  * shortened to their last part, e.g. `spawn llada-lsp ENOENT`. */
 export function shortReason(reason: string): string {
-  const line = reason.split("\n", 1)[0].replace(/(?:[A-Za-z]:)?[\\/][^\s'"]*[\\/]([^\s'"\\/]+)/g, "$1");
+  // the client wraps Node's error: "... failed. Error: spawn /x/llada-lsp ENOENT" -> its cause
+  const lines = reason.split("\n").filter((l) => l.trim());
+  const cause = lines.map((l) => /\bError: (.+)$/.exec(l)?.[1]).filter((c) => c !== undefined).pop();
+  const line = (cause ?? lines[0] ?? "").replace(/(?:[A-Za-z]:)?[\\/][^\s'"]*[\\/]([^\s'"\\/]+)/g, "$1");
   return line.length > 60 ? `${line.slice(0, 57)}...` : line;
 }

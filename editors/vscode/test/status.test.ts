@@ -46,5 +46,7 @@ describe("StatusModel", () => {
     assert.equal(shortReason("spawn C:\\Users\\u\\llada-lsp.exe ENOENT"), "spawn llada-lsp.exe ENOENT");
     assert.equal(shortReason("x".repeat(80)).length, 60);
     assert.equal(shortReason("first line\nsecond"), "first line");
+    assert.equal(shortReason("llada client: couldn't create connection to server.\nLaunching server using command /t/bin/llada-lsp failed. Error: spawn /t/bin/llada-lsp ENOENT"),
+      "spawn llada-lsp ENOENT");
   });
 });
