@@ -14,14 +14,21 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.editors.conftest import ROOT
-from tests.editors.vscode_real import CHROMIUM_FLAGS, CodeServer, Workbench, build_vsix, install, wait_for
+from tests.editors.vscode_real import (
+    CHROMIUM_FLAGS,
+    CodeServer,
+    Workbench,
+    build_vsix,
+    install,
+    wait_for,
+)
 from tests.editors.vscode_scripted_server import OTHERS, STEPS
 
 pytestmark = [
@@ -116,6 +123,10 @@ def screenshot_on_failure(page: Any, name: str) -> Iterator[None]:
         raise
 
 
+def ghost_is(wb: Workbench, text: str) -> Callable[[], bool]:
+    return lambda: wb.ghost() == text
+
+
 def last_line(wb: Workbench) -> str:
     lines = [line for line in wb.lines() if line.strip()]
     return lines[-1] if lines else ""
@@ -130,10 +141,10 @@ def test_ghost_text_refinements_and_tab(vscode: dict[str, Any]) -> None:
         page.keyboard.press("Control+End")
         page.keyboard.type("    total = ", delay=30)
         wait_for(f"the draft {STEPS[0]!r} as ghost text", lambda: wb.ghost() == STEPS[0], timeout=60)
-        latencies = []
+        latencies: list[tuple[float, float]] = []
         for k in (1, 2):
             (control / f"go-{k}").touch()
-            wait_for(f"refinement {k} {STEPS[k]!r} on screen", lambda k=k: wb.ghost() == STEPS[k], timeout=10)
+            wait_for(f"refinement {k} {STEPS[k]!r} on screen", ghost_is(wb, STEPS[k]), timeout=10)
             pushed = float((control / f"pushed-{k}").read_text())
             log = wb.ghost_log()
             at = next(i for i, e in enumerate(log) if e["text"] == STEPS[k])

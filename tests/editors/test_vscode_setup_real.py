@@ -18,7 +18,14 @@ import pytest
 
 from tests.editors.conftest import ROOT, needs_model
 from tests.editors.test_vscode_real import screenshot_on_failure
-from tests.editors.vscode_real import CHROMIUM_FLAGS, CodeServer, Workbench, build_vsix, install, wait_for
+from tests.editors.vscode_real import (
+    CHROMIUM_FLAGS,
+    CodeServer,
+    Workbench,
+    build_vsix,
+    install,
+    wait_for,
+)
 
 VENV_SERVER = ROOT / ".venv" / "bin" / "llada-lsp"
 pytestmark = [

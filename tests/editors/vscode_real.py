@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,23 +30,29 @@ def install() -> tuple[str, float]:
     """Run setup.sh (cached); (code-server's path, seconds it took)."""
     t0 = time.monotonic()
     proc = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=1500, check=False,
-                          env={**os.environ, "PYTHON": str(Path(os.sys.executable))})
+                          env={**os.environ, "PYTHON": sys.executable})
     if proc.returncode != 0:
         raise RuntimeError(f"{SETUP} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return proc.stdout.strip().splitlines()[-1], time.monotonic() - t0
 
 
 def build_vsix() -> Path:
-    """npm ci (when node_modules is missing), build, package: editors/vscode/llada.vsix."""
+    """npm ci (when node_modules is missing), build, package: editors/vscode/llada.vsix (kept
+    while it is newer than the extension's sources)."""
     npm = shutil.which("npm")
     assert npm is not None
+    vsix = VSCODE / "llada.vsix"
+    sources = [*VSCODE.glob("src/*.ts"), *VSCODE.glob("scripts/*"), VSCODE / "package.json", VSCODE / "package-lock.json"]
+    if vsix.exists() and (VSCODE / "out" / "checkout.json").exists() \
+            and vsix.stat().st_mtime > max(p.stat().st_mtime for p in sources):
+        return vsix
     steps = [["run", "build"], ["run", "package"]]
     if not (VSCODE / "node_modules" / ".package-lock.json").exists():
         steps.insert(0, ["ci", "--no-audit", "--no-fund"])
     for step in steps:
         proc = subprocess.run([npm, *step], cwd=VSCODE, capture_output=True, text=True, timeout=600, check=False)
         assert proc.returncode == 0, f"npm {' '.join(step)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return VSCODE / "llada.vsix"
+    return vsix
 
 
 def free_port() -> int:
