@@ -130,6 +130,10 @@ export interface Shown {
  */
 export class SuggestionTracker {
   private readonly shown = new Map<string, Shown>();
+  /** Refinements of completions not answered yet, by completion id: the server sends them
+   * right after its answer, and they can reach the extension before the answer has passed
+   * through the client. `remember` applies them. The newest few completions only. */
+  private readonly early = new Map<string, RefineParams[]>();
 
   remember(uri: string, version: number, position: LspPosition, items: readonly LspInlineItem[],
     selected?: string): Shown | undefined {
@@ -144,13 +148,28 @@ export class SuggestionTracker {
       others: items.slice(1).map(insertTextOf), selected, range: item.range,
     };
     this.shown.set(uri, s);
+    for (const p of this.early.get(id) ?? []) {
+      this.refine(p);
+    }
+    this.early.delete(id);
     return s;
   }
 
   /** Apply a refinement; returns the updated suggestion when it changed the shown one. */
   refine(p: RefineParams): Shown | undefined {
     const s = this.shown.get(p.uri);
-    if (!s || s.completionId !== String(p.completionId) || p.step < s.step) {
+    if (!s || s.completionId !== String(p.completionId)) {
+      const id = String(p.completionId);
+      this.early.set(id, [...(this.early.get(id) ?? []), p]);
+      for (const old of this.early.keys()) {
+        if (this.early.size <= 8) {
+          break;
+        }
+        this.early.delete(old);
+      }
+      return undefined;
+    }
+    if (p.step < s.step) {
       return undefined;
     }
     let text = applyEdits(s.text, p.edits ?? []);

@@ -209,8 +209,13 @@ function clientOptions(): LanguageClientOptions {
         }
         const result = await next(document, position, context, token);
         const items = toLspItems(result);
-        tracker.remember(uri, document.version, pos, items, selected);
+        const shown = tracker.remember(uri, document.version, pos, items, selected);
         lastItems = Array.isArray(result) ? result : (result?.items ?? []);
+        if (shown && lastItems.length > 0 && shown.text !== items[0].insertText) {
+          // refinements that overtook the answer: show the newest text at once
+          const first = lastItems[0];
+          return [new vscode.InlineCompletionItem(shown.text, first.range, first.command), ...lastItems.slice(1)];
+        }
         return result;
       },
       workspace: {

@@ -39,6 +39,18 @@ describe("applyEdits", () => {
 describe("SuggestionTracker", () => {
   const item = (id: string, text: string): LspInlineItem => ({ insertText: text, command: { title: "Accept", command: "llada.acceptCompletion", arguments: [id] } });
 
+  it("keeps refinements that overtake their answer and applies them when it comes", () => {
+    const t = new SuggestionTracker();
+    t.remember("file:///a.py", 3, { line: 1, character: 4 }, [item("6", "old")]);
+    assert.equal(t.refine({ completionId: "7", uri: "file:///a.py", version: 3, edits: [edit(0, 0, 0, 3, "bar")], step: 1, final: false }), undefined);
+    assert.equal(t.refine({ completionId: "7", uri: "file:///a.py", version: 3, edits: [edit(0, 3, 0, 3, "(2)")], step: 2, final: false }), undefined);
+    const s = t.remember("file:///a.py", 3, { line: 1, character: 4 }, [item("7", "foo")]);
+    assert.equal(s?.text, "bar(2)");
+    assert.equal(s?.step, 2);
+    // applied once: a later answer for the same id starts from its own text
+    assert.equal(t.remember("file:///a.py", 3, { line: 1, character: 4 }, [item("7", "foo")])?.text, "foo");
+  });
+
   it("applies refinements of the shown completion only, in step order", () => {
     const t = new SuggestionTracker();
     t.remember("file:///a.py", 3, { line: 1, character: 4 }, [item("7", "foo(1)")]);
