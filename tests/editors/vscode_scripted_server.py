@@ -6,6 +6,7 @@ directory ($LLADA_SCRIPT_DIR), and the engine writes `pushed-<k>` there (the wal
 in ms, when the event left the engine), so the test can time each refinement's way to the
 screen. An explicitly invoked request (cycling) gets the other candidates on its done event.
 Next-edit requests get one suggestion: the region's first `area` becomes `surface`.
+The server writes `sent-<k>` (ms) once it has written the `llada/refine` of refinement k.
 Differences from the real engine: no model; texts fixed; `step` counts script steps.
 
     python tests/editors/vscode_scripted_server.py [llada-lsp options]
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -87,6 +89,14 @@ def factory(location: str, **_: object) -> ScriptedEngine:
     return ScriptedEngine(Path(os.environ["LLADA_SCRIPT_DIR"]))
 
 
+def timed_notify(ls: server.LladaServer, method: str, params: dict[str, Any]) -> None:
+    """The server's notify, noting when each scripted refinement left for the editor."""
+    ls.protocol.notify(method, params)
+    if method == "llada/refine" and not params.get("final") and 1 <= params.get("step", 0) - 1 < len(STEPS):
+        (Path(os.environ["LLADA_SCRIPT_DIR"]) / f"sent-{params['step'] - 1}").write_text(f"{time.time() * 1000:.3f}")
+
+
 if __name__ == "__main__":
+    server.LladaServer.notify = timed_notify  # type: ignore[method-assign,assignment]
     server.server.engine_factory = factory
     raise SystemExit(cli.main(sys.argv[1:]))

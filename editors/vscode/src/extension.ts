@@ -132,9 +132,11 @@ async function reshow(): Promise<void> {
       if (!editor || !client || client.code2ProtocolConverter.asUri(editor.document.uri) !== uri) {
         continue;
       }
-      const at = editor.selection.active;
-      // only while the document and cursor are where the suggestion was asked for
-      if (!tracker.lookup(uri, editor.document.version, { line: at.line, character: at.character }, tracker.get(uri)?.selected)) {
+      // only while the document is as it was when the suggestion was asked for (the cursor
+      // the extension host knows can lag behind the window's: the provider checks it)
+      const shown = tracker.get(uri);
+      if (!shown || shown.version !== editor.document.version) {
+        output.debug(`refinement of ${shown?.completionId ?? "?"} not shown: the document changed`);
         continue;
       }
       // sent together: the window runs them in order, and the trigger's provider call is then
