@@ -130,6 +130,10 @@ export interface Shown {
  */
 export class SuggestionTracker {
   private readonly shown = new Map<string, Shown>();
+  /** Refinements of completions not answered yet, by completion id: the server sends them
+   * right after its answer, and they can reach the extension before the answer has passed
+   * through the client. `remember` applies them. The newest few completions only. */
+  private readonly early = new Map<string, RefineParams[]>();
 
   remember(uri: string, version: number, position: LspPosition, items: readonly LspInlineItem[],
     selected?: string): Shown | undefined {
@@ -144,13 +148,28 @@ export class SuggestionTracker {
       others: items.slice(1).map(insertTextOf), selected, range: item.range,
     };
     this.shown.set(uri, s);
+    for (const p of this.early.get(id) ?? []) {
+      this.refine(p);
+    }
+    this.early.delete(id);
     return s;
   }
 
   /** Apply a refinement; returns the updated suggestion when it changed the shown one. */
   refine(p: RefineParams): Shown | undefined {
     const s = this.shown.get(p.uri);
-    if (!s || s.completionId !== String(p.completionId) || p.step < s.step) {
+    if (!s || s.completionId !== String(p.completionId)) {
+      const id = String(p.completionId);
+      this.early.set(id, [...(this.early.get(id) ?? []), p]);
+      for (const old of this.early.keys()) {
+        if (this.early.size <= 8) {
+          break;
+        }
+        this.early.delete(old);
+      }
+      return undefined;
+    }
+    if (p.step < s.step) {
       return undefined;
     }
     let text = applyEdits(s.text, p.edits ?? []);
@@ -320,13 +339,18 @@ export interface ServerCommand {
 }
 
 /**
- * Where `llada-lsp` is: the `llada.serverPath` setting, else next to the Python interpreter
- * the workspace uses (`python.defaultInterpreterPath`), else in a workspace `.venv`, else the
- * `llada-lsp` on PATH. A workspace's own programs (its `.venv`) are only run when the
- * workspace is trusted (`vscode.workspace.isTrusted`).
+ * Where `llada-lsp` is, first found: the `llada.serverPath` setting, `$LLADA_LSP`, `llada-lsp`
+ * on PATH, the `.venv` of the llada-lsp checkout the extension was built in (`checkout`,
+ * recorded at build time: `./dev demo` creates it), next to the Python interpreter the
+ * workspace uses (`python.defaultInterpreterPath`), a workspace `.venv`. A workspace's own
+ * programs (its `.venv`) are only run when the workspace is trusted. None found: the bare name,
+ * whose spawn error the status item then shows.
  */
 export function resolveServerCommand(opts: {
   serverPath: string;
+  envPath?: string; // $LLADA_LSP
+  pathDirs?: readonly string[]; // $PATH, split
+  checkout?: string; // the llada-lsp checkout the extension was built in
   pythonPath?: string;
   workspaceFolders: readonly string[];
   trusted: boolean;
@@ -341,7 +365,13 @@ export function resolveServerCommand(opts: {
   if (opts.serverPath) {
     return { command: opts.serverPath, args: [] };
   }
-  const candidates: string[] = [];
+  if (opts.envPath) {
+    return { command: opts.envPath, args: [] };
+  }
+  const candidates: string[] = (opts.pathDirs ?? []).filter((d) => d).map((d) => opts.join(d, exe));
+  if (opts.checkout) {
+    candidates.push(opts.join(opts.checkout, ".venv", bin, exe));
+  }
   if (opts.pythonPath && opts.pythonPath !== "python" && opts.pythonPath !== "python3") {
     candidates.push(opts.join(opts.dirname(opts.pythonPath), exe));
   }

@@ -1,12 +1,14 @@
 // The VS Code side: starts llada-lsp through vscode-languageclient, shows its inline
-// completions, re-triggers the inline suggestion when `llada/refine` changes the shown one,
-// shows `llada/stats` in the status bar, and draws next-edit suggestions as decorations
+// completions, re-shows the inline suggestion when `llada/refine` changes the shown one (hide,
+// then trigger: VS Code skips a trigger while a suggestion is shown), shows the server's state
+// and timings in the status bar (./status), and draws next-edit suggestions as decorations
 // (llada.nextEdit.jump / accept / dismiss). The protocol logic lives in ./core and ./nextEdit.
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
 import {
   LanguageClient,
+  State,
   type LanguageClientOptions,
   type ServerOptions,
 } from "vscode-languageclient/node";
@@ -14,25 +16,24 @@ import {
   DEFAULT_SETTINGS,
   SuggestionTracker,
   answerFromTracker,
-  describeStats,
-  formatStats,
   machineValue,
   resolveServerCommand,
   serverOptions,
-  statusName,
   type LspInlineItem,
   type RefineParams,
   type Settings,
   type StatsParams,
   type StatusParams,
 } from "./core";
+import { RESTART_SETTINGS, mergeOptions, passThroughOptions } from "./settings";
+import { StatusModel, type StatusView } from "./status";
 import { NEXT_EDIT_METHOD, NextEditController, type NextEditDecoration, type NextEditResult } from "./nextEdit";
 
 let client: LanguageClient | undefined;
 let status: vscode.StatusBarItem;
+const statusModel = new StatusModel();
 let output: vscode.LogOutputChannel;
 const tracker = new SuggestionTracker();
-let retrigger: NodeJS.Timeout | undefined;
 let ownRetrigger = false; // the next provider call is the extension's re-trigger, not the user's
 let nextEditServer = false; // llada/status says llada/nextEdit can answer
 let nextEdits: NextEditController;
@@ -63,13 +64,33 @@ function readSettings(): Settings {
   };
 }
 
-function serverCommand(settings: Settings): ServerOptions {
+/** Every server option the settings give (initializationOptions / workspace/configuration). */
+function allServerOptions(): Record<string, unknown> {
+  const c = vscode.workspace.getConfiguration("llada");
+  return mergeOptions(serverOptions(readSettings()), passThroughOptions((name) => c.inspect(name)));
+}
+
+/** The llada-lsp checkout the extension was built in (out/checkout.json, written by
+ * `npm run build`), if it is still there. */
+function checkoutRoot(context: vscode.ExtensionContext): string | undefined {
+  try {
+    const rec = JSON.parse(fs.readFileSync(path.join(context.extensionPath, "out", "checkout.json"), "utf8")) as { root?: unknown };
+    return typeof rec.root === "string" && fs.existsSync(rec.root) ? rec.root : undefined;
+  } catch {
+    return undefined; // not built in a checkout (or the record is unreadable)
+  }
+}
+
+function serverCommand(settings: Settings, context: vscode.ExtensionContext): ServerOptions & { command: string } {
   const trusted = vscode.workspace.isTrusted;
   const py = vscode.workspace.getConfiguration("python");
   // an untrusted workspace's own interpreter setting is not followed either
   const python = trusted ? py.get<string>("defaultInterpreterPath") : py.inspect<string>("defaultInterpreterPath")?.globalValue;
   const cmd = resolveServerCommand({
     serverPath: settings.serverPath,
+    envPath: process.env.LLADA_LSP,
+    pathDirs: (process.env.PATH ?? "").split(path.delimiter),
+    checkout: checkoutRoot(context),
     pythonPath: python,
     workspaceFolders: (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath),
     trusted,
@@ -82,25 +103,74 @@ function serverCommand(settings: Settings): ServerOptions {
   return { command: cmd.command, args: cmd.args, options: { env: { ...process.env } } };
 }
 
-function setStatus(text: string, tooltip: string): void {
-  status.text = text;
-  status.tooltip = tooltip;
+function showStatus(v: StatusView): void {
+  status.text = v.text;
+  status.tooltip = v.tooltip;
+  status.command = v.command;
+  status.backgroundColor = v.error ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
   status.show();
 }
 
-/** Ask VS Code to show the refined suggestion (coalesced: one re-trigger per burst). */
+/**
+ * Show the refined suggestion. VS Code (1.100) skips `editor.action.inlineSuggest.trigger`
+ * while a suggestion is shown, so the shown one is hidden first and the trigger then asks the
+ * provider again, which answers from the tracker with the newest text at once. Refinements
+ * that arrive while one is being shown are coalesced into the next.
+ */
+let reshowing: Promise<void> | undefined; // while a refinement is being shown
+let pendingReshow: string | undefined; // the uri of a refinement not shown yet
 function scheduleRetrigger(uri: string): void {
-  if (retrigger) {
-    return;
-  }
-  retrigger = setTimeout(() => {
-    retrigger = undefined;
-    const editor = vscode.window.activeTextEditor;
-    if (editor && client && client.code2ProtocolConverter.asUri(editor.document.uri) === uri) {
+  pendingReshow = uri;
+  reshowing ??= reshow();
+}
+
+async function reshow(): Promise<void> {
+  try {
+    while (pendingReshow !== undefined) {
+      const uri = pendingReshow;
+      pendingReshow = undefined;
+      const editor = vscode.window.activeTextEditor;
+      if (!editor || !client || client.code2ProtocolConverter.asUri(editor.document.uri) !== uri) {
+        continue;
+      }
+      // only while the document is as it was when the suggestion was asked for (the cursor
+      // the extension host knows can lag behind the window's: the provider checks it)
+      const shown = tracker.get(uri);
+      if (!shown || shown.version !== editor.document.version) {
+        output.debug(`refinement of ${shown?.completionId ?? "?"} not shown: the document changed`);
+        continue;
+      }
+      // sent together: the window runs them in order, and the trigger's provider call is then
+      // the only round trip between the extension host and the window
       ownRetrigger = true;
-      void vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+      await Promise.all([
+        vscode.commands.executeCommand("editor.action.inlineSuggest.hide"),
+        vscode.commands.executeCommand("editor.action.inlineSuggest.trigger"),
+      ]);
     }
-  }, 15);
+  } finally {
+    reshowing = undefined;
+  }
+}
+
+/**
+ * Alt+] / Alt+[: VS Code answers the explicit fetch these run from the shown suggestion when it
+ * came from an explicit request at the same place (as every re-shown refinement does), so it
+ * would never ask for the other candidates. While the shown suggestion has none, hide it and
+ * trigger again without marking the request the extension's own: the provider then asks the
+ * server (triggerKind Invoked), which decodes and answers every candidate; then cycle.
+ */
+async function cycle(direction: "next" | "previous"): Promise<void> {
+  await reshowing; // a refinement being shown first
+  const editor = vscode.window.activeTextEditor;
+  const uri = editor && uriOf(editor.document);
+  const shown = uri ? tracker.get(uri) : undefined;
+  if (shown && shown.others.length === 0) {
+    await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
+    ownRetrigger = false;
+    await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+  }
+  await vscode.commands.executeCommand(`editor.action.inlineSuggest.show${direction === "next" ? "Next" : "Previous"}`);
 }
 
 function toLspItems(result: vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined): LspInlineItem[] {
@@ -122,7 +192,7 @@ function clientOptions(): LanguageClientOptions {
   return {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
     outputChannel: output,
-    initializationOptions: serverOptions(readSettings()),
+    initializationOptions: allServerOptions(),
     middleware: {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         const uri = client!.code2ProtocolConverter.asUri(document.uri);
@@ -142,15 +212,20 @@ function clientOptions(): LanguageClientOptions {
         }
         const result = await next(document, position, context, token);
         const items = toLspItems(result);
-        tracker.remember(uri, document.version, pos, items, selected);
+        const shown = tracker.remember(uri, document.version, pos, items, selected);
         lastItems = Array.isArray(result) ? result : (result?.items ?? []);
+        if (shown && lastItems.length > 0 && shown.text !== items[0].insertText) {
+          // refinements that overtook the answer: show the newest text at once
+          const first = lastItems[0];
+          return [new vscode.InlineCompletionItem(shown.text, first.range, first.command), ...lastItems.slice(1)];
+        }
         return result;
       },
       workspace: {
         // The server pulls section "llada": answer with its option names, not VS Code's.
         configuration: (params, token, next) => {
           if (params.items.some((i) => i.section === "llada")) {
-            return params.items.map((i) => (i.section === "llada" ? serverOptions(readSettings()) : null));
+            return params.items.map((i) => (i.section === "llada" ? allServerOptions() : null));
           }
           return next(params, token);
         },
@@ -246,36 +321,53 @@ async function acceptAllNextEdits(): Promise<void> {
 
 async function start(context: vscode.ExtensionContext): Promise<void> {
   const settings = readSettings();
-  client = new LanguageClient("llada", "llada", serverCommand(settings), clientOptions());
+  const command = serverCommand(settings, context);
+  showStatus(statusModel.starting(command.command));
+  const c = new LanguageClient("llada", "llada", command, clientOptions());
+  client = c;
   client.onNotification("llada/refine", (p: RefineParams) => {
     if (tracker.refine(p)) {
       scheduleRetrigger(p.uri);
     }
   });
-  let name = "llada"; // with the backend when it is not the native engine (llada/status)
-  client.onNotification("llada/stats", (s: StatsParams) =>
-    setStatus(`$(sparkle) ${formatStats(s).replace(/^llada/, name)}`, describeStats(s)));
-  client.onNotification("llada/status", (s: StatusParams) => {
-    name = statusName(s);
-    nextEditServer = s.state === "ready" && s.nextEdit === true;
-    if (s.state === "loading") {
-      setStatus(`$(sync~spin) ${name}`, `${name}: ${s.message ?? "loading the model"}`);
-    } else if (s.state === "error") {
-      setStatus(`$(error) ${name}`, `${name}: ${s.message ?? "engine error"}`);
-    } else {
-      setStatus(`$(sparkle) ${name}`, `${name}: ready`);
+  client.onNotification("llada/stats", (s: StatsParams) => {
+    if (client === c) {
+      showStatus(statusModel.onStats(s));
     }
   });
-  setStatus("$(sync~spin) llada", "llada: starting the server");
-  await client.start();
-  context.subscriptions.push({ dispose: () => void client?.stop() });
+  client.onNotification("llada/status", (s: StatusParams) => {
+    nextEditServer = s.state === "ready" && s.nextEdit === true;
+    if (client === c) {
+      showStatus(statusModel.onStatus(s));
+    }
+  });
+  client.onDidChangeState((e) => {
+    if (client === c && e.newState === State.Stopped) {
+      showStatus(statusModel.stopped());
+    }
+  });
+  try {
+    await client.start();
+  } catch (err) {
+    const reason = err instanceof Error ? err.message : String(err);
+    output.appendLine(`the server did not start: ${reason}`);
+    if (client === c) {
+      showStatus(statusModel.failed(reason));
+    }
+    return;
+  }
+  context.subscriptions.push({ dispose: () => void c.stop() });
 }
 
 async function restart(context: vscode.ExtensionContext): Promise<void> {
   const old = client;
   client = undefined;
   if (old) {
-    await old.stop();
+    try {
+      await old.stop();
+    } catch (err) {
+      output.appendLine(`stopping the old server: ${err instanceof Error ? err.message : String(err)}`);
+    }
   }
   await start(context);
 }
@@ -312,12 +404,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         return;
       }
       nextEdits.debounceMs = readSettings().nextEdit.debounceMs;
-      if (e.affectsConfiguration("llada.serverPath") || e.affectsConfiguration("llada.engine") || e.affectsConfiguration("llada.model")) {
+      if (RESTART_SETTINGS.some((k) => e.affectsConfiguration(`llada.${k}`))) {
         await restart(context);
       } else {
-        await client.sendNotification("workspace/didChangeConfiguration", { settings: serverOptions(readSettings()) });
+        await client.sendNotification("workspace/didChangeConfiguration", { settings: allServerOptions() });
       }
     }),
+    vscode.commands.registerCommand("llada.inlineSuggest.next", () => cycle("next")),
+    vscode.commands.registerCommand("llada.inlineSuggest.previous", () => cycle("previous")),
     vscode.commands.registerCommand("llada.nextEdit.jump", jumpToNextEdit),
     vscode.commands.registerCommand("llada.nextEdit.accept", acceptNextEdit),
     vscode.commands.registerCommand("llada.nextEdit.acceptAll", acceptAllNextEdits),

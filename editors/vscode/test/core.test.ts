@@ -17,6 +17,7 @@ import {
   type LspInlineItem,
   type LspTextEdit,
 } from "../src/core";
+import { PASS_THROUGH, RESTART_SETTINGS, mergeOptions, passThroughOptions, type InspectedValue } from "../src/settings";
 
 const edit = (l1: number, c1: number, l2: number, c2: number, newText: string): LspTextEdit => ({
   range: { start: { line: l1, character: c1 }, end: { line: l2, character: c2 } },
@@ -37,6 +38,18 @@ describe("applyEdits", () => {
 
 describe("SuggestionTracker", () => {
   const item = (id: string, text: string): LspInlineItem => ({ insertText: text, command: { title: "Accept", command: "llada.acceptCompletion", arguments: [id] } });
+
+  it("keeps refinements that overtake their answer and applies them when it comes", () => {
+    const t = new SuggestionTracker();
+    t.remember("file:///a.py", 3, { line: 1, character: 4 }, [item("6", "old")]);
+    assert.equal(t.refine({ completionId: "7", uri: "file:///a.py", version: 3, edits: [edit(0, 0, 0, 3, "bar")], step: 1, final: false }), undefined);
+    assert.equal(t.refine({ completionId: "7", uri: "file:///a.py", version: 3, edits: [edit(0, 3, 0, 3, "(2)")], step: 2, final: false }), undefined);
+    const s = t.remember("file:///a.py", 3, { line: 1, character: 4 }, [item("7", "foo")]);
+    assert.equal(s?.text, "bar(2)");
+    assert.equal(s?.step, 2);
+    // applied once: a later answer for the same id starts from its own text
+    assert.equal(t.remember("file:///a.py", 3, { line: 1, character: 4 }, [item("7", "foo")])?.text, "foo");
+  });
 
   it("applies refinements of the shown completion only, in step order", () => {
     const t = new SuggestionTracker();
@@ -111,13 +124,19 @@ describe("settings", () => {
     assert.equal(serverOptions({ ...DEFAULT_SETTINGS, invokedAlternatives: 0 }).invokedAlternatives, 0);
   });
 
-  it("finds the server: setting, interpreter, workspace .venv, PATH", () => {
+  it("finds the server: setting, $LLADA_LSP, PATH, the checkout's .venv, interpreter, workspace .venv", () => {
     const base = { pythonPath: "/env/bin/python", workspaceFolders: ["/ws"], platform: "linux", trusted: true, join: (...p: string[]) => path.posix.join(...p), dirname: (p: string) => path.posix.dirname(p) };
     const has = (...paths: string[]) => (p: string) => paths.includes(p);
-    assert.equal(resolveServerCommand({ ...base, serverPath: "/x/llada-lsp", exists: has() }).command, "/x/llada-lsp");
-    assert.equal(resolveServerCommand({ ...base, serverPath: "", exists: has("/env/bin/llada-lsp") }).command, "/env/bin/llada-lsp");
+    const all = has("/usr/bin/llada-lsp", "/src/llada/.venv/bin/llada-lsp", "/env/bin/llada-lsp", "/ws/.venv/bin/llada-lsp");
+    const full = { ...base, serverPath: "", envPath: "/e/llada-lsp", pathDirs: ["/bin", "/usr/bin"], checkout: "/src/llada" };
+    assert.equal(resolveServerCommand({ ...full, serverPath: "/x/llada-lsp", exists: all }).command, "/x/llada-lsp");
+    assert.equal(resolveServerCommand({ ...full, exists: all }).command, "/e/llada-lsp");
+    assert.equal(resolveServerCommand({ ...full, envPath: "", exists: all }).command, "/usr/bin/llada-lsp");
+    assert.equal(resolveServerCommand({ ...full, envPath: "", exists: has("/src/llada/.venv/bin/llada-lsp", "/ws/.venv/bin/llada-lsp") }).command,
+      "/src/llada/.venv/bin/llada-lsp");
+    assert.equal(resolveServerCommand({ ...full, envPath: "", exists: has("/env/bin/llada-lsp", "/ws/.venv/bin/llada-lsp") }).command, "/env/bin/llada-lsp");
     assert.equal(resolveServerCommand({ ...base, serverPath: "", exists: has("/ws/.venv/bin/llada-lsp") }).command, "/ws/.venv/bin/llada-lsp");
-    assert.equal(resolveServerCommand({ ...base, serverPath: "", exists: has() }).command, "llada-lsp");
+    assert.equal(resolveServerCommand({ ...full, envPath: "", exists: has() }).command, "llada-lsp");
   });
 
   it("runs no program of an untrusted workspace", () => {
@@ -150,6 +169,41 @@ describe("settings", () => {
   it("formats the stats for the status bar", () => {
     assert.equal(formatStats({ completionId: "1", uri: "u", firstMs: 41.6, totalMs: 120.2 }), "llada 42ms → 120ms");
     assert.equal(formatStats({ completionId: "1", uri: "u", firstMs: 0.4, totalMs: 0.5, cacheHit: true }), "llada 0ms (cached)");
+  });
+});
+
+describe("pass-through settings", () => {
+  it("sends only what the user set, machine-scoped ones from the user's settings only", () => {
+    const set: Record<string, InspectedValue> = {
+      "device": { globalValue: "cuda", workspaceValue: "cpu" },
+      "promptTemplate": { workspaceValue: "/ws/evil.jinja" },
+      "syntaxCheck": { workspaceValue: false },
+      "context.prefixChars": { globalValue: 100 },
+      "nextEdit.maxPasses": { workspaceFolderValue: 2, globalValue: 3 },
+      "maxPromptTokens": { globalValue: null },
+      "engineToken": { globalValue: "" },
+    };
+    const got = passThroughOptions((n) => set[n]);
+    assert.deepEqual(got, { device: "cuda", syntaxCheck: false, context: { prefixChars: 100 }, nextEdit: { maxPasses: 2 } });
+    const merged = mergeOptions(serverOptions({ ...DEFAULT_SETTINGS, nextEdit: { ...DEFAULT_SETTINGS.nextEdit, windowLines: 5 } }), got);
+    assert.deepEqual(merged.nextEdit, { windowLines: 5, maxPasses: 2 });
+    assert.equal(merged.device, "cuda");
+    assert.ok(RESTART_SETTINGS.includes("device") && RESTART_SETTINGS.includes("sglang") && !RESTART_SETTINGS.includes("syntaxCheck"));
+  });
+
+  it("declares every pass-through setting in package.json, machine-scoped ones so", () => {
+    const pkg = JSON.parse(fs.readFileSync(path.join(__dirname, "../../package.json"), "utf8")) as {
+      contributes: { configuration: { properties: Record<string, { scope?: string }> } };
+      capabilities: { untrustedWorkspaces: { restrictedConfigurations: string[] } };
+    };
+    const props = pkg.contributes.configuration.properties;
+    for (const o of PASS_THROUGH) {
+      assert.ok(props[`llada.${o.name}`], o.name);
+      assert.equal(props[`llada.${o.name}`].scope === "machine", o.machine === true, o.name);
+      if (o.machine) {
+        assert.ok(pkg.capabilities.untrustedWorkspaces.restrictedConfigurations.includes(`llada.${o.name}`), o.name);
+      }
+    }
   });
 });
 

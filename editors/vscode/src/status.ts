@@ -1,0 +1,102 @@
+// What the status bar item says, from every change the extension hears of: the server process
+// starting, failing to start or stopping (vscode-languageclient), the engine's state
+// (`llada/status`) and each completion's timings (`llada/stats`). Free of the `vscode` module.
+import { describeStats, formatStats, statusName, type StatsParams, type StatusParams } from "./core";
+
+export const RESTART_COMMAND = "llada.restartServer";
+export const STATS_COMMAND = "llada.showStats";
+
+export interface StatusView {
+  text: string;
+  tooltip: string;
+  command: string; // what a click runs: restart after an error, else the statistics
+  error: boolean;
+}
+
+type State = "starting" | "loading" | "ready" | "error" | "stopped";
+
+/** The item's state machine; `view()` renders it. */
+export class StatusModel {
+  private state: State = "starting";
+  private name = "llada";
+  private message = "";
+  private stats: StatsParams | undefined;
+  private command = "llada-lsp";
+
+  /** The extension is starting `command` (a (re)start clears the last error and timings). */
+  starting(command: string): StatusView {
+    this.state = "starting";
+    this.command = command;
+    this.message = "";
+    this.stats = undefined;
+    return this.view();
+  }
+
+  /** The server process could not be started or died: `reason` as Node or the client gives it
+   * (e.g. `spawn llada-lsp ENOENT`). */
+  failed(reason: string): StatusView {
+    this.state = "error";
+    this.message = reason;
+    return this.view();
+  }
+
+  /** The server process stopped without an error of its own (e.g. it exited). */
+  stopped(): StatusView {
+    if (this.state !== "error") {
+      this.state = "stopped";
+      this.message = "the server stopped";
+    }
+    return this.view();
+  }
+
+  onStatus(s: StatusParams): StatusView {
+    this.name = statusName(s);
+    this.message = s.message ?? "";
+    this.state = s.state === "loading" ? "loading" : s.state === "error" ? "error" : "ready";
+    if (this.state === "error" && !this.message) {
+      this.message = "engine error";
+    }
+    return this.view();
+  }
+
+  onStats(s: StatsParams): StatusView {
+    this.stats = s;
+    if (this.state === "starting" || this.state === "loading") {
+      this.state = "ready"; // an answer came, so the engine is up
+    }
+    return this.view();
+  }
+
+  view(): StatusView {
+    const name = this.name;
+    switch (this.state) {
+      case "starting":
+        return { text: `$(sync~spin) ${name} starting`, tooltip: `${name}: starting ${this.command}`, command: STATS_COMMAND, error: false };
+      case "loading":
+        return { text: `$(sync~spin) ${name} loading`, tooltip: `${name}: ${this.message || "loading the model"}`, command: STATS_COMMAND, error: false };
+      case "error":
+      case "stopped":
+        return {
+          text: `$(error) ${name}: ${shortReason(this.message)}`,
+          tooltip: `${name}: ${this.message}\n(server: ${this.command})\nClick to restart the language server.`,
+          command: RESTART_COMMAND,
+          error: true,
+        };
+      case "ready":
+        if (this.stats) {
+          return { text: `$(sparkle) ${formatStats(this.stats).replace(/^llada/, name)}`, tooltip: `${describeStats(this.stats)}\nClick for the server's counters.`, command: STATS_COMMAND, error: false };
+        }
+        return { text: `$(sparkle) ${name} ready`, tooltip: `${name}: ready${this.message ? ` (${this.message})` : ""}`, command: STATS_COMMAND, error: false };
+    }
+  }
+}
+
+/** An error reason short enough for the status bar (the tooltip has all of it): paths
+ * shortened to their last part, e.g. `spawn llada-lsp ENOENT`. */
+export function shortReason(reason: string): string {
+  // the client wraps Node's error: "... failed. Error: spawn /x/llada-lsp ENOENT" -> its cause
+  const lines = reason.split("\n").filter((l) => l.trim());
+  const cause = lines.map((l) => /\bError: (.+)$/.exec(l)?.[1]).filter((c) => c !== undefined).pop();
+  const line = (cause ?? lines[0] ?? "").replace(/(?:[A-Za-z]:)?[\\/][^\s'"]*[\\/]([^\s'"\\/]+)/g, "$1");
+  return line.length > 60 ? `${line.slice(0, 57)}...` : line;
+}

@@ -1,0 +1,102 @@
+"""The real `llada-lsp` with a scripted engine, for the real-VS-Code tests
+(tests/editors/test_vscode_real.py). Every completion request gets the same script: a first
+complete draft, then two refinements (engine "edit" events the server turns into
+`llada/refine`), then done. Refinement k waits until the test creates `go-<k>` in the control
+directory ($LLADA_SCRIPT_DIR), and the engine writes `pushed-<k>` there (the wall-clock time,
+in ms, when the event left the engine), so the test can time each refinement's way to the
+screen. An explicitly invoked request (cycling) gets the other candidates on its done event.
+Next-edit requests get one suggestion: the region's first `area` becomes `surface`.
+The server writes `sent-<k>` (ms) once it has written the `llada/refine` of refinement k.
+Differences from the real engine: no model; texts fixed; `step` counts script steps.
+
+    python tests/editors/vscode_scripted_server.py [llada-lsp options]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from engine.api import CompletionRequest, EditSuggestion, EngineEvent, NextEditRequest, diff_edits  # noqa: E402
+from llada_lsp import cli, server  # noqa: E402
+from llada_lsp.engine_base import EngineClient, EngineJob, Progress  # noqa: E402
+
+STEPS = ("width + height", "width * height", "width * height * depth")  # draft, refinement 1, 2
+OTHERS = ("height * width", "max(width, height)")  # the candidates an invoked request adds
+RENAME = ("area", "surface")  # next-edit: the region's first `area` -> `surface`
+
+
+class ScriptedEngine(EngineClient):
+    def __init__(self, control: Path) -> None:
+        super().__init__()
+        self.control = control
+        self.info = {"backend": "native", "granularity": "step", "edits": True}
+
+    async def start(self, progress: Progress) -> None:
+        self.set_state("ready")
+
+    def submit(self, request: CompletionRequest) -> EngineJob:
+        job = self.with_deadlines(EngineJob(request, asyncio.get_running_loop()))
+        self.counters["submitted"] += 1
+        threading.Thread(target=self._complete, args=(job,), daemon=True).start()
+        return job
+
+    def _complete(self, job: EngineJob) -> None:
+        req = job.completion
+        rid = req.request_id
+        prev = ""
+        for k, text in enumerate(STEPS):
+            if k > 0 and not self._await_go(k, job):
+                job.push(EngineEvent("done", rid, prev, step=k, reason="superseded"))
+                return
+            job.push(EngineEvent("draft" if k == 0 else "edit", rid, text, edits=diff_edits(prev, text),
+                                 step=k + 1, draft_complete=True))
+            (self.control / f"pushed-{k}").write_text(f"{time.time() * 1000:.3f}")
+            prev = text
+        others = OTHERS if (req.plan.alternatives or 1) > 1 else ()
+        job.push(EngineEvent("done", rid, prev, step=len(STEPS), reason="end_of_middle", alternatives=others,
+                             stats={"forwards": len(STEPS), "tokens": 5, "tpf": 5 / len(STEPS)}))
+
+    def _await_go(self, k: int, job: EngineJob) -> bool:
+        """Wait for the test's go-k (a file, checked every 2 ms) unless the job is cancelled."""
+        go = self.control / f"go-{k}"
+        while not go.exists():
+            if job.cancel_event.wait(0.002):
+                return False
+        return True
+
+    def next_edit(self, request: NextEditRequest) -> EngineJob:
+        job = EngineJob(request, asyncio.get_running_loop())
+        old, new = RENAME
+        at = request.region.find(old)
+        found = (EditSuggestion(at, at + len(old), new, 0.9),) if at >= 0 else ()
+        text = request.region if at < 0 else request.region[:at] + new + request.region[at + len(old):]
+        job.push(EngineEvent("done", request.request_id, text, step=1, reason="end_of_middle", suggestions=found))
+        return job
+
+    async def close(self) -> None:
+        return None
+
+
+def factory(location: str, **_: object) -> ScriptedEngine:
+    return ScriptedEngine(Path(os.environ["LLADA_SCRIPT_DIR"]))
+
+
+def timed_notify(ls: server.LladaServer, method: str, params: dict[str, Any]) -> None:
+    """The server's notify, noting when each scripted refinement left for the editor."""
+    ls.protocol.notify(method, params)
+    if method == "llada/refine" and not params.get("final") and 1 <= params.get("step", 0) - 1 < len(STEPS):
+        (Path(os.environ["LLADA_SCRIPT_DIR"]) / f"sent-{params['step'] - 1}").write_text(f"{time.time() * 1000:.3f}")
+
+
+if __name__ == "__main__":
+    server.LladaServer.notify = timed_notify  # type: ignore[method-assign,assignment]
+    server.server.engine_factory = factory
+    raise SystemExit(cli.main(sys.argv[1:]))
