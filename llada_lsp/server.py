@@ -21,6 +21,7 @@ from llada_lsp.answers import Selected
 from llada_lsp.completions import Answer, CompletionService
 from llada_lsp.documents import DocumentError, DocumentStore
 from llada_lsp.engine_client import EngineClient, make_engine
+from llada_lsp.line_rest import fit
 from llada_lsp.next_edit import METHOD as NEXT_EDIT
 from llada_lsp.next_edit import NextEditParamsError, NextEditService, parse_params
 from llada_lsp.options import Options, OptionsError, parse_options, workspace_settings
@@ -250,11 +251,11 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
         lead = ""
         if info is not None:  # extend the selected item and replace its range (LSP 3.18)
             rng, lead = info.range, info.text
-        else:
+        else:  # from the cursor over the rest of the line it replaces (llada_lsp.line_rest)
             at = _answer_position(ls, uri, a)
-            rng = t.Range(at, at)
+            rng = t.Range(at, t.Position(at.line, at.character + units(a.rest, ls.encoding())))
         return t.InlineCompletionList(items=[
-            t.InlineCompletionItem(insert_text=lead + text, range=rng, command=t.Command(
+            t.InlineCompletionItem(insert_text=lead + fit(text, a.rest), range=rng, command=t.Command(
                 title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id, i]))
             for i, text in enumerate((a.text, *a.others))])
 
