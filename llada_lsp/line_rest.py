@@ -63,3 +63,9 @@ def fit(text: str, rest: str) -> str:
     """The insert text of an item whose range runs from the cursor over `rest` (the rest of
     the line, empty: an insertion at the cursor)."""
     return text + kept_rest(text, rest) if rest else text
+
+
+def only_deletes(text: str, rest: str) -> bool:
+    """The suggestion adds nothing but closers that replace code after the cursor: accepting
+    it would only delete (such an item is not offered)."""
+    return bool(rest) and kept_rest(text, rest) != rest and not text.strip(" \t" + "".join(CLOSERS))

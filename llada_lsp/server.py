@@ -21,7 +21,7 @@ from llada_lsp.answers import Selected
 from llada_lsp.completions import Answer, CompletionService
 from llada_lsp.documents import DocumentError, DocumentStore
 from llada_lsp.engine_client import EngineClient, make_engine
-from llada_lsp.line_rest import fit
+from llada_lsp.line_rest import fit, only_deletes
 from llada_lsp.next_edit import METHOD as NEXT_EDIT
 from llada_lsp.next_edit import NextEditParamsError, NextEditService, parse_params
 from llada_lsp.options import Options, OptionsError, parse_options, workspace_settings
@@ -257,7 +257,7 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
         return t.InlineCompletionList(items=[
             t.InlineCompletionItem(insert_text=lead + fit(text, a.rest), range=rng, command=t.Command(
                 title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id, i]))
-            for i, text in enumerate((a.text, *a.others))])
+            for i, text in enumerate((a.text, *a.others)) if not only_deletes(text, a.rest)])
 
     @ls.feature(t.TEXT_DOCUMENT_COMPLETION, t.CompletionOptions(trigger_characters=[]))
     async def completion(ls: LladaServer, params: t.CompletionParams) -> t.CompletionList:

@@ -23,7 +23,7 @@ from lsp_helpers import (
 )
 from lsprotocol import types as t
 
-from llada_lsp.line_rest import fit, kept_rest, rest_of_line, unmatched_closers
+from llada_lsp.line_rest import fit, kept_rest, only_deletes, rest_of_line, unmatched_closers
 
 INIT = {"maxTokens": {"line": 12, "statements": 16, "block": 24}}
 client = session_fixture(INIT)
@@ -51,6 +51,9 @@ def test_rest_of_line_and_closers() -> None:
     assert rest_of_line(src, src.index("  \n")) == ""  # blank: nothing to replace
     assert rest_of_line("x = 1", 5) == ""
     assert unmatched_closers("a(b)c)]") == [5, 6]
+    # ")" before "argv[1])" would only delete "argv[1]": not offered
+    assert only_deletes(")", "argv[1])") and only_deletes(" )", "x)")
+    assert not only_deletes("x)", "argv[1])") and not only_deletes(")", "") and not only_deletes("", ")")
 
 
 def _shapes_spots() -> list[tuple[str, int, int]]:
@@ -90,6 +93,7 @@ async def test_mid_line_items_replace_the_rest_they_overlap(client: Any) -> None
             kept = next(kept for i in range(len(text) + 1)
                         if text[i:] == (kept := kept_rest(text[:i], rest)))
             assert rest.endswith(kept)
+            assert not only_deletes(text[: len(text) - len(kept)], rest)  # it adds something
             accepted = _replace(line, col, len(line), text)
             assert accepted.endswith(kept) and accepted.startswith(line[:col])
         cid = completion_id(res)
