@@ -20,6 +20,7 @@ import pytest
 
 from tests.editors.conftest import ROOT, needs_model, nvim_binary, server_command, server_env
 from tests.editors.nvim_screen import Screen
+from tests.editors.test_nvim_plugin import CYCLE_CANDIDATES, DATA
 
 NVIM = nvim_binary()
 HERE = Path(__file__).resolve().parent
@@ -43,7 +44,7 @@ STATUS = "set laststatus=2 statusline=%t\\ %=\\ %{v:lua.require'llada'.statuslin
 def start(tmp_path: Path, setup: dict[str, Any], text: str = APP, name: str = "app.py") -> Screen:
     assert NVIM is not None
     env = {**server_env(), "LLADA_TEST_SETUP": json.dumps(setup)}
-    screen = Screen(NVIM, ["--clean", "-u", str(HERE / "nvim_init.lua")], env, width=100, height=22)
+    screen = Screen(NVIM, ["--clean", "-u", str(HERE / "nvim_init.lua")], env, width=240, height=22)
     screen.command(STATUS)
     path = tmp_path / name
     path.write_text(text)
@@ -134,14 +135,15 @@ def test_mid_line_suggestion_shows_what_accepting_gives(tmp_path: Path, screens:
 def test_cycle_and_accept_on_screen(tmp_path: Path, screens: list[Screen], renderer: str) -> None:
     """<M-]> draws another candidate with the counter "llada 2/N" apart from the ghost text
     (two blanks, its own highlight); Tab inserts the candidate drawn."""
-    s = start(tmp_path, setup_for(renderer))
+    s = start(tmp_path, setup_for(renderer), (DATA / "shapes.py.txt").read_text(), "shapes.py")
     screens.append(s)
     wait_ready(s)
-    for line in (8, 7, 9):
+    for line in [c["line"] for c in CYCLE_CANDIDATES["shapes.py"]]:
         s.input("<Esc>")
+        s.command(f"normal! {line}Gzt")  # the line at the top: screen row 0
         s.request("nvim_win_set_cursor", 0, [line, 0])
         s.input("o")
-        row = line  # the new line's screen row (0-based)
+        row = 1  # the new line's screen row
         try:
             s.wait_until("a suggestion", lambda: current(s) and s.row_text(row).strip(), 20)
         except TimeoutError:
@@ -164,7 +166,7 @@ def test_cycle_and_accept_on_screen(tmp_path: Path, screens: list[Screen], rende
         below = [visible(s, r) for r in range(row + 1, row + 4)]
         s.input("<Tab>")
         got = s.wait_until("the accept", lambda: (
-            (b := s.request("nvim_buf_get_lines", 0, row, row + 4, False))[0].strip() and b), 10)
+            (b := s.request("nvim_buf_get_lines", 0, line, line + 4, False))[0].strip() and b), 10)
         assert got[0] == shown
         n_new = len(got) - 1
         assert all(g == b or not b.strip() for g, b in zip(got[1:], below[:n_new], strict=False))
@@ -244,16 +246,14 @@ def test_next_edit_overlay_is_drawn(tmp_path: Path, screens: list[Screen]) -> No
         "end_row = it.end_row, end_col = it.end_col, new_text = it.new_text }) end; return out"), 90)
     old_hl = s.lua("return vim.api.nvim_get_hl(0, { name = 'LladaNextEditOld', link = false })")
     checked = 0
-    for it in items:
-        row = it["row"]
+    for it in items:  # virtual lines move the rows below them: looked for on the whole screen
         new_first = it["new_text"].split("\n", 1)[0].strip()
-        rows = [s.row_text(r) for r in range(row, min(row + 1 + it["new_text"].count("\n") + 1, s.height - 2))]
         if new_first:
-            s.wait_until(f"{new_first!r} drawn", lambda r=row, nf=new_first: any(
-                nf in s.row_text(x) for x in range(r, min(r + 4, s.height - 2))), 10)
-        if it["end_row"] == row and it["end_col"] > it["col"]:
-            cells = s.row_cells(row)
-            colour = old_hl.get("bg")
-            assert any(a.get("background") == colour for _, a in cells), (rows, cells[:5])
+            s.wait_until(f"{new_first!r} drawn", lambda nf=new_first: any(
+                nf in s.row_text(r) for r in range(s.height - 2)), 10)
+        if it["end_row"] > it["row"] or it["end_col"] > it["col"]:
+            s.wait_until("the old text in LladaNextEditOld's colours", lambda: any(
+                a.get("background") == old_hl.get("bg") for r in range(s.height - 2)
+                for _, a in s.row_cells(r)), 10)
         checked += 1
     assert checked, items

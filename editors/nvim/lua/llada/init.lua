@@ -238,7 +238,7 @@ function M.setup(opts)
     { desc = 'llada: restart the server (and the engine daemon)' })
   api.nvim_set_hl(0, 'LladaGhost', { link = 'Comment', default = true })
   api.nvim_set_hl(0, 'LladaGhostReplaced', { strikethrough = true, default = true }) -- what it replaces
-  api.nvim_set_hl(0, 'LladaGhostCounter', { link = 'NonText', default = true }) -- "llada 2/3"
+  api.nvim_set_hl(0, 'LladaGhostCounter', { link = 'MoreMsg', default = true }) -- "llada 2/3"
   api.nvim_set_hl(0, 'LladaNextEditOld', { link = 'DiffDelete', default = true })
   api.nvim_set_hl(0, 'LladaNextEditNew', { link = 'DiffAdd', default = true })
   local actions = { jump = next_edit.jump, accept = next_edit.accept, dismiss = next_edit.dismiss,
