@@ -52,6 +52,9 @@ class WsEngineClient(EngineClient):
         self.url, self.model, self.mode, self.device = url, model, mode, device
         self.token = token if token is not None else os.environ.get("LLADA_ENGINE_TOKEN")
         self.start_timeout = start_timeout
+        # the editor restarted the server on the user's request: start the daemon even after
+        # `llada-engine stop` (once)
+        self.explicit = os.environ.get("LLADA_ENGINE_RESTART") == "1"
         self.connect_timeout = 5.0  # a daemon that accepts but never answers the hello: retry later
         self.conn: WsConnection | None = None
         self._latest: dict[str, WsJob] = {}
@@ -69,7 +72,9 @@ class WsEngineClient(EngineClient):
             if self.conn is not None and self.conn.open_:
                 return self.conn
             if self.url is None:
-                self.conn = await connect_or_start(self.model, self.mode, self.device, self.start_timeout)
+                self.conn = await connect_or_start(self.model, self.mode, self.device, self.start_timeout,
+                                                   self.explicit)
+                self.explicit = False
             else:
                 token = self.token
                 if token is None:  # the user's own daemon: its token is in the runtime file

@@ -160,4 +160,4 @@ class Screen:
                                    + "\n".join(self.text()))
             with self._lock:
                 n = self.flushes
-                self._lock.wait_for(lambda: self.flushes != n or self.closed, min(left, 0.05))
+                self._lock.wait_for(lambda n=n: self.flushes != n or self.closed, min(left, 0.05))

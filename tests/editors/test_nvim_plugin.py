@@ -365,4 +365,4 @@ status(nil, { state = 'error', message = 'lost', engine = { backend = 'sglang' }
 out.lost = llada.statusline()
 print(vim.json.encode(out))
 """, tmp_path)
-    assert got == {"native": "llada", "sglang": "llada[sglang]", "lost": "llada[sglang] ✗"}
+    assert got == {"native": "llada", "sglang": "llada[sglang]", "lost": "llada[sglang] ✗ lost :LladaRestart"}

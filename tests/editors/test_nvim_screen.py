@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.editors.conftest import ROOT, needs_model, nvim_binary, server_command, server_env
+from tests.editors.conftest import needs_model, nvim_binary, server_command, server_env
 from tests.editors.nvim_screen import Screen
 from tests.editors.test_nvim_plugin import CYCLE_CANDIDATES, DATA
 
@@ -90,6 +90,34 @@ def type_at(s: Screen, line: int, col: int, keys: str) -> None:
     s.input("i" + keys)
 
 
+def mid_line_spot(s: Screen, line: int, before: str, typed: str, renderer: str) -> bool:
+    """Type at the spot; False when no suggestion came (undone), else check it and accept."""
+    lines = APP.split("\n")
+    col = lines[line - 1].index(before)
+    type_at(s, line, col, typed)
+    typed_line = lines[line - 1][:col] + typed + lines[line - 1][col:]
+    s.wait_until("the typed text", lambda: s.row_text(line - 1) == typed_line or None, 10)
+    try:
+        s.wait_until("a suggestion", lambda: current(s) and s.row_text(line - 1) != typed_line, 20)
+    except TimeoutError:
+        s.input("<Esc>u")
+        s.wait_until("the undo", lambda: s.row_text(line - 1) == lines[line - 1], 10)
+        return False
+    shown = visible(s, line - 1)
+    drawn = "".join(t for t, _ in s.row_cells(line - 1)).rstrip()
+    # the rest of the line after the cursor is still drawn (inline after the suggestion, or
+    # struck out where it replaces it), and what was typed stays as it is
+    assert drawn.endswith(lines[line - 1][col:].rstrip()[-1:])
+    assert drawn.startswith(typed_line[: col + len(typed)])
+    s.input("<Tab>")
+    got = s.wait_until("the accept", lambda: (
+        (b := s.request("nvim_buf_get_lines", 0, line - 1, line, False)[0]) != typed_line and b), 10)
+    assert got == shown, (got, shown)
+    s.wait_until("the row redrawn as the buffer", lambda: s.row_text(line - 1) == got, 10)
+    print(f"{renderer}: {typed_line.strip()!r} -> {got.strip()!r}", file=sys.stderr)
+    return True
+
+
 @needs_model
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("renderer", ["builtin", "extmark"])
@@ -101,32 +129,43 @@ def test_mid_line_suggestion_shows_what_accepting_gives(tmp_path: Path, screens:
     s = start(tmp_path, setup_for(renderer))
     screens.append(s)
     wait_ready(s)
-    lines = APP.split("\n")
     for line, before, typed in MID_LINE:
-        col = lines[line - 1].index(before)
-        type_at(s, line, col, typed)
-        typed_line = lines[line - 1][:col] + typed + lines[line - 1][col:]
-        s.wait_until("the typed text", lambda: s.row_text(line - 1) == typed_line or None, 10)
-        try:
-            s.wait_until("a suggestion", lambda: current(s) and s.row_text(line - 1) != typed_line, 20)
-        except TimeoutError:
-            s.input("<Esc>u")
-            s.wait_until("the undo", lambda: s.row_text(line - 1) == lines[line - 1], 10)
-            continue
-        shown = visible(s, line - 1)
-        cells = s.row_cells(line - 1)
-        drawn = "".join(t for t, _ in cells).rstrip()
-        # the rest of the line after the cursor is still drawn (inline, or struck out)
-        assert drawn.endswith(lines[line - 1][col:].rstrip()[-1:])
-        assert drawn.startswith(typed_line[: col + len(typed)])
-        s.input("<Tab>")
-        got = s.wait_until("the accept", lambda: (
-            (b := s.request("nvim_buf_get_lines", 0, line - 1, line, False)[0]) != typed_line and b), 10)
-        assert got == shown, (got, shown)
-        s.wait_until("the row redrawn as the buffer", lambda: s.row_text(line - 1) == got, 10)
-        print(f"{renderer}: {typed_line.strip()!r} -> {got.strip()!r}", file=sys.stderr)
-        return
+        if mid_line_spot(s, line, before, typed, renderer):
+            return
     pytest.fail("the model suggested nothing at any mid-line spot")
+
+
+def cycle_spot(s: Screen, line: int) -> bool:
+    """A new line below `line`: False when it gets no suggestion or one candidate only (undone),
+    else cycle, check the counter and accept."""
+    s.input("<Esc>")
+    s.command(f"normal! {line}Gzt")  # the line at the top: screen row 0
+    s.request("nvim_win_set_cursor", 0, [line, 0])
+    s.input("o")
+    row = 1  # the new line's screen row
+    try:
+        s.wait_until("a suggestion", lambda: current(s) and s.row_text(row).strip(), 20)
+        s.input("<M-]>")
+        s.wait_until("the counter", lambda: re.search(r"llada [2-9]/\d+", s.row_text(row)), 30)
+    except TimeoutError:
+        s.input("<Esc>u")
+        return False
+    cells = s.row_cells(row)
+    text = "".join(t for t, _ in cells)
+    at = re.search(r"llada [2-9]/\d+", text)
+    assert at is not None
+    assert text[at.start() - 2: at.start()] == "  " and text[: at.start()].strip(), text
+    ghost_attr = cells[len(text[: at.start()].rstrip()) - 1][1]
+    assert cells[at.start()][1] != ghost_attr, "the counter is drawn like the suggestion"
+    shown = visible(s, row)
+    below = [visible(s, r) for r in range(row + 1, row + 4)]
+    s.input("<Tab>")
+    got = s.wait_until("the accept", lambda: (
+        (b := s.request("nvim_buf_get_lines", 0, line, line + 4, False))[0].strip() and b), 10)
+    assert got[0] == shown
+    n_new = len(got) - 1
+    assert all(g == b or not b.strip() for g, b in zip(got[1:], below[:n_new], strict=False))
+    return True
 
 
 @needs_model
@@ -139,39 +178,27 @@ def test_cycle_and_accept_on_screen(tmp_path: Path, screens: list[Screen], rende
     screens.append(s)
     wait_ready(s)
     for line in [c["line"] for c in CYCLE_CANDIDATES["shapes.py"]]:
-        s.input("<Esc>")
-        s.command(f"normal! {line}Gzt")  # the line at the top: screen row 0
-        s.request("nvim_win_set_cursor", 0, [line, 0])
-        s.input("o")
-        row = 1  # the new line's screen row
-        try:
-            s.wait_until("a suggestion", lambda: current(s) and s.row_text(row).strip(), 20)
-        except TimeoutError:
-            s.input("<Esc>u")
-            continue
-        s.input("<M-]>")
-        try:
-            s.wait_until("the counter", lambda: re.search(r"llada [2-9]/\d+", s.row_text(row)), 30)
-        except TimeoutError:
-            s.input("<Esc>u")
-            continue
-        cells = s.row_cells(row)
-        text = "".join(t for t, _ in cells)
-        at = re.search(r"llada [2-9]/\d+", text)
-        assert at is not None
-        assert text[at.start() - 2: at.start()] == "  " and text[: at.start()].strip(), text
-        ghost_attr = cells[len(text[: at.start()].rstrip()) - 1][1]
-        assert cells[at.start()][1] != ghost_attr, "the counter is drawn like the suggestion"
-        shown = visible(s, row)
-        below = [visible(s, r) for r in range(row + 1, row + 4)]
-        s.input("<Tab>")
-        got = s.wait_until("the accept", lambda: (
-            (b := s.request("nvim_buf_get_lines", 0, line, line + 4, False))[0].strip() and b), 10)
-        assert got[0] == shown
-        n_new = len(got) - 1
-        assert all(g == b or not b.strip() for g, b in zip(got[1:], below[:n_new], strict=False))
-        return
+        if cycle_spot(s, line):
+            return
     pytest.fail("no spot gave two candidates")
+
+
+def answer_status(s: Screen, line: int) -> str | None:
+    """Ask below `line`; the status line the answer gives, once the status row shows it."""
+    s.input("<Esc>")
+    s.request("nvim_win_set_cursor", 0, [line, 0])
+    last = s.lua("local st = require('llada').last_stats; return st and st.completionId or ''")
+    s.input("o")
+    try:
+        s.wait_until("an answer's stats", lambda: s.lua(
+            "local st = require('llada').last_stats; return st ~= nil and st.completionId ~= ...", last), 30)
+    except TimeoutError:
+        return None
+    want = s.lua("return require('llada').statusline()")
+    assert re.match(r"llada \d+ms", want), want
+    s.wait_until(f"the status row to show {want!r}", lambda: want in status_row(s), 10)
+    s.input("<Esc>u")
+    return str(want)
 
 
 @needs_model
@@ -181,27 +208,11 @@ def test_statusline_follows_each_answer(tmp_path: Path, screens: list[Screen]) -
     (the row on screen, redrawn without a keypress)."""
     s = start(tmp_path, setup_for("builtin"))
     screens.append(s)
-    seen_loading = s.wait_until("llada … loading", lambda: "llada … loading" in status_row(s) or
-                                re.search(r"llada$", status_row(s)), 120)
+    loading = s.wait_until("llada … loading", lambda: "llada … loading" in status_row(s) and status_row(s), 60)
     wait_ready(s)
-    latencies: list[str] = []
-    for line in (8, 7, 9):
-        s.input("<Esc>")
-        s.request("nvim_win_set_cursor", 0, [line, 0])
-        last = s.lua("local st = require('llada').last_stats; return st and st.completionId or ''")
-        s.input("o")
-        try:
-            s.wait_until("an answer's stats", lambda: s.lua(
-                "local st = require('llada').last_stats; return st ~= nil and st.completionId ~= ...", last), 30)
-        except TimeoutError:
-            continue
-        want = s.lua("return require('llada').statusline()")
-        assert re.match(r"llada \d+ms", want), want
-        s.wait_until(f"the status row to show {want!r}", lambda: want in status_row(s), 10)
-        latencies.append(want)
-        s.input("<Esc>u")
+    latencies = [x for x in (answer_status(s, line) for line in (8, 7, 9)) if x]
     assert len(latencies) >= 2, latencies
-    print(f"loading shown: {seen_loading is not None}; status lines: {latencies}", file=sys.stderr)
+    print(f"{loading.split()[-3:]}; status lines: {latencies}", file=sys.stderr)
 
 
 def test_statusline_shows_a_failed_start(tmp_path: Path, screens: list[Screen]) -> None:
