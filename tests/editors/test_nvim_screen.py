@@ -268,3 +268,19 @@ def test_next_edit_overlay_is_drawn(tmp_path: Path, screens: list[Screen]) -> No
                 for _, a in s.row_cells(r)), 10)
         checked += 1
     assert checked, items
+
+
+@needs_model
+@pytest.mark.timeout(240)
+def test_restart_after_a_failed_start(tmp_path: Path, screens: list[Screen]) -> None:
+    """A bad server path, then the right one and :LladaRestart: the status line goes from the
+    failure to loading to ready, and the restarted server asked for its engine explicitly."""
+    s = start(tmp_path, {"server_path": str(tmp_path / "no-such-llada-lsp"), "cmd_env": {"OMP_NUM_THREADS": "1"},
+                         "next_edit": {"enabled": False}})
+    screens.append(s)
+    s.wait_until("the failure", lambda: "✗" in status_row(s), 20)
+    s.lua("require('llada.config').options.server_path = ...", server_command()[0])
+    s.command("LladaRestart")
+    wait_ready(s)
+    env = s.lua("local c = vim.lsp.get_clients({ name = 'llada' })[1]; return c.config.cmd_env")
+    assert env["LLADA_ENGINE_RESTART"] == "1" and env["OMP_NUM_THREADS"] == "1"
