@@ -23,15 +23,15 @@ local function placement(buf, cur)
   if cur.range then
     row, col = cur.range.start.row, cur.range.start.col
   end
-  local new = cur.insert_text
+  local new, shift = cur.insert_text, 0
   if row == crow and ccol > col then
     local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
     local typed = line:sub(col + 1, ccol)
     if new:sub(1, #typed) == typed then
-      new, col = new:sub(#typed + 1), ccol
+      new, col, shift = new:sub(#typed + 1), ccol, #typed -- typed since: the range's end moved on
     end
   end
-  local old = cur.range and draw.old_text(buf, row, col, cur.range.end_.row, cur.range.end_.col) or ''
+  local old = cur.range and draw.old_text(buf, row, col, cur.range.end_.row, cur.range.end_.col + shift) or ''
   return row, col, new, old
 end
 
