@@ -154,10 +154,15 @@ class EngineClient(ABC):
 
     def set_state(self, state: str, error: str | None = None) -> None:
         """Change the state; the listener hears of each change once."""
-        changed = state != self.state
+        changed = state != self.state or (error or "") != (self.error or "")  # a new reason too
         self.state, self.error = state, error
         if changed and self.on_state is not None:
             self.on_state(state, error or "")
+
+    def start_explicitly(self) -> bool:
+        """The user asked for the engine (`llada.startEngine`): start it even where it was
+        stopped on purpose (`llada-engine stop`). False: nothing of the kind for this engine."""
+        return False
 
     @abstractmethod
     async def start(self, progress: Progress) -> None:

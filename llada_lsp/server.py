@@ -32,6 +32,7 @@ from llada_lsp.reporting import EngineStatus
 log = logging.getLogger(__name__)
 
 ACCEPT_COMMAND = "llada.acceptCompletion"
+START_ENGINE_COMMAND = "llada.startEngine"
 DID_SHOW = "textDocument/didShowCompletion"
 DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
 
@@ -285,6 +286,11 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
         log.info("accepted %s (candidate %d)", cid, index)
         if ls.service is not None:
             ls.service.accepted(cid or "", index)
+
+    @ls.command(START_ENGINE_COMMAND)
+    def start_engine_command(ls: LladaServer, *args: Any) -> bool:
+        """The user asked for the engine: start it even after `llada-engine stop`."""
+        return ls.engine is not None and ls.engine.start_explicitly()
 
     @ls.feature(DID_SHOW)
     def did_show(ls: LladaServer, params: Any) -> None:

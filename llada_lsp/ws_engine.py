@@ -111,6 +111,18 @@ class WsEngineClient(EngineClient):
         self.set_state("error", f"{conn.closed_reason}; reconnecting")
         self._start_retry()
 
+    def start_explicitly(self) -> bool:
+        """auto: (re)connect now, starting the daemon even after `llada-engine stop`."""
+        if self.url is not None or self._closing:
+            return False
+        self.explicit = True
+        if self.conn is None or not self.conn.open_:
+            if self._retry is not None:
+                self._retry.cancel()  # it may be waiting out a long backoff delay
+                self._retry = None
+            self._start_retry()
+        return True
+
     def _start_retry(self) -> None:
         if self._retry is None and not self._closing:
             self._retry = asyncio.get_running_loop().create_task(self._reconnect())
@@ -129,7 +141,8 @@ class WsEngineClient(EngineClient):
                     self.counters["connect_errors"] = self.counters.get("connect_errors", 0) + 1
                     self.set_state("error", f"{e}; retrying")
         finally:
-            self._retry = None
+            if self._retry is asyncio.current_task():
+                self._retry = None
 
     def job_timed_out(self, job: EngineJob) -> None:
         """A request passed its deadline: a daemon that does not answer a health call at once
