@@ -152,9 +152,10 @@ class EngineClient(ABC):
         self.counters["timeouts"] += 1
         log.warning("engine request %s timed out", job.request.request_id)
 
-    def set_state(self, state: str, error: str | None = None) -> None:
-        """Change the state; the listener hears of each change once."""
-        changed = state != self.state or (error or "") != (self.error or "")  # a new reason too
+    def set_state(self, state: str, error: str | None = None, new_reason: bool = False) -> None:
+        """Change the state; the listener hears of each change once (`new_reason`: also of a
+        changed reason in the same state)."""
+        changed = state != self.state or (new_reason and (error or "") != (self.error or ""))
         self.state, self.error = state, error
         if changed and self.on_state is not None:
             self.on_state(state, error or "")

@@ -139,7 +139,8 @@ class WsEngineClient(EngineClient):
                     return
                 except (EngineUnavailable, runtime.DaemonError, OSError) as e:
                     self.counters["connect_errors"] = self.counters.get("connect_errors", 0) + 1
-                    self.set_state("error", f"{e}; retrying")
+                    # stopped on purpose (llada-engine stop): the editors are told the new reason
+                    self.set_state("error", f"{e}; retrying", new_reason=isinstance(e, runtime.DaemonHeld))
         finally:
             if self._retry is asyncio.current_task():
                 self._retry = None
