@@ -111,7 +111,7 @@ end
 ---@return string
 function M.checkout()
   local src = debug.getinfo(1, 'S').source:sub(2)
-  return vim.fn.fnamemodify(src, ':p:h:h:h:h:h')
+  return vim.fn.fnamemodify(vim.fn.resolve(src), ':p:h:h:h:h:h') -- a plugin manager's symlink followed
 end
 
 --- The `llada-lsp` executable: $LLADA_LSP, else `llada-lsp` on $PATH, else the `.venv` of the
