@@ -21,6 +21,7 @@ class Answer:
     word: str  # the identifier characters just before the cursor (for completion items)
     source: str  # "engine" | "cache" | "type_through"
     others: tuple[str, ...] = ()  # other candidates that fit, in rank order (for cycling)
+    rest: str = ""  # the rest of the cursor's line its items replace (llada_lsp.line_rest)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Request:
     lead: str = ""  # the selected item's text (Selected): refinements carry it in front
     revision: int = 0  # the document's revision (content changes) when captured
     candidates: int = 1  # how many candidates its engine job decodes (InfillPlan.candidates)
+    rest: str = ""  # the rest of the cursor's line the item replaces: refinements keep it too
 
 
 @dataclass

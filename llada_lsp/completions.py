@@ -30,6 +30,7 @@ from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_throu
 from llada_lsp.capabilities import Capabilities
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.engine_base import EngineClient, EngineJob
+from llada_lsp.line_rest import fit, rest_of_line
 from llada_lsp.options import Options
 from llada_lsp.plans import InfillPlan, make_plan
 from llada_lsp.positions import Encoding, PositionError, selected_span
@@ -117,9 +118,10 @@ class CompletionService:
                 self._nothing(f"with the selected item, {why}")
                 return None
         cid = f"{serial}"
+        tail = "" if selected is not None else rest_of_line(doc.text, offset)
         rest = type_through(self.shown.get(uri), doc.text, offset)
         if rest is not None:
-            return self._serve_known(doc, offset, cid, rest, "type_through", t0, lead=lead)
+            return self._serve_known(doc, offset, cid, rest, "type_through", t0, lead=lead, tail=tail)
         tree = doc.syntax_tree()
         plan = make_plan(doc.text, offset, doc.language_id, self.options, tree=tree,
                          index=doc.index)
@@ -144,7 +146,7 @@ class CompletionService:
                 self._nothing("cached: no suggestion")
                 return None
             return self._serve_known(doc, offset, cid, cached, "cache", t0, plan.kind,
-                                     self.cache.others(key), lead)
+                                     self.cache.others(key), lead, tail)
         if not self.engine.ready:
             self._nothing(f"engine {self.engine.state}")
             return None
@@ -154,7 +156,7 @@ class CompletionService:
                 self._nothing("superseded while debouncing")
                 return None
         req = capture(doc, offset, cid, plan, key, tree, t0, syntax_check=self.options.syntax_check)
-        req.lead = lead
+        req.lead, req.rest = lead, tail
         engine_plan = plan.plan
         if invoked and self._wants_more(plan, key):
             req.candidates = self.options.invoked_alternatives
@@ -243,7 +245,7 @@ class CompletionService:
         self._show(req.uri, req.cid, req.doc_text, req.offset, text, req.plan.kind, out.others)
         self.counters["answered"] += 1
         return Answer(req.cid, text, req.plan.kind, req.offset, word_before(req.spec.left),
-                      "engine", out.others), job
+                      "engine", out.others, req.rest), job
 
     async def rescue(self, empty: Settled, req: Request, wanted: Callable[[], bool]) -> Settled:
         """An answer that came out empty, from fewer than `rescue_alternatives` candidates:
@@ -345,19 +347,19 @@ class CompletionService:
 
     def _serve_known(self, doc: Document, offset: int, cid: str, text: str, source: str,
                      t0: float, kind: str | None = None, others: tuple[str, ...] = (),
-                     lead: str = "") -> Answer:
+                     lead: str = "", tail: str = "") -> Answer:
         shown = self.shown.get(doc.uri)
         kind = kind or (shown.kind if shown is not None else "line")
         self._show(doc.uri, cid, doc.text, offset, text, kind, others)
         self.counters[source] += 1
-        final = self.report.known(cid, doc.uri, doc.version, kind, source, lead + text, t0)
+        final = self.report.known(cid, doc.uri, doc.version, kind, source, lead + fit(text, tail), t0)
         task = asyncio.current_task()
         if task is not None:  # every completion ends with one final llada/refine
             task.add_done_callback(lambda _: final())
         else:
             final()
         ls = doc.text.rfind("\n", 0, offset) + 1
-        return Answer(cid, text, kind, offset, word_before(doc.text[ls:offset]), source, others)
+        return Answer(cid, text, kind, offset, word_before(doc.text[ls:offset]), source, others, tail)
 
     def _nothing(self, why: str) -> None:
         self.counters["empty"] += 1

@@ -152,12 +152,18 @@ class EngineClient(ABC):
         self.counters["timeouts"] += 1
         log.warning("engine request %s timed out", job.request.request_id)
 
-    def set_state(self, state: str, error: str | None = None) -> None:
-        """Change the state; the listener hears of each change once."""
-        changed = state != self.state
+    def set_state(self, state: str, error: str | None = None, new_reason: bool = False) -> None:
+        """Change the state; the listener hears of each change once (`new_reason`: also of a
+        changed reason in the same state)."""
+        changed = state != self.state or (new_reason and (error or "") != (self.error or ""))
         self.state, self.error = state, error
         if changed and self.on_state is not None:
             self.on_state(state, error or "")
+
+    def start_explicitly(self) -> bool:
+        """The user asked for the engine (`llada.startEngine`): start it even where it was
+        stopped on purpose (`llada-engine stop`). False: nothing of the kind for this engine."""
+        return False
 
     @abstractmethod
     async def start(self, progress: Progress) -> None:

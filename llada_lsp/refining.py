@@ -14,6 +14,7 @@ from engine.api import EngineEvent
 from llada_lsp.answers import Request
 from llada_lsp.cache import Shown
 from llada_lsp.engine_base import EngineJob
+from llada_lsp.line_rest import fit
 from llada_lsp.reporting import Reporter
 from llada_lsp.weighing import Weigher
 
@@ -70,8 +71,8 @@ class Refiner:
         shown = self.shown.get(req.uri)
         if shown is not None and shown.completion_id == req.cid:
             shown.refine(new)
-        self.report.refine(req.cid, req.uri, req.version, req.lead + old, req.lead + new,
-                               step, final, reason)
+        self.report.refine(req.cid, req.uri, req.version, req.lead + fit(old, req.rest),
+                           req.lead + fit(new, req.rest), step, final, reason)
 
     def send_final(self, req: Request, old: str, new: str, step: int,
                    reason: str | None = None) -> None:

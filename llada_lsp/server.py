@@ -21,6 +21,7 @@ from llada_lsp.answers import Selected
 from llada_lsp.completions import Answer, CompletionService
 from llada_lsp.documents import DocumentError, DocumentStore
 from llada_lsp.engine_client import EngineClient, make_engine
+from llada_lsp.line_rest import fit, only_deletes
 from llada_lsp.next_edit import METHOD as NEXT_EDIT
 from llada_lsp.next_edit import NextEditParamsError, NextEditService, parse_params
 from llada_lsp.options import Options, OptionsError, parse_options, workspace_settings
@@ -31,6 +32,7 @@ from llada_lsp.reporting import EngineStatus
 log = logging.getLogger(__name__)
 
 ACCEPT_COMMAND = "llada.acceptCompletion"
+START_ENGINE_COMMAND = "llada.startEngine"
 DID_SHOW = "textDocument/didShowCompletion"
 DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
 
@@ -252,13 +254,13 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
         lead = ""
         if info is not None:  # extend the selected item and replace its range (LSP 3.18)
             rng, lead = info.range, info.text
-        else:
+        else:  # from the cursor over the rest of the line it replaces (llada_lsp.line_rest)
             at = _answer_position(ls, uri, a)
-            rng = t.Range(at, at)
+            rng = t.Range(at, t.Position(at.line, at.character + units(a.rest, ls.encoding())))
         return t.InlineCompletionList(items=[
-            t.InlineCompletionItem(insert_text=lead + text, range=rng, command=t.Command(
+            t.InlineCompletionItem(insert_text=lead + fit(text, a.rest), range=rng, command=t.Command(
                 title="Accept", command=ACCEPT_COMMAND, arguments=[a.completion_id, i]))
-            for i, text in enumerate((a.text, *a.others))])
+            for i, text in enumerate((a.text, *a.others)) if not only_deletes(text, a.rest)])
 
     @ls.feature(t.TEXT_DOCUMENT_COMPLETION, t.CompletionOptions(trigger_characters=[]))
     async def completion(ls: LladaServer, params: t.CompletionParams) -> t.CompletionList:
@@ -286,6 +288,11 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
         log.info("accepted %s (candidate %d)", cid, index)
         if ls.service is not None:
             ls.service.accepted(cid or "", index)
+
+    @ls.command(START_ENGINE_COMMAND)
+    def start_engine_command(ls: LladaServer, *args: Any) -> bool:
+        """The user asked for the engine: start it even after `llada-engine stop`."""
+        return ls.engine is not None and ls.engine.start_explicitly()
 
     @ls.feature(DID_SHOW)
     def did_show(ls: LladaServer, params: Any) -> None:

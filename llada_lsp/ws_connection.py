@@ -153,7 +153,8 @@ class WsConnection:
 
 
 async def connect_or_start(model: str | None = None, mode: str | None = None, device: str | None = None,
-                           timeout: float = 180.0) -> WsConnection:
-    """The user's daemon (from the runtime file), started detached first when none runs."""
-    info = await asyncio.to_thread(runtime.ensure_daemon, model, mode, device, (), timeout)
+                           timeout: float = 180.0, explicit: bool = False) -> WsConnection:
+    """The user's daemon (from the runtime file), started detached first when none runs (not
+    after `llada-engine stop` unless `explicit`: runtime.DaemonHeld)."""
+    info = await asyncio.to_thread(runtime.ensure_daemon, model, mode, device, (), timeout, None, explicit)
     return await WsConnection.open(str(info["url"]), info.get("token"))

@@ -52,6 +52,9 @@ class WsEngineClient(EngineClient):
         self.url, self.model, self.mode, self.device = url, model, mode, device
         self.token = token if token is not None else os.environ.get("LLADA_ENGINE_TOKEN")
         self.start_timeout = start_timeout
+        # the editor restarted the server on the user's request: start the daemon even after
+        # `llada-engine stop` (once)
+        self.explicit = os.environ.get("LLADA_ENGINE_RESTART") == "1"
         self.connect_timeout = 5.0  # a daemon that accepts but never answers the hello: retry later
         self.conn: WsConnection | None = None
         self._latest: dict[str, WsJob] = {}
@@ -69,7 +72,9 @@ class WsEngineClient(EngineClient):
             if self.conn is not None and self.conn.open_:
                 return self.conn
             if self.url is None:
-                self.conn = await connect_or_start(self.model, self.mode, self.device, self.start_timeout)
+                self.conn = await connect_or_start(self.model, self.mode, self.device, self.start_timeout,
+                                                   self.explicit)
+                self.explicit = False
             else:
                 token = self.token
                 if token is None:  # the user's own daemon: its token is in the runtime file
@@ -106,6 +111,18 @@ class WsEngineClient(EngineClient):
         self.set_state("error", f"{conn.closed_reason}; reconnecting")
         self._start_retry()
 
+    def start_explicitly(self) -> bool:
+        """auto: (re)connect now, starting the daemon even after `llada-engine stop`."""
+        if self.url is not None or self._closing:
+            return False
+        self.explicit = True
+        if self.conn is None or not self.conn.open_:
+            if self._retry is not None:
+                self._retry.cancel()  # it may be waiting out a long backoff delay
+                self._retry = None
+            self._start_retry()
+        return True
+
     def _start_retry(self) -> None:
         if self._retry is None and not self._closing:
             self._retry = asyncio.get_running_loop().create_task(self._reconnect())
@@ -122,9 +139,11 @@ class WsEngineClient(EngineClient):
                     return
                 except (EngineUnavailable, runtime.DaemonError, OSError) as e:
                     self.counters["connect_errors"] = self.counters.get("connect_errors", 0) + 1
-                    self.set_state("error", f"{e}; retrying")
+                    # stopped on purpose (llada-engine stop): the editors are told the new reason
+                    self.set_state("error", f"{e}; retrying", new_reason=isinstance(e, runtime.DaemonHeld))
         finally:
-            self._retry = None
+            if self._retry is asyncio.current_task():
+                self._retry = None
 
     def job_timed_out(self, job: EngineJob) -> None:
         """A request passed its deadline: a daemon that does not answer a health call at once

@@ -4,7 +4,8 @@
     llada-engine serve [--model M] [--host H] [--port N] [--token-file F] ...
                                                     load a model and serve it (the daemon)
     llada-engine status [--json]                    the user's daemon: address, model, load
-    llada-engine stop                               stop the user's daemon
+    llada-engine stop [--hold S]                    stop the user's daemon; editors do not start it
+                                                    again until restarted (or for S seconds)
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"llada-engine: a daemon is already running (pid {live['pid']}, {live['url']}); "
                   "`llada-engine stop` it or pass --no-register", file=sys.stderr)
             return 1
+        from engine.daemon import lifetime
+
+        lifetime.release_hold(runtime.runtime_dir())  # started by hand: an explicit start
     return _serve(args, model_dir, token, register)
 
 
@@ -145,7 +149,7 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
                        max_prompt_tokens=engine.max_prompt_tokens, max_prompt_chars=args.max_prompt_chars,
                        max_new_tokens=args.max_new_tokens,
                        max_message_bytes=args.max_message_bytes, deadline_s=args.deadline_ms / 1000,
-                       register=register)
+                       register=register, idle_exit_s=args.idle_exit)
     daemon = Daemon(engine, cfg)
     # one entry per client typing in a document, with slack
     engine.prompt_cache.max_entries = args.prompt_cache if args.prompt_cache is not None \
@@ -195,13 +199,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from engine.daemon import runtime
+    from engine.daemon import lifetime, runtime
 
     info = runtime.stop_daemon(timeout=args.timeout)
+    if args.hold is None or args.hold > 0:
+        lifetime.set_hold(runtime.runtime_dir(), args.hold)
+    until = ("until restarted (:LladaRestart in Neovim, or `llada-engine serve`)" if args.hold is None
+             else f"for {args.hold:.0f} s" if args.hold > 0 else "")
     if info is None:
-        print("no engine daemon is running")
+        print("no engine daemon is running" + (f"; editors will not start one {until}" if until else ""))
         return 1
-    print(f"stopped the engine daemon (pid {info['pid']}, {info['url']})")
+    print(f"stopped the engine daemon (pid {info['pid']}, {info['url']})"
+          + (f"; editors will not start it again {until}" if until else ""))
     return 0
 
 
@@ -251,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--deadline-ms", type=int, default=30_000, help="longest a request may run")
     s.add_argument("--prompt-cache", type=int, help="prompt cache entries (default 2 x max batch; 0 disables it)")
     s.add_argument("--no-register", action="store_true", help="do not write the per-user runtime file")
+    s.add_argument("--idle-exit", type=float, default=600.0, metavar="SECONDS",
+                   help="exit after this long with no client and no request (default 600; 0: never)")
     s.add_argument("--trust-remote-code", action="store_true",
                    help="allow a checkpoint's own modeling code for architectures without a native adapter")
     s.set_defaults(fn=cmd_serve)
@@ -260,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(fn=cmd_status)
     sp = sub.add_parser("stop", help="stop the user's engine daemon")
     sp.add_argument("--timeout", type=float, default=20.0)
+    sp.add_argument("--hold", type=float, metavar="SECONDS", help="editors may start the daemon again after "
+                    "this long (default: only once restarted explicitly; 0: at once)")
     sp.set_defaults(fn=cmd_stop)
     return ap
 

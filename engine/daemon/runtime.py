@@ -40,6 +40,10 @@ class DaemonError(RuntimeError):
     """The daemon could not be found, started or stopped."""
 
 
+class DaemonHeld(DaemonError):
+    """The user stopped the daemon (`llada-engine stop`): auto-start leaves it stopped."""
+
+
 ModelNotFound = model_path.ModelNotFoundError
 
 
@@ -209,13 +213,21 @@ def _log_tail(path: Path, n: int = 2000) -> str:
 
 def ensure_daemon(model: str | None = None, mode: str | None = None, device: str | None = None,
                   extra_args: tuple[str, ...] = (), timeout: float = 180.0,
-                  directory: Path | None = None) -> dict[str, Any]:
+                  directory: Path | None = None, explicit: bool = False) -> dict[str, Any]:
     """The user's running daemon, or a new one started detached (one, even when several
-    editors call this at once: the lock file serialises the start)."""
+    editors call this at once: the lock file serialises the start). After `llada-engine
+    stop`, DaemonHeld unless `explicit` (the user asked for a restart: the hold ends)."""
+    from engine.daemon import lifetime
+
     d = secure_dir(directory) if directory is not None else runtime_dir()
     info = live_daemon(d)
     if info is not None:
         return info
+    if explicit:
+        lifetime.release_hold(d)
+    why = lifetime.held(d)
+    if why is not None:
+        raise DaemonHeld(why)
     with file_lock(d / LOCK_NAME, timeout):
         info = live_daemon(d)
         if info is not None:

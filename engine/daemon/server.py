@@ -29,8 +29,8 @@ from typing import Any
 from websockets.asyncio.server import Request, Response, ServerConnection, serve
 
 from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan
+from engine.daemon import lifetime, runtime
 from engine.daemon import protocol as P
-from engine.daemon import runtime
 from engine.daemon.connection import Connection, token_matches
 from engine.decoding.next_edit import MAX_REGION_TOKENS
 from engine.decoding.policies import POLICIES, PRESETS
@@ -56,6 +56,7 @@ class DaemonConfig:
     deadline_s: float = 30.0
     register: bool = True  # write the per-user runtime file
     runtime_dir: Path | None = None
+    idle_exit_s: float = 600.0  # no client and no request for this long: exit (0: never; engine.daemon.lifetime)
     max_connections: int = 64  # more get HTTP 503 at the handshake
     hello_timeout_s: float = 10.0  # to authenticate (token daemons), else close 1008
     preauth_messages: int = 4  # messages answered before authentication; one more: close 1008
@@ -127,7 +128,12 @@ class Daemon:
                         self.cfg.runtime_dir)
                 if on_ready is not None:
                     on_ready(self.url)
+                idle = loop.create_task(lifetime.exit_when_idle(
+                    self.cfg.idle_exit_s, lambda: self.connections > 0 or bool(self.scheduler.running),
+                    self._idle_exit)) if self.cfg.idle_exit_s > 0 else None
                 await self._stop.wait()
+                if idle is not None:
+                    idle.cancel()
         finally:
             if self.cfg.register:
                 runtime.remove_runtime(os.getpid(), self.cfg.runtime_dir)
@@ -135,6 +141,10 @@ class Daemon:
                 await asyncio.to_thread(self.scheduler.stop)
             else:
                 self.scheduler.request_stop()
+
+    def _idle_exit(self) -> None:
+        log.info("no client for %.0f s: exiting (--idle-exit)", self.cfg.idle_exit_s)
+        self.stop()
 
     def stop(self) -> None:
         """Thread-safe."""

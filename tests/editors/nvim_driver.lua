@@ -56,6 +56,9 @@ local SNAPSHOT = [[
     if name == 'llada.ghost' or name == 'nvim.lsp.inline_completion' then
       for _, m in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })) do
         local d = m[4]
+        if not d.virt_text or d.virt_text_pos == 'eol' then
+          goto continue -- the struck-out text a suggestion replaces, the candidate counter
+        end
         local lines = {}
         local first = {}
         for _, chunk in ipairs(d.virt_text or {}) do table.insert(first, chunk[1]) end
@@ -67,6 +70,7 @@ local SNAPSHOT = [[
         end
         table.insert(marks, { ns = name, id = m[1], row = m[2], col = m[3],
                               text = table.concat(lines, '\n') })
+        ::continue::
       end
     end
   end

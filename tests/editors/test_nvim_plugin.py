@@ -365,4 +365,39 @@ status(nil, { state = 'error', message = 'lost', engine = { backend = 'sglang' }
 out.lost = llada.statusline()
 print(vim.json.encode(out))
 """, tmp_path)
-    assert got == {"native": "llada", "sglang": "llada[sglang]", "lost": "llada[sglang] ✗"}
+    assert got == {"native": "llada", "sglang": "llada[sglang]", "lost": "llada[sglang] ✗ lost :LladaRestart"}
+
+
+@needs_nvim
+def test_server_search_order(tmp_path: Path) -> None:
+    """$LLADA_LSP, then llada-lsp on PATH, then the .venv of the checkout the plugin is in;
+    none: a reason for the status line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "llada-lsp"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    got = run_lua(f"""
+local config = require('llada.config')
+local out = {{}}
+vim.env.LLADA_LSP = '/opt/x/llada-lsp'
+out.env = {{ config.find_server() }}
+vim.env.LLADA_LSP = nil
+vim.env.PATH = {json.dumps(str(bin_dir))}
+out.path = {{ config.find_server() }}
+vim.env.PATH = '/nonexistent'
+out.venv = {{ config.find_server() }}
+out.checkout = config.checkout()
+config.set({{ server_path = '/nonexistent/llada-lsp' }})
+out.problem = config.cmd_problem()
+print(vim.json.encode(out))
+""", tmp_path)
+    assert got["env"] == ["/opt/x/llada-lsp", "$LLADA_LSP"]
+    assert got["path"] == [str(exe), "PATH"]
+    assert got["checkout"] == str(ROOT)
+    venv = ROOT / ".venv/bin/llada-lsp"
+    if venv.exists():
+        assert got["venv"] == [str(venv), "the checkout's .venv"]
+    else:
+        assert got["venv"][0] is None and str(venv) in got["venv"][1]
+    assert got["problem"].startswith("cannot run /nonexistent/llada-lsp")

@@ -18,6 +18,7 @@ from lsp_helpers import (
     inline,
     needs_model,
     open_doc,
+    poll,
     position_of,
     server_config,
     start_session,
@@ -87,3 +88,45 @@ async def test_two_servers_share_one_auto_started_daemon(tmp_path: Path) -> None
         await asyncio.to_thread(runtime.stop_daemon, run)
         _kill_strays(run)
     assert runtime.read_runtime(run) is None
+
+
+async def test_stop_holds_until_llada_start_engine(tmp_path: Path) -> None:
+    """The daemon stopped with a hold (as `llada-engine stop` leaves it): the server's retries
+    start nothing and its status says why; `llada.startEngine` starts a new daemon at once."""
+    from lsprotocol import types as t
+
+    from engine.daemon import lifetime
+
+    run = tmp_path / "run"
+    cfg = server_config(LLADA_RUNTIME_DIR=str(run))
+    client = await cfg.start()
+    try:
+        await start_session(client, INIT)
+        first = (await debug_info(client))["engineInfo"]["daemon_pid"]
+        lifetime.set_hold(run, None)
+        await asyncio.to_thread(runtime.stop_daemon, run)
+
+        async def held() -> Any:
+            info = await debug_info(client)
+            return info if info["engine"].get("connect_errors", 0) >= 2 else None
+
+        info = await poll(held, 60)
+        assert info["engineState"] == "error" and "llada-engine stop" in info["engineError"], info
+        assert any("llada-engine stop" in s.get("message", "") for s in client.statuses)
+        assert runtime.read_runtime(run) is None  # the retries started nothing
+        ok = await client.workspace_execute_command_async(t.ExecuteCommandParams(command="llada.startEngine"))
+        assert ok is True
+
+        async def ready() -> Any:
+            i = await debug_info(client)
+            return i if i["engineState"] == "ready" else None
+
+        info = await poll(ready, 120)
+        assert info["engineInfo"]["daemon_pid"] not in (None, first)
+        assert lifetime.held(run) is None
+    finally:
+        with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
+            await asyncio.wait_for(client.shutdown_session(), 10)
+        await client.stop()
+        await asyncio.to_thread(runtime.stop_daemon, run)
+        _kill_strays(run)

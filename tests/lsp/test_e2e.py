@@ -28,6 +28,7 @@ from lsprotocol import types as t
 from pygls.exceptions import JsonRpcRequestCancelled
 
 from engine.api import TextEdit, apply_edits
+from llada_lsp.line_rest import kept_rest, rest_of_line
 from llada_lsp.syntax import adds_error
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), needs_model]
@@ -292,10 +293,16 @@ async def test_accept_then_next_request_is_served_from_the_speculation(client: A
     final = (await final_refine(client, cid))["text"]
     await poll(_idle(client), 60)
     before = await debug_info(client)
-    # the editor inserts the suggestion (didChange), then runs the item's command
+    # the editor replaces the item's range (the cursor to the end of the line when code
+    # follows, docs/lsp.md) with the suggestion (didChange), then runs the item's command
+    i = text.index(needle) + len(needle)
+    rest = rest_of_line(text, i)
+    cut = next(k for k in range(len(final) + 1) if final[k:] == kept_rest(final[:k], rest)) \
+        if rest else len(final)  # the suggestion's own text, before the kept rest of the line
+    end = t.Position(pos.line, pos.character + len(rest))
     client.text_document_did_change(t.DidChangeTextDocumentParams(
         t.VersionedTextDocumentIdentifier(version=2, uri=uri),
-        [t.TextDocumentContentChangePartial(range=t.Range(pos, pos), text=final)]))
+        [t.TextDocumentContentChangePartial(range=t.Range(pos, end), text=final)]))
     await client.workspace_execute_command_async(t.ExecuteCommandParams(
         command="llada.acceptCompletion", arguments=[cid]))
 
@@ -308,9 +315,8 @@ async def test_accept_then_next_request_is_served_from_the_speculation(client: A
         return info if started and info["speculating"] == 0 and info["running"] == 0 else None
 
     mid = await poll(speculated, 60)
-    i = text.index(needle) + len(needle)
-    new_text = text[:i] + final + text[i:]
-    i += len(final)
+    new_text = text[:i] + final + text[i + len(rest):]
+    i += cut
     line = new_text.count("\n", 0, i)
     res = await inline(client, uri, t.Position(line, i - (new_text.rfind("\n", 0, i) + 1)))
     after = await debug_info(client)

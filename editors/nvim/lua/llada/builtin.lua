@@ -5,6 +5,7 @@
 --- without it, refinements still reach the buffer through the next request's answer.
 local api = vim.api
 local config = require('llada.config')
+local draw = require('llada.draw')
 local lc = require('llada.client')
 local text = require('llada.text')
 
@@ -12,13 +13,54 @@ local M = {}
 
 M.ns = api.nvim_create_namespace('nvim.lsp.inline_completion')
 
---- The built-in completor of `buf`, when its internals are as expected.
+--- Where the item starts drawing, the text still to show, and the line's bytes after that
+--- column its range replaces. The built-in skips what was typed since the item's start.
+local function placement(buf, cur)
+  local win = vim.fn.bufwinid(buf)
+  local pos = api.nvim_win_get_cursor(win > 0 and win or 0)
+  local crow, ccol = pos[1] - 1, pos[2]
+  local row, col = crow, ccol
+  if cur.range then
+    row, col = cur.range.start.row, cur.range.start.col
+  end
+  local new, shift = cur.insert_text, 0
+  if row == crow and ccol > col then
+    local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+    local typed = line:sub(col + 1, ccol)
+    if new:sub(1, #typed) == typed then
+      new, col, shift = new:sub(#typed + 1), ccol, #typed -- typed since: the range's end moved on
+    end
+  end
+  local old = cur.range and draw.old_text(buf, row, col, cur.range.end_.row, cur.range.end_.col + shift) or ''
+  return row, col, new, old
+end
+
+--- Draws the current item in place of the built-in's own drawing (an overlay over the rest
+--- of the line for an item with a range, and a counter glued to the text): the new text
+--- inline, what it replaces struck out, the counter apart at the end of the line.
+local function show(self, hint)
+  self:hide()
+  local cur = self.current
+  if not cur or type(cur.insert_text) ~= 'string' or not api.nvim_buf_is_valid(self.bufnr) then
+    return
+  end
+  local row, col, new, old = placement(self.bufnr, cur)
+  local h = (hint or self:count_items() > 1) and ('llada %d/%d'):format(cur._index or 1, self:count_items()) or nil
+  draw.show(self.bufnr, M.ns, row, col, new, old, { hl = 'ComplHint', hl_old = 'LladaGhostReplaced',
+    hl_counter = 'LladaGhostCounter', hint = h })
+end
+
+--- The built-in completor of `buf`, when its internals are as expected (its drawing replaced
+--- by `show`).
 ---@return table|nil
 local function completor(buf)
   local ok, cap = pcall(require, 'vim.lsp._capability')
   local class = ok and type(cap.all) == 'table' and cap.all.inline_completion or nil
   local c = class and class.active and class.active[buf]
   if c and type(c.show) == 'function' then
+    if c.show ~= show and type(c.hide) == 'function' then
+      c.show = show
+    end
     return c
   end
   return nil
@@ -63,6 +105,7 @@ end
 
 function M.attach(client, buf)
   vim.lsp.inline_completion.enable(true, { bufnr = buf })
+  completor(buf)
   local group = api.nvim_create_augroup('llada.builtin.' .. buf, { clear = true })
   api.nvim_create_autocmd('CompleteChanged', {
     group = group, buffer = buf, callback = function() pause(buf) end,
@@ -136,18 +179,15 @@ function M.on_refine(client, params)
   return false
 end
 
---- Text between the item's start and the cursor, which the built-in does not redraw.
-local function typed_since(buf, cur)
-  if not cur.range then
-    return ''
+--- Insert the whole item: its range replaced (what is drawn struck out), the cursor after
+--- the new text (before the part of the line it keeps), then its command.
+local function accept_whole(buf, item)
+  local row, col, new, old = placement(buf, item)
+  draw.apply(buf, row, col, new, old)
+  local client = item.command and vim.lsp.get_client_by_id(item.client_id)
+  if client then
+    lc.exec_cmd(client, item.command, buf)
   end
-  local pos = api.nvim_win_get_cursor(0)
-  local row, col = pos[1] - 1, pos[2]
-  local s = cur.range.start
-  if s.row ~= row or s.col >= col then
-    return ''
-  end
-  return api.nvim_buf_get_lines(buf, row, row + 1, false)[1]:sub(s.col + 1, col)
 end
 
 ---@param kind 'all'|'word'|'line'
@@ -156,26 +196,23 @@ function M.accept(buf, kind)
   if not cur then
     return false
   end
-  if kind == 'all' then
-    return vim.lsp.inline_completion.get({ bufnr = buf })
+  local _, col, new, old = placement(buf, cur)
+  local e = draw.edit(col, new, old)
+  local piece = (e.old_mid == '' and e.at == col) and text.partial(e.new_mid, kind) or e.new_mid
+  if kind == 'all' or piece == e.new_mid then
+    return vim.lsp.inline_completion.get({ bufnr = buf, on_accept = function(item)
+      accept_whole(buf, item)
+    end })
   end
-  local typed = typed_since(buf, cur)
-  local r = cur.insert_text
-  if r:sub(1, #typed) == typed then
-    r = r:sub(#typed + 1)
-  end
-  local piece = text.partial(r, kind)
-  if piece == r then
-    return vim.lsp.inline_completion.get({ bufnr = buf })
-  end
+  local typed = cur.insert_text:sub(1, #cur.insert_text - #new)
   return vim.lsp.inline_completion.get({
     bufnr = buf,
     on_accept = function(item)
       local pos = api.nvim_win_get_cursor(0)
-      local row, col = pos[1] - 1, pos[2]
+      local row, c = pos[1] - 1, pos[2]
       local lines = text.lines(piece)
-      api.nvim_buf_set_text(buf, row, col, row, col, lines)
-      api.nvim_win_set_cursor(0, { row + #lines, (#lines == 1 and col or 0) + #lines[#lines] })
+      api.nvim_buf_set_text(buf, row, c, row, c, lines)
+      api.nvim_win_set_cursor(0, { row + #lines, (#lines == 1 and c or 0) + #lines[#lines] })
       local client = vim.lsp.get_client_by_id(item.client_id)
       if client then
         lc.notify(client, 'textDocument/didPartiallyAcceptCompletion',

@@ -25,7 +25,8 @@ local M = {}
 
 ---@class llada.Config
 ---@field cmd string[]|nil          server command; default { server_path }
----@field server_path string        the `llada-lsp` executable ($LLADA_LSP, else on $PATH)
+---@field server_path string|nil    the `llada-lsp` executable; nil: $LLADA_LSP, else on $PATH,
+---                                  else the .venv of the checkout this plugin is in
 ---@field cmd_env table<string,string>|nil extra environment for the server
 ---@field filetypes string[]|nil    nil: every filetype
 ---@field server table              initializationOptions (docs/lsp.md): mode, engine, ...
@@ -41,7 +42,7 @@ local M = {}
 ---@field next_edit llada.NextEditConfig next-edit suggestions (README: "Next-edit suggestions")
 M.defaults = {
   cmd = nil,
-  server_path = vim.env.LLADA_LSP or 'llada-lsp',
+  server_path = nil, -- found by M.find_server()
   cmd_env = nil,
   filetypes = nil,
   server = { mode = 'speedy', engine = 'inprocess', languages = { '*' } },
@@ -108,10 +109,54 @@ function M.menu_open()
   return M.options.hide_during_completion and vim.fn.pumvisible() == 1
 end
 
+--- The checkout this plugin lives in (editors/nvim/lua/llada/config.lua is 5 levels down).
+---@return string
+function M.checkout()
+  local src = debug.getinfo(1, 'S').source:sub(2)
+  return vim.fn.fnamemodify(vim.fn.resolve(src), ':p:h:h:h:h:h') -- a plugin manager's symlink followed
+end
+
+--- The `llada-lsp` executable: $LLADA_LSP, else `llada-lsp` on $PATH, else the `.venv` of the
+--- checkout this plugin lives in (where `./dev demo` installs it). Returns (path, where), or
+--- (nil, what was tried).
+---@return string|nil, string
+function M.find_server()
+  local env = vim.env.LLADA_LSP
+  if env and env ~= '' then
+    return env, '$LLADA_LSP'
+  end
+  local on_path = vim.fn.exepath('llada-lsp')
+  if on_path ~= '' then
+    return on_path, 'PATH'
+  end
+  local venv = M.checkout() .. '/.venv/bin/llada-lsp'
+  if vim.fn.executable(venv) == 1 then
+    return venv, 'the checkout\'s .venv'
+  end
+  return nil, '$LLADA_LSP is unset, llada-lsp is not on PATH, and ' .. venv .. ' does not exist'
+end
+
 --- The server command.
 ---@return string[]
 function M.cmd()
-  return M.options.cmd or { M.options.server_path }
+  if M.options.cmd then
+    return M.options.cmd
+  end
+  return { M.options.server_path or M.find_server() or 'llada-lsp' }
+end
+
+--- Why the server command cannot start (not found, not executable), or nil.
+---@return string|nil
+function M.cmd_problem()
+  local exe = M.cmd()[1]
+  if vim.fn.executable(exe) == 1 then
+    return nil
+  end
+  if not M.options.cmd and not M.options.server_path then
+    local _, tried = M.find_server()
+    return 'llada-lsp not found: ' .. tried .. ' (run ./dev demo, or set server_path)'
+  end
+  return 'cannot run ' .. exe .. ': not an executable (server_path / cmd in setup())'
 end
 
 return M

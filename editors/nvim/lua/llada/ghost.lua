@@ -4,6 +4,7 @@
 --- (Neovim < 0.12) or when `renderer = 'extmark'`.
 local api = vim.api
 local config = require('llada.config')
+local draw_mod = require('llada.draw')
 local lc = require('llada.client')
 local text = require('llada.text')
 
@@ -22,6 +23,8 @@ M.ns = api.nvim_create_namespace('llada.ghost')
 ---@field row integer        where the rest is drawn (0-based)
 ---@field col integer        byte column (0-based)
 ---@field mark integer|nil   extmark id (kept across redraws: updates in place)
+---@field old string         the line's bytes after `col` the item replaces ('' : an insertion)
+---@field ids llada.DrawIds|nil the extmarks drawn (llada.draw)
 ---@field shown boolean      didShowCompletion sent
 
 ---@type table<integer, llada.Ghost>
@@ -39,33 +42,38 @@ local function rest(g)
   return g.full:sub(g.used + 1)
 end
 
+--- The candidate counter drawn apart from the text ("llada 2/3"), when there are several.
+local function hint(g)
+  local n = g.items and #g.items or 0
+  return n > 1 and ('llada %d/%d'):format(g.index, n) or nil
+end
+
 local function draw(buf, g)
-  local lines = text.lines(rest(g))
-  local hl = config.options.hl_group
-  local virt_lines = {}
-  for i = 2, #lines do
-    table.insert(virt_lines, { { lines[i], hl } })
+  local o = config.options
+  if not inline_ok then -- Neovim 0.9: no inline virtual text; at the end of the line
+    local lines = text.lines(rest(g))
+    local virt_lines = {}
+    for i = 2, #lines do
+      table.insert(virt_lines, { { lines[i], o.hl_group } })
+    end
+    local ok, id = pcall(api.nvim_buf_set_extmark, buf, M.ns, g.row, g.col, {
+      id = g.mark, virt_text = { { lines[1], o.hl_group } }, virt_text_pos = 'eol',
+      virt_lines = #virt_lines > 0 and virt_lines or nil, hl_mode = 'combine' })
+    g.mark = ok and id or g.mark
+    return
   end
-  local opts = {
-    id = g.mark,
-    virt_text = { { lines[1], hl } },
-    virt_text_pos = inline_ok and 'inline' or 'eol',
-    virt_lines = #virt_lines > 0 and virt_lines or nil,
-    hl_mode = 'combine',
-    right_gravity = false,
-  }
-  local ok, id = pcall(api.nvim_buf_set_extmark, buf, M.ns, g.row, g.col, opts)
-  if ok then
-    g.mark = id
-  end
+  g.ids = draw_mod.show(buf, M.ns, g.row, g.col, rest(g), g.old or '',
+    { hl = o.hl_group, hl_old = 'LladaGhostReplaced', hl_counter = 'LladaGhostCounter', hint = hint(g) },
+    g.ids or { mark = g.mark })
+  g.mark = g.ids.mark
 end
 
 --- Hide the suggestion of `buf`.
 function M.clear(buf)
   local g = M.ghosts[buf]
   M.ghosts[buf] = nil
-  if g and g.mark and api.nvim_buf_is_valid(buf) then
-    pcall(api.nvim_buf_del_extmark, buf, M.ns, g.mark)
+  if g and api.nvim_buf_is_valid(buf) then
+    draw_mod.clear(buf, M.ns, g.ids or { mark = g.mark })
   end
 end
 
@@ -100,8 +108,9 @@ function M.sync(buf)
   end
   if row == g.row and col > g.col then
     local typed = api.nvim_buf_get_lines(buf, row, row + 1, false)[1]:sub(g.col + 1, col)
-    local r = rest(g)
-    if #typed < #r and r:sub(1, #typed) == typed then
+    local e = draw_mod.edit(g.col, rest(g), g.old or '')
+    local r = e.new_mid
+    if e.old_mid == '' and e.at == g.col and #typed < #r and r:sub(1, #typed) == typed then
       g.used = g.used + #typed
       g.col = col
       draw(buf, g)
@@ -125,14 +134,25 @@ local function show(buf, client, row, col, items, index)
       end
     end
   end
-  if new == '' then
+  -- the part of the line after the cursor that the item's range covers (the server's range
+  -- runs over the rest of the line a mid-line suggestion replaces)
+  local old = ''
+  if item and item.range then
+    local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+    local e = item.range['end']
+    if e.line == row then
+      old = line:sub(col + 1, text.offset(line, e, client.offset_encoding))
+    end
+  end
+  if draw_mod.edit(col, new, old).new_mid == '' and new == old then
     M.clear(buf)
     return
   end
-  local old = M.ghosts[buf]
+  local prev = M.ghosts[buf]
   local g = {
     client_id = client.id, cid = lc.completion_id(item), item = item, items = items, index = index,
-    full = new, used = 0, row = row, col = col, mark = old and old.mark or nil, shown = false,
+    full = new, used = 0, row = row, col = col, old = old, shown = false,
+    mark = prev and prev.mark or nil, ids = prev and prev.ids or nil,
   }
   M.ghosts[buf] = g
   draw(buf, g)
@@ -239,14 +259,21 @@ function M.accept(buf, kind)
     return false
   end
   local r = rest(g)
-  local piece = text.partial(r, kind)
-  local lines = text.lines(piece)
-  api.nvim_buf_set_text(buf, g.row, g.col, g.row, g.col, lines)
-  local end_row = g.row + #lines - 1
-  local end_col = (#lines == 1 and g.col or 0) + #lines[#lines]
-  api.nvim_win_set_cursor(0, { end_row + 1, end_col })
+  local e = draw_mod.edit(g.col, r, g.old or '')
+  -- a partial accept takes part of an insertion; a replacement is accepted whole
+  local piece = (e.old_mid == '' and e.at == g.col) and text.partial(e.new_mid, kind) or e.new_mid
+  local end_row, end_col
+  if piece == e.new_mid then
+    end_row, end_col = draw_mod.apply(buf, g.row, g.col, r, g.old or '')
+  else
+    local lines = text.lines(piece)
+    api.nvim_buf_set_text(buf, g.row, g.col, g.row, g.col, lines)
+    end_row = g.row + #lines - 1
+    end_col = (#lines == 1 and g.col or 0) + #lines[#lines]
+    api.nvim_win_set_cursor(0, { end_row + 1, end_col })
+  end
   local client = vim.lsp.get_client_by_id(g.client_id)
-  if piece == r then
+  if piece == e.new_mid then
     M.clear(buf)
     if client then
       lc.exec_cmd(client, g.item.command, buf)

@@ -32,11 +32,14 @@ function M.check()
   h.start('llada: server')
   local cmd = config.cmd()
   local exe = vim.fn.exepath(cmd[1])
-  if exe ~= '' then
-    h.ok('server command: ' .. table.concat(cmd, ' ') .. ' (' .. exe .. ')')
+  local problem = config.cmd_problem()
+  if exe ~= '' and not problem then
+    local _, where = config.find_server()
+    local from = (config.options.cmd or config.options.server_path) and 'setup()' or where
+    h.ok('server command: ' .. table.concat(cmd, ' ') .. ' (' .. exe .. ', from ' .. from .. ')')
   else
-    h.error('server not found: ' .. cmd[1],
-      { 'pip install the llada-lsp project, or set server_path / cmd in setup(), or $LLADA_LSP' })
+    h.error(problem or ('server not found: ' .. cmd[1]),
+      { 'run ./dev demo in the llada-lsp checkout (it creates .venv/bin/llada-lsp), or set server_path / cmd in setup(), or $LLADA_LSP' })
   end
   if vim.env.LLADA_MODEL then
     h.info('model: $LLADA_MODEL = ' .. vim.env.LLADA_MODEL)

@@ -19,8 +19,18 @@ M.next_edit = next_edit
 M.status = {}
 ---@type table|nil the latest llada/stats
 M.last_stats = nil
+---@type string|nil why the server could not start or stopped (statusline, :checkhealth)
+M.start_error = nil
 ---@type table[] recent refinements seen (newest last, at most 50): for :checkhealth and tests
 M.refines = {}
+
+--- Redraw every status line and fire `User <pattern>` (after a stats or state change).
+local function changed(pattern)
+  vim.schedule(function()
+    pcall(api.nvim_exec_autocmds, 'User', { pattern = pattern, modeline = false })
+    pcall(vim.cmd.redrawstatus, { bang = true })
+  end)
+end
 
 local function renderer()
   return require('llada.' .. (config.renderer() == 'builtin' and 'builtin' or 'ghost'))
@@ -43,9 +53,7 @@ M.handlers = {
   ['llada/stats'] = function(_, params)
     if type(params) == 'table' then
       M.last_stats = params
-      vim.schedule(function()
-        pcall(api.nvim_exec_autocmds, 'User', { pattern = 'LladaStats', modeline = false })
-      end)
+      changed('LladaStats')
     end
   end,
   -- The engine's state: loading, ready, or error (it failed to start, or was lost and the
@@ -58,12 +66,21 @@ M.handlers = {
       M.status[ctx.client_id] = { state = params.state, message = params.message or '', backend = backend,
                                   next_edit = params.nextEdit == true }
       next_edit.servers[ctx.client_id] = params.state == 'ready' and params.nextEdit == true
-      vim.schedule(function()
-        pcall(api.nvim_exec_autocmds, 'User', { pattern = 'LladaStatus', modeline = false })
-      end)
+      M.start_error = nil
+      changed('LladaStatus')
     end
   end,
 }
+
+--- Called by lsp/llada.lua's on_exit: a server that stopped on its own says why.
+function M.exited(code, signal, client_id)
+  M.status[client_id] = nil
+  if (code ~= 0 or (signal or 0) ~= 0) and not M.restarting then
+    M.start_error = ('the server exited (code %d%s)'):format(code or -1,
+      (signal or 0) ~= 0 and (', signal ' .. signal) or '')
+  end
+  changed('LladaStatus')
+end
 
 --- Called by lsp/llada.lua's on_attach.
 function M.attach(client, buf)
@@ -98,22 +115,28 @@ function M.cycle(count)
   return renderer().cycle(api.nvim_get_current_buf(), count or 1)
 end
 
+local function short(msg)
+  msg = (msg or ''):gsub('%s+', ' ')
+  return #msg > 60 and (msg:sub(1, 57) .. '...') or msg
+end
+
 --- For statuslines: "llada 42ms" after a completion (first suggestion latency; the final
---- refinement's in parentheses when later), "llada …" while the model loads.
+--- refinement's in parentheses when later), "llada … loading" while the model loads,
+--- "llada ✗ <why> :LladaRestart" when the server or its engine failed. Redrawn on each change.
 ---@return string
 function M.statusline()
   local buf = api.nvim_get_current_buf()
   local client = lc.get(buf)
   if not client then
-    return ''
+    return M.start_error and ('llada ✗ %s :LladaRestart'):format(short(M.start_error)) or ''
   end
   local st = M.status[client.id]
   -- "llada[sglang]" when completions come from another backend than the native engine
   local name = (st and st.backend and st.backend ~= 'native') and ('llada[' .. st.backend .. ']') or 'llada'
-  if st and st.state == 'loading' then
-    return name .. ' …'
-  elseif st and st.state == 'error' then
-    return name .. ' ✗'
+  if not st or st.state == 'loading' then
+    return name .. ' … loading'
+  elseif st.state == 'error' then
+    return ('%s ✗ %s :LladaRestart'):format(name, short(st.message))
   end
   local s = M.last_stats
   if not s then
@@ -176,10 +199,47 @@ local function map_next_edit(keys)
   end
 end
 
+--- Stop the llada servers and start them again (the engine daemon too, even after
+--- `llada-engine stop`: the new server asks for it explicitly).
+function M.restart()
+  M.restarting = true
+  for _, client in ipairs((vim.lsp.get_clients or vim.lsp.get_active_clients)({ name = lc.NAME })) do
+    if vim.fn.has('nvim-0.11') == 1 then client:stop(true) else client.stop(true) end
+  end
+  M.start_error = config.cmd_problem()
+  local env = vim.tbl_extend('force', config.options.cmd_env or {}, { LLADA_ENGINE_RESTART = '1' })
+  vim.defer_fn(function() -- the old clients' exit is handled first
+    M.restarting = false
+    if M.start_error then
+      changed('LladaStatus')
+      return
+    end
+    if vim.lsp.config then
+      vim.lsp.config('llada', { cmd = config.cmd(), cmd_env = env })
+      vim.lsp.enable('llada', false)
+      vim.lsp.enable('llada')
+    else
+      for _, buf in ipairs(api.nvim_list_bufs()) do
+        if api.nvim_buf_is_loaded(buf) and vim.bo[buf].buftype == '' and vim.bo[buf].filetype ~= '' then
+          local cfg = require('llada.lsp_config').get()
+          cfg.cmd_env = env
+          vim.lsp.start(cfg, { bufnr = buf })
+        end
+      end
+    end
+    changed('LladaStatus')
+  end, 100)
+end
+
 ---@param opts? table see llada.config
 function M.setup(opts)
   local o = config.set(opts)
+  M.start_error = o.enable and config.cmd_problem() or nil
+  api.nvim_create_user_command('LladaRestart', M.restart,
+    { desc = 'llada: restart the server (and the engine daemon)' })
   api.nvim_set_hl(0, 'LladaGhost', { link = 'Comment', default = true })
+  api.nvim_set_hl(0, 'LladaGhostReplaced', { strikethrough = true, default = true }) -- what it replaces
+  api.nvim_set_hl(0, 'LladaGhostCounter', { link = 'MoreMsg', default = true }) -- "llada 2/3"
   api.nvim_set_hl(0, 'LladaNextEditOld', { link = 'DiffDelete', default = true })
   api.nvim_set_hl(0, 'LladaNextEditNew', { link = 'DiffAdd', default = true })
   api.nvim_set_hl(0, 'LladaNextEditInfo', { link = 'Comment', default = true })

