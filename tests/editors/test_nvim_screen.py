@@ -236,45 +236,42 @@ def test_statusline_shows_a_failed_start(tmp_path: Path, screens: list[Screen]) 
     assert "the server exited (code 3)" in row2 and row2.endswith(":LladaRestart"), row2
 
 
-NE_BROKEN = "    return x +@@ qq] zz (( 7 7 7 )) ::"
-NE_LINES = ["import os", "", "", "def f(x):", NE_BROKEN, "", "", "def g(a):", "    y = a", NE_BROKEN, ""]
+NE_LINES = ["def area(width, height):", "    double = width * 2", "    return double * height + width", "",
+            "", "def main():", "    return area(2, 3)", ""]
 
 
 @needs_model
 @pytest.mark.timeout(240)
 def test_next_edit_overlay_is_drawn(tmp_path: Path, screens: list[Screen]) -> None:
-    """After an edit, each next-edit suggestion (the plugin's current behaviour, turned on here)
-    is drawn: the old text in LladaNextEditOld's colours, the new text on screen."""
+    """A parameter renamed at its def: each follow-up site is drawn (the old text in
+    LladaNextEditOld's colours, the new name on screen), and accepting all puts the new name on
+    every drawn row that had the old one."""
     setup = {"cmd": server_command(), "cmd_env": {"OMP_NUM_THREADS": "1"},
-             "server": {"mode": "speedy", "nextEdit": {"enabled": True, "threshold": 1e-6, "maxPasses": 2,
-                                                        "windowLines": 6}},
+             "server": {"mode": "speedy", "nextEdit": {"enabled": True}},
              "next_edit": {"enabled": True, "debounce_ms": 50}}
     s = start(tmp_path, setup, "\n".join(NE_LINES), "ne.py")
     screens.append(s)
     wait_ready(s)
-    s.wait_until("next edits offered", lambda: s.lua(
-        "local c = vim.lsp.get_clients({ bufnr = 0, name = 'llada' })[1]; "
-        "return c and require('llada').status[c.id] and require('llada').status[c.id].next_edit"), 30)
-    s.request("nvim_win_set_cursor", 0, [9, 0])
-    s.input("A + 1<Esc>")
+    s.request("nvim_win_set_cursor", 0, [1, 9])  # on `width` in the def
+    s.input("cwbreadth<Esc>")
     items = s.wait_until("the overlay", lambda: s.lua(
         "local sh = require('llada.next_edit').shown[vim.api.nvim_get_current_buf()]; "
         "if not sh or #sh.items == 0 then return vim.NIL end; local out = {}; "
         "for _, it in ipairs(sh.items) do table.insert(out, { row = it.row, col = it.col, "
         "end_row = it.end_row, end_col = it.end_col, new_text = it.new_text }) end; return out"), 90)
+    assert sorted(it["row"] for it in items) == [1, 2], items  # the two uses, 0-based rows
+    assert all(it["new_text"] == "breadth" for it in items), items
     old_hl = s.lua("return vim.api.nvim_get_hl(0, { name = 'LladaNextEditOld', link = false })")
-    checked = 0
-    for it in items:  # virtual lines move the rows below them: looked for on the whole screen
-        new_first = it["new_text"].split("\n", 1)[0].strip()
-        if new_first:
-            s.wait_until(f"{new_first!r} drawn", lambda nf=new_first: any(
-                nf in s.row_text(r) for r in range(s.height - 2)), 10)
-        if it["end_row"] > it["row"] or it["end_col"] > it["col"]:
-            s.wait_until("the old text in LladaNextEditOld's colours", lambda: any(
-                a.get("background") == old_hl.get("bg") for r in range(s.height - 2)
-                for _, a in s.row_cells(r)), 10)
-        checked += 1
-    assert checked, items
+    s.wait_until("the old text in LladaNextEditOld's colours", lambda: any(
+        a.get("background") == old_hl.get("bg") for r in range(s.height - 2)
+        for _, a in s.row_cells(r)), 10)
+    s.wait_until("the new name drawn beside the uses", lambda: sum(
+        "breadth" in s.row_text(r) for r in range(s.height - 2)) >= 3, 10)
+    s.input("<M-Y>")
+    s.wait_until("every use renamed on screen", lambda: not any(
+        "width" in s.row_text(r) for r in range(s.height - 2)), 10)
+    assert s.lua("return vim.api.nvim_buf_get_lines(0, 0, 3, false)") == [
+        "def area(breadth, height):", "    double = breadth * 2", "    return double * height + breadth"]
 
 
 @needs_model
