@@ -100,7 +100,12 @@ function serverCommand(settings: Settings, context: vscode.ExtensionContext): Se
     dirname: (p) => path.dirname(p),
   });
   output.appendLine(`starting ${cmd.command} ${cmd.args.join(" ")}`);
-  return { command: cmd.command, args: cmd.args, options: { env: { ...process.env } } };
+  // a restart the user asked for also asks for the daemon again after `llada-engine stop`
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  if (explicitRestart) {
+    env.LLADA_ENGINE_RESTART = "1";
+  }
+  return { command: cmd.command, args: cmd.args, options: { env } };
 }
 
 function showStatus(v: StatusView): void {
@@ -359,7 +364,10 @@ async function start(context: vscode.ExtensionContext): Promise<void> {
   context.subscriptions.push({ dispose: () => void c.stop() });
 }
 
-async function restart(context: vscode.ExtensionContext): Promise<void> {
+let explicitRestart = false;
+
+async function restart(context: vscode.ExtensionContext, explicit = false): Promise<void> {
+  explicitRestart = explicit;
   const old = client;
   client = undefined;
   if (old) {
@@ -389,7 +397,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   nextEdits = makeNextEdits();
   context.subscriptions.push(output, status, oldTextDecoration, newTextDecoration, labelDecoration);
   context.subscriptions.push(
-    vscode.commands.registerCommand("llada.restartServer", () => restart(context)),
+    vscode.commands.registerCommand("llada.restartServer", () => restart(context, true)),
     vscode.commands.registerCommand("llada.showStats", async () => {
       const info: unknown = client ? await client.sendRequest("llada/debugInfo", {}) : { state: "not running" };
       output.appendLine(JSON.stringify(info, null, 2));
