@@ -48,7 +48,7 @@ Built = tuple[LoadedModel, ref.Config, ref.State]
 def build(tmp: pytest.TempPathFactory, writer: Writer) -> Built:
     path = writer(tmp.mktemp(getattr(writer, "__name__", "ckpt")))
     cfg, state = ref.load_checkpoint(path)
-    return load_model(path), cfg, state
+    return load_model(path, dtype=torch.float32), cfg, state
 
 
 def adapter_logits(lm: LoadedModel, ids: list[int], allowed: Tensor | None) -> Tensor:
