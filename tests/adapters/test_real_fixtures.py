@@ -157,3 +157,22 @@ def test_a_plan_that_does_not_fit_is_refused_with_what_would(monkeypatch: pytest
     assert load_model(path).family == "llada"  # the default (the checkpoint's bf16) fits
     assert engine_main(["check", str(path), "--dtype", "float32"]) == 3
     assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+def test_multi_block_presets_reach_the_multi_block_passes() -> None:
+    """speedy_multi / quality_multi turn on the multi-block edit passes (speedy does not)."""
+    from engine.decoding.policies import make_policy
+
+    eng = TextEngine(threads=1)  # the embedded model: block-causal, exact cache
+    req = CompletionRequest("m", "d", "def add(a, b):\n    ", "", Plan(max_tokens=64, preset="speedy"))
+    for preset, want in (("speedy", False), ("speedy_multi", True), ("quality_multi", True)):
+        seq, _partial, _ = eng.prepare(req, 0, make_policy(preset))
+        phases = set()
+        from engine.decoding.batch import execute, new_slot_attrs
+
+        attrs = new_slot_attrs(eng.max_len, 0)
+        while seq.phase != "done":
+            (lg,) = execute(eng.model, [seq], [seq.prepare()], [attrs])  # type: ignore[arg-type]
+            seq.update(lg)
+            phases.add(seq.phase)
+        assert ("multi" in phases) == want, (preset, phases, seq.end)
