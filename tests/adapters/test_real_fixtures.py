@@ -176,3 +176,39 @@ def test_multi_block_presets_reach_the_multi_block_passes() -> None:
             seq.update(lg)
             phases.add(seq.phase)
         assert ("multi" in phases) == want, (preset, phases, seq.end)
+
+
+def test_dtype_and_prompt_format_options_reach_the_in_process_engine() -> None:
+    """The LSP options `dtype` / `promptFormat` (machine-scoped) become TextEngine's arguments."""
+    import asyncio
+
+    from llada_lsp.engine_client import make_engine
+    from llada_lsp.options import MACHINE_SCOPED, OptionsError, parse_options
+
+    opts, _ = parse_options({"dtype": "bfloat16", "promptFormat": "plain"})
+    assert (opts.dtype, opts.prompt_format) == ("bfloat16", "plain") and {"dtype", "prompt_format"} <= MACHINE_SCOPED
+    for bad in ({"dtype": "float64"}, {"promptFormat": "base"}):
+        with pytest.raises(OptionsError):
+            parse_options(bad)
+    seen: dict = {}
+
+    def factory(model_dir: str | None, **kw: object) -> object:
+        seen.update(kw)
+        return TextEngine(fixture("llada-8b-instruct"), threads=1, max_len=1024, **kw)  # type: ignore[arg-type]
+
+    eng = make_engine("inprocess", model_dir=None, mode="speedy", device="cpu", dtype=opts.dtype,
+                      prompt_format=opts.prompt_format)
+    eng._factory = factory  # type: ignore[attr-defined]
+    asyncio.run(eng.start(lambda msg, pct: None))
+    try:
+        assert seen["dtype"] == torch.bfloat16 and seen["prompt_format"] == "plain"
+        assert eng.info["dtype"] == "bfloat16" and eng.info["prompt_format"] == "plain"
+    finally:
+        asyncio.run(eng.close())
+
+
+def test_daemon_flags() -> None:
+    from engine.daemon.cli import build_parser
+
+    a = build_parser().parse_args(["serve", "--dtype", "bfloat16", "--prompt-format", "plain"])
+    assert (a.dtype, a.prompt_format) == ("bfloat16", "plain")
