@@ -158,7 +158,7 @@ class MemoryPlan:
         tips.append(f"at {self.dtype} this device holds a model of at most {max(room, 0) / per / 1e9:.2f}B "
                     "parameters (a smaller model)")
         if self.device == "cpu":
-            tips.append("or a GPU with at least {:.1f} GiB free (--device cuda)".format(self.total / GIB))
+            tips.append(f"or a GPU with at least {self.total / GIB:.1f} GiB free (--device cuda)")
         return "; ".join(tips)
 
 
