@@ -177,27 +177,37 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint")
+    ap.add_argument("--path", help="measure this checkpoint (written by an earlier --keep run) instead of writing one")
+    ap.add_argument("--skip-daemon", action="store_true", help="measure in process only")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child_inprocess(args.child, args.threads, args.max_tokens)))
         return
     cfg = dict(LLADA_8B) if args.full else LLADA_8B | QUICK
-    path = Path(tempfile.mkdtemp(prefix="llada8b-shape-", dir=args.dir))
+    given = args.path is not None
+    path = Path(args.path) if given else Path(tempfile.mkdtemp(prefix="llada8b-shape-", dir=args.dir))
     try:
         t0 = time.perf_counter()
-        weights = write_checkpoint(path, cfg)
-        print(f"wrote {weights / 2**30:.2f} GiB of bf16 weights in {time.perf_counter() - t0:.0f} s to {path}")
+        if given:
+            weights = json.loads((path / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
+            cfg = json.loads((path / "config.json").read_text())
+            args.full = cfg["d_model"] == LLADA_8B["d_model"] and cfg["n_layers"] == LLADA_8B["n_layers"]
+        else:
+            weights = write_checkpoint(path, cfg)
+            print(f"wrote {weights / 2**30:.2f} GiB of bf16 weights in {time.perf_counter() - t0:.0f} s to {path}",
+                  flush=True)
         out = subprocess.run([sys.executable, __file__, "--child", str(path), "--threads", str(args.threads),
                               "--max-tokens", str(args.max_tokens)], cwd=ROOT, capture_output=True, text=True)
         if out.returncode != 0:
             raise SystemExit(out.stderr[-3000:])
         inproc = json.loads(out.stdout.strip().splitlines()[-1])
-        daemon = run_daemon(str(path), args.threads, args.max_tokens)
+        print("in process:", json.dumps(inproc), flush=True)
+        daemon = None if args.skip_daemon else run_daemon(str(path), args.threads, args.max_tokens)
         # the scaled run plans against memory scaled like the machine's: 24 GiB for 15 GiB of weights
         refusal = refused_float32(str(path), None if args.full else round(weights * 24 / 15 / 2**30, 3))
     finally:
-        if not args.keep:
+        if not args.keep and not given:
             shutil.rmtree(path, ignore_errors=True)
     shape = "LLaDA-8B" if args.full else "scaled " + ",".join(f"{k}={v}" for k, v in QUICK.items())
     print(f"\nshape: {shape}; weights {weights / 2**30:.2f} GiB bf16; threads {args.threads}")
@@ -209,9 +219,10 @@ def main() -> None:
     print(f"| in process | {inproc['dtype']} | {inproc['load_s']:.1f} | {inproc['warmup_s']:.1f} | "
           f"{inproc['first_ghost_s']:.2f} | {inproc['step_s']:.2f} | {inproc['peak_rss'] / 2**30:.2f} | "
           f"{inproc['peak_rss'] / weights:.2f} | {(inproc['peak_rss'] - base) / weights:.2f} |")
-    print(f"| daemon | bfloat16 | {daemon['ready_s']:.1f} (incl. warm-up) | - | {daemon['first_ghost_s']:.2f} | "
-          f"{daemon['step_s']:.2f} | {daemon['peak_rss'] / 2**30:.2f} | {daemon['peak_rss'] / weights:.2f} | "
-          f"{(daemon['peak_rss'] - base) / weights:.2f} |")
+    if daemon is not None:
+        print(f"| daemon | bfloat16 | {daemon['ready_s']:.1f} (incl. warm-up) | - | {daemon['first_ghost_s']:.2f} | "
+              f"{daemon['step_s']:.2f} | {daemon['peak_rss'] / 2**30:.2f} | {daemon['peak_rss'] / weights:.2f} | "
+              f"{(daemon['peak_rss'] - base) / weights:.2f} |")
     print(f"float32 refused by the pre-flight: {'yes' if refusal else 'NO'}" + (f" ({refusal})" if refusal else ""))
     print(json.dumps({"bench": "real_load", "shape": shape, "weights_bytes": weights, "inprocess": inproc,
                       "daemon": daemon, "float32_refused": bool(refusal)}))
