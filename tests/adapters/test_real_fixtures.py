@@ -212,3 +212,15 @@ def test_daemon_flags() -> None:
 
     a = build_parser().parse_args(["serve", "--dtype", "bfloat16", "--prompt-format", "plain"])
     assert (a.dtype, a.prompt_format) == ("bfloat16", "plain")
+
+
+def test_healing_has_the_models_width_and_never_offers_a_padding_row() -> None:
+    from engine.prompt.healing import Healing
+
+    texts = ["a", "ab", "abc", "b", "<|endoftext|>"]
+    h = Healing(texts, {4}, rows=8)
+    got = h.allowed("a")
+    assert got is not None and got.shape == (8,) and got.nonzero().flatten().tolist() == [0, 1, 2]
+    assert Healing(texts, {4}).allowed("a").shape == (5,)  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="output rows"):
+        Healing(texts, {4}, rows=3)
