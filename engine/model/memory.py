@@ -165,7 +165,10 @@ class MemoryPlan:
 def plan(path: Path, cfg: dict[str, Any], dtype: str, device: str, max_len: int,
          available: int | None = None) -> MemoryPlan:
     elems, stored, other = count_elements(path)
-    layers, kv, hd = kv_shape(cfg)
+    try:
+        layers, kv, hd = kv_shape(cfg)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):  # an architecture without these keys
+        layers, kv, hd = 0, 0, 0
     size = BYTES[dtype]
     avail, src = (available, "given") if available is not None else available_bytes(device)
     return MemoryPlan(dtype=dtype, device=device, params=elems, stored_bytes=stored + other,
