@@ -134,6 +134,8 @@ async def _daemon_request(url: str, max_tokens: int) -> tuple[float, float, int]
             first = first if first is not None else time.perf_counter() - t0
             last = ev
         st = (last.stats if last is not None else None) or {}
+        if last is None or last.kind != "done" or last.reason in ("cancelled", "deadline"):
+            raise SystemExit(f"the daemon's completion did not finish: {last}")
         return first or 0.0, time.perf_counter() - t0, int(st.get("forwards", 0)) or 1
     finally:
         await conn.close()
@@ -141,11 +143,19 @@ async def _daemon_request(url: str, max_tokens: int) -> tuple[float, float, int]
 
 def run_daemon(path: str, threads: int, max_tokens: int) -> dict:
     """`llada-engine serve` (which warms up before it is ready); one completion; its VmHWM."""
-    from bench.concurrency import start_daemon
+    from engine.daemon import runtime
 
     run_dir = Path(tempfile.mkdtemp(prefix="real-load-"))
     t0 = time.perf_counter()
-    proc, info = start_daemon(path, 1, threads, run_dir, cold=False, dtype="auto")
+    # a long deadline: an 8B forward on one CPU thread takes longer than the default 30 s
+    cmd = [sys.executable, "-m", "engine.daemon.cli", "serve", "--model", path, "--port", "0", "--no-token",
+           "--max-batch", "1", "--threads", str(threads), "--deadline-ms", "3600000"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, LLADA_RUNTIME_DIR=str(run_dir), HF_HUB_OFFLINE="1"),
+                            stdout=(run_dir / "daemon.log").open("wb"), stderr=subprocess.STDOUT)
+    while (info := runtime.read_runtime(run_dir)) is None or info.get("pid") != proc.pid:
+        if proc.poll() is not None:
+            raise SystemExit(f"daemon exited: {(run_dir / 'daemon.log').read_text()[-2000:]}")
+        time.sleep(0.5)
     t_ready = time.perf_counter() - t0
     try:
         first, total, forwards = asyncio.run(_daemon_request(info["url"], max_tokens))
@@ -179,6 +189,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint")
     ap.add_argument("--path", help="measure this checkpoint (written by an earlier --keep run) instead of writing one")
     ap.add_argument("--skip-daemon", action="store_true", help="measure in process only")
+    ap.add_argument("--skip-inprocess", action="store_true", help="measure the daemon only")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -197,13 +208,16 @@ def main() -> None:
             weights = write_checkpoint(path, cfg)
             print(f"wrote {weights / 2**30:.2f} GiB of bf16 weights in {time.perf_counter() - t0:.0f} s to {path}",
                   flush=True)
-        out = subprocess.run([sys.executable, __file__, "--child", str(path), "--threads", str(args.threads),
-                              "--max-tokens", str(args.max_tokens)], cwd=ROOT, capture_output=True, text=True)
-        if out.returncode != 0:
-            raise SystemExit(out.stderr[-3000:])
-        inproc = json.loads(out.stdout.strip().splitlines()[-1])
-        print("in process:", json.dumps(inproc), flush=True)
+        inproc = None
+        if not args.skip_inprocess:
+            out = subprocess.run([sys.executable, __file__, "--child", str(path), "--threads", str(args.threads),
+                                  "--max-tokens", str(args.max_tokens)], cwd=ROOT, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise SystemExit(out.stderr[-3000:])
+            inproc = json.loads(out.stdout.strip().splitlines()[-1])
+            print("in process:", json.dumps(inproc), flush=True)
         daemon = None if args.skip_daemon else run_daemon(str(path), args.threads, args.max_tokens)
+        print("daemon:", json.dumps(daemon), flush=True)
         # the scaled run plans against memory scaled like the machine's: 24 GiB for 15 GiB of weights
         refusal = refused_float32(str(path), None if args.full else round(weights * 24 / 15 / 2**30, 3))
     finally:
@@ -211,14 +225,15 @@ def main() -> None:
             shutil.rmtree(path, ignore_errors=True)
     shape = "LLaDA-8B" if args.full else "scaled " + ",".join(f"{k}={v}" for k, v in QUICK.items())
     print(f"\nshape: {shape}; weights {weights / 2**30:.2f} GiB bf16; threads {args.threads}")
-    base = inproc["import_rss"]
+    base = inproc["import_rss"] if inproc else 0
     print(f"(RSS of the interpreter with torch and the engine imported, before any model: {base / 2**30:.2f} GiB)")
     print("| path | dtype | load / ready s | warm-up s | first ghost text s | block step s | peak RSS GiB "
           "| RSS / weights | (RSS - imports) / weights |")
     print("|---|---|---|---|---|---|---|---|---|")
-    print(f"| in process | {inproc['dtype']} | {inproc['load_s']:.1f} | {inproc['warmup_s']:.1f} | "
-          f"{inproc['first_ghost_s']:.2f} | {inproc['step_s']:.2f} | {inproc['peak_rss'] / 2**30:.2f} | "
-          f"{inproc['peak_rss'] / weights:.2f} | {(inproc['peak_rss'] - base) / weights:.2f} |")
+    if inproc:
+        print(f"| in process | {inproc['dtype']} | {inproc['load_s']:.1f} | {inproc['warmup_s']:.1f} | "
+              f"{inproc['first_ghost_s']:.2f} | {inproc['step_s']:.2f} | {inproc['peak_rss'] / 2**30:.2f} | "
+              f"{inproc['peak_rss'] / weights:.2f} | {(inproc['peak_rss'] - base) / weights:.2f} |")
     if daemon is not None:
         print(f"| daemon | bfloat16 | {daemon['ready_s']:.1f} (incl. warm-up) | - | {daemon['first_ghost_s']:.2f} | "
               f"{daemon['step_s']:.2f} | {daemon['peak_rss'] / 2**30:.2f} | {daemon['peak_rss'] / weights:.2f} | "
