@@ -141,6 +141,8 @@ def main() -> None:
     task_args(ap, 40)
     ap.add_argument("--taus", default="0.1,0.2,0.3,0.5", help="mask thresholds")
     ap.add_argument("--edits", default="0.5,0.8", help="edit thresholds of draft_edit")
+    ap.add_argument("--multi-block", action="store_true", help="add the arm of the first edit threshold with "
+                    "multi-block edit passes (the speedy_multi preset's rule)")
     args = ap.parse_args()
     from engine.decoding.policies import PRESETS, make_policy
 
@@ -155,6 +157,9 @@ def main() -> None:
         # the loop guard off: the pair differs in edits alone (bench/loops.py measures the guard)
         arms += [(f"draft_edit e={e}", make_policy("speedy", mask_threshold=tau, edit_threshold=e, loop_repeats=0))
                  for e in edits]
+        if args.multi_block:
+            arms.append((f"draft_edit e={edits[0]} multi", make_policy("speedy_multi", mask_threshold=tau,
+                                                                        edit_threshold=edits[0], loop_repeats=0)))
         by_kind: dict[str, list[Arm]] = {}
         for kind in kinds:
             ks = [t for t in tasks if t.kind == kind]

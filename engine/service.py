@@ -46,7 +46,7 @@ from engine.decoding.rejections import BadRequest, TooLong
 from engine.decoding.scheduler import Scheduler
 from engine.decoding.stops import stop_index
 from engine.model.checkpoint import EMBEDDED_DIR
-from engine.model.loader import load_model
+from engine.model.loader import generation_end_ids, load_model
 from engine.model.native import Transformer
 from engine.prompt.builder import PromptBuilder
 from engine.prompt.healing import HEALABLE, Healing
@@ -77,15 +77,17 @@ class TextEngine:
                  max_len: int | None = None, prompt_cache_entries: int = 4,
                  max_prompt_tokens: int | None = None, threads: int | None = None,
                  trust_remote_code: bool = False, dtype: torch.dtype | None = None,
-                 prompt_template: str | Path | None = None) -> None:
+                 prompt_template: str | Path | None = None, prompt_format: str = "auto") -> None:
         """`model_dir`: a checkpoint directory or a Hugging Face name found in the local cache
         (the embedded model by default). Any family `engine.model.loader` knows loads here.
         `max_len` (canvas) and `max_prompt_tokens` default per model (`default_prompt_budget`);
-        `prompt_template`: a Jinja file that replaces the model's prompt format (docs/models.md)."""
+        `prompt_template`: a Jinja file that replaces the model's prompt format (docs/models.md);
+        `prompt_format`: "auto" (the checkpoint's files decide: chat when it ships a chat template),
+        "chat" or "plain" (an instruct checkpoint without a template, a base one with one)."""
         if threads:
             torch.set_num_threads(threads)
         self.loaded = load_model(model_dir or default_model_dir(), device=device, dtype=dtype,
-                                 trust_remote_code=trust_remote_code)
+                                 trust_remote_code=trust_remote_code, max_len=max_len or REAL_MAX_LEN)
         self.model_dir = self.loaded.path
         # every family's model has the native model's decoding interface (engine.model.adapters)
         self.model = cast(Transformer, self.loaded.model)
@@ -101,14 +103,16 @@ class TextEngine:
         # bidirectional one the suffix after the masked middle
         special = self.loaded.special
         fim = min(special.fim_prefix, special.fim_suffix, special.fim_middle) >= 0
-        fmt = load_prompt_format(self.loaded.tokenizer_path, self.tok, fim, prompt_template)
+        fmt = load_prompt_format(self.loaded.tokenizer_path, self.tok, fim, prompt_template, prompt_format)
         self.max_prompt_tokens = min(max_prompt_tokens, self.max_len - 1) if max_prompt_tokens \
             else default_prompt_budget(self.loaded.family, self.max_len)
         texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
         self.special_ids = frozenset(special_id_set(self.tok, special))  # never a next-edit replacement
-        self.healing = Healing(texts, set(self.special_ids))
+        self.healing = Healing(texts, set(self.special_ids), rows=self.config.vocab_size)  # the logits' width
         self.prompts = PromptBuilder(self.tok, special, fmt, self.max_prompt_tokens, self.bidirectional, self._heal)
         self.format, self.fim, self.end_ids = fmt, fim, self.prompts.end_ids
+        # the ids decoding stops at: the format's ends plus generation_config.json's eos ids
+        self.stop_ids = frozenset(self.end_ids | generation_end_ids(self.loaded.path))
         self.sp = special
         if self.prompts.turn_end is not None and self.prompts.turn_end != special.end_of_middle:
             # answers end at the format's end-of-turn token: the decoder's end-of-middle becomes it
@@ -166,6 +170,7 @@ class TextEngine:
         max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
         seq = make_sequence(self.model, ids, policy, max_new, suffix=suffix, row=row, reused=reused,
                             max_len=self.max_len, first_allowed=allowed, stop_fn=self._stop_fn(plan, partial))
+        seq.end_ids = self.stop_ids  # any end id ends the completion (<|endoftext|> as well as the turn's end)
         return seq, partial, seq.reused
 
     def prepare_next_edit(self, req: NextEditRequest, row: int) -> tuple[Sequence, RegionTokens, int]:

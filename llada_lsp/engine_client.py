@@ -58,12 +58,16 @@ class InProcessEngine(EngineClient):
 
     def __init__(self, model_dir: str | None = None, mode: str = "speedy",
                  device: str = "cpu", factory: Callable[..., Any] | None = None,
-                 max_prompt_tokens: int | None = None, prompt_template: str | None = None) -> None:
+                 max_prompt_tokens: int | None = None, prompt_template: str | None = None,
+                 dtype: str = "auto", prompt_format: str = "auto") -> None:
         super().__init__()
         self.model_dir, self.mode, self.device = model_dir, mode, device
+        self.dtype = dtype  # "auto": the checkpoint's own (engine.model.loader.resolve_dtype)
         # the model's own prompt budget and format unless the options name others
         self.prompt_kwargs: dict[str, Any] = {k: v for k, v in (("max_prompt_tokens", max_prompt_tokens),
                                                                 ("prompt_template", prompt_template)) if v}
+        if prompt_format != "auto":
+            self.prompt_kwargs["prompt_format"] = prompt_format
         self._factory = factory
         self._engine: Any = None
         self._loop: Any = None  # the engine's step loop (engine.decoding.scheduler.Scheduler)
@@ -104,6 +108,10 @@ class InProcessEngine(EngineClient):
         report("loading the model", 40)
         # `mode` is the option's (user-facing) name of the engine's default preset
         kwargs: dict[str, Any] = {"preset": self.mode, "device": self._device(), **self.prompt_kwargs}
+        if self.dtype != "auto":  # auto: the loader's default, a real checkpoint's own dtype
+            from engine.model.loader import resolve_dtype
+
+            kwargs["dtype"] = resolve_dtype(self.dtype, kwargs["device"])
         self._engine = factory(self.model_dir, **kwargs)
         self._loop = self._engine.loop()
         info = getattr(self._engine, "info", None)
@@ -215,7 +223,8 @@ class InProcessEngine(EngineClient):
 
 def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
                 token: str | None = None, max_prompt_tokens: int | None = None,
-                prompt_template: str | None = None, sglang: Any = None) -> EngineClient:
+                prompt_template: str | None = None, sglang: Any = None, dtype: str = "auto",
+                prompt_format: str = "auto") -> EngineClient:
     """The engine client for the `engine` option.
 
     "inprocess": `TextEngine` in a worker thread of this process (torch loads there, lazily);
@@ -235,7 +244,7 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
                                                max_prompt_tokens=max_prompt_tokens or 2048, default_preset=mode))
     if location == "inprocess":
         return InProcessEngine(model_dir, mode=mode, device=device, max_prompt_tokens=max_prompt_tokens,
-                               prompt_template=prompt_template)
+                               prompt_template=prompt_template, dtype=dtype, prompt_format=prompt_format)
     from llada_lsp.ws_engine import WsEngineClient  # lazy: websockets only when used
 
     if location == "auto":

@@ -28,7 +28,7 @@ class OptionsError(ValueError):
 # `workspace/configuration` or `workspace/didChangeConfiguration`, which a workspace can set.
 # (`prompt_template` names a template file that is rendered: a workspace's could run code.)
 MACHINE_SCOPED: frozenset[str] = frozenset({"engine", "engine_token", "model", "device", "prompt_template",
-                                            "sglang"})
+                                            "sglang", "dtype", "prompt_format"})
 
 
 @dataclass
@@ -88,6 +88,8 @@ class Options:
     device: str = "cpu"  # "cpu" | "cuda" | "auto"
     max_prompt_tokens: int | None = None  # prompt budget of the in-process engine; None = the model's
     prompt_template: str | None = None  # a Jinja prompt template file (docs/models.md); None = the model's
+    dtype: str = "auto"  # in-process engine: auto (the checkpoint's own) | bfloat16 | float32 | float16
+    prompt_format: str = "auto"  # auto (the checkpoint's files decide) | chat | plain (base vs instruct)
     languages: list[str] = field(default_factory=lambda: ["*"])  # languageIds, "*" = all
     debounce_ms: int = 0
     max_file_bytes: int = 1_000_000  # larger documents get no completions (and no tree)
@@ -264,6 +266,10 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
         raise OptionsError(f"option 'contextTokens' must be 0..{MAX_CONTEXT_TOKENS}, got {opts.context_tokens}")
     if opts.device not in ("cpu", "cuda", "auto"):
         raise OptionsError(f"option 'device' must be cpu, cuda or auto, got {opts.device!r}")
+    if opts.dtype not in ("auto", "bfloat16", "float32", "float16"):
+        raise OptionsError(f"option 'dtype' must be auto, bfloat16, float32 or float16, got {opts.dtype!r}")
+    if opts.prompt_format not in ("auto", "chat", "plain"):
+        raise OptionsError(f"option 'promptFormat' must be auto, chat or plain, got {opts.prompt_format!r}")
     if not (opts.engine in ("inprocess", "auto", "sglang") or opts.engine.startswith(("ws://", "wss://"))):
         raise OptionsError(
             f"option 'engine' must be 'inprocess', 'auto', 'sglang' or a ws:// URL, got {opts.engine!r}")

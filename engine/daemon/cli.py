@@ -39,7 +39,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     at = _position(text, args.line, args.col)
     t0 = time.perf_counter()
     eng = TextEngine(args.model, preset=args.mode, trust_remote_code=args.trust_remote_code,
-                     max_prompt_tokens=args.max_prompt_tokens, prompt_template=args.prompt_template)
+                     max_prompt_tokens=args.max_prompt_tokens, prompt_template=args.prompt_template,
+                     prompt_format=args.prompt_format)
     print(f"model {eng.info()['model']} loaded in {(time.perf_counter() - t0) * 1000:.0f} ms", file=sys.stderr)
     plan = Plan(max_tokens=args.max_tokens, stop=args.stop, preset=args.mode)
     req = CompletionRequest("cli-1", str(args.file), text[:at], text[at:], plan)
@@ -131,14 +132,14 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
         limits = {"max_prompt_tokens": args.max_prompt_tokens} if args.max_prompt_tokens else {}
         from engine.model.loader import resolve_dtype
 
-        dtype = resolve_dtype(args.dtype, args.device)
+        dtype = resolve_dtype(args.dtype, args.device, model_dir)
         if args.threads is None and args.device == "cpu":
             import torch
 
             args.threads = default_cpu_threads(torch.get_num_threads(), dtype)
         engine = TextEngine(model_dir, preset=args.mode, device=args.device, threads=args.threads,
                             trust_remote_code=args.trust_remote_code, dtype=dtype,
-                            prompt_template=args.prompt_template, **limits)
+                            prompt_template=args.prompt_template, prompt_format=args.prompt_format, **limits)
     except (OSError, ValueError) as e:
         bar.close()
         print(f"llada-engine: cannot load the model at {model_dir}: {e}", file=sys.stderr)
@@ -219,6 +220,9 @@ def _prompt_flags(p: argparse.ArgumentParser) -> None:
                    "embedded models, 4096 for real checkpoints, capped by their context)")
     p.add_argument("--prompt-template", metavar="FILE", help="a Jinja prompt template replacing the model's "
                    "prompt format (see docs/models.md)")
+    p.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"],
+                   help="auto: the checkpoint's files decide (chat when it ships a chat template, never its "
+                   "path); chat / plain: force it (an instruct checkpoint is chat, a base one plain)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -249,8 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mode", default="speedy", help="default preset: speedy | quality | a policy preset")
     s.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     s.add_argument("--threads", type=int, help="torch CPU threads (default on the CPU: all cores for float32, all but one for bfloat16)")
-    s.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: bfloat16 on "
-                   "a GPU or a CPU with AMX, where batched forwards gain most; float32 elsewhere)")
+    s.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: a real "
+                   "checkpoint's own torch_dtype, bfloat16 for LLaDA2 / LLaDA-8B / Dream, on the CPU too; the "
+                   "embedded models bfloat16 on a GPU or a CPU with AMX, float32 elsewhere)")
     s.add_argument("--max-batch", type=int, default=8, help="concurrent requests (cache rows); more get busy")
     _prompt_flags(s)
     s.add_argument("--max-prompt-chars", type=int, help="prefix + suffix characters above which a request "
@@ -266,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow a checkpoint's own modeling code for architectures without a native adapter")
     s.set_defaults(fn=cmd_serve)
 
+    from engine.daemon.check import add_check_parser
+
+    add_check_parser(sub)
     st = sub.add_parser("status", help="show the user's engine daemon")
     st.add_argument("--json", action="store_true")
     st.set_defaults(fn=cmd_status)

@@ -79,6 +79,9 @@ class Sequence:
         self.multi_pass = 0
         self.phase: Literal["draft", "edit", "multi", "done"] = "draft"
         self.first_allowed, self.stop_fn = first_allowed, stop_fn
+        # every token that ends the completion (the format's end of turn, the tokenizer's end of
+        # text, ...); the engine widens it after construction (engine.service)
+        self.end_ids: frozenset[int] = frozenset({special.end_of_middle})
         # the first step's logits at middle index 0, kept when asked (engine.decoding.alternatives)
         self.keep_first_logits = False
         self.first_logits: Tensor | None = None
@@ -251,7 +254,7 @@ class Sequence:
         idx = torch.arange(sl.start, sl.start + n)
         masked = ~self.committed[sl]
         live = idx < self.live_limit()
-        editable = self.committed[sl] & (cur != self.sp.end_of_middle)
+        editable = self.committed[sl] & ~self._is_end(cur)
         assert conf.cur_prob is not None
         view = BlockView(masked=masked, editable=editable, live=live, current=cur, top_id=conf.top_id.cpu(),
                          top_prob=conf.top_prob.cpu(), cur_prob=conf.cur_prob.cpu(), step=self.block_step,
@@ -303,6 +306,11 @@ class Sequence:
         out[int(torch.where(real, view.top_prob, -1.0).argmax())] = True
         return out
 
+    def _is_end(self, ids: Tensor) -> Tensor:
+        if len(self.end_ids) == 1:
+            return ids == next(iter(self.end_ids))
+        return torch.isin(ids, torch.tensor(sorted(self.end_ids), dtype=ids.dtype, device=ids.device))
+
     def _end_in_order(self, commit: Tensor, cand: Tensor, top: Tensor, prob: Tensor) -> Tensor:
         """Drop the end-of-middle commits that would leave a mask before them, unless their
         confidence reaches `end_ahead_min`. A committed end-of-middle ends the completion, and
@@ -312,7 +320,7 @@ class Sequence:
         whatever its token, so a step never stalls."""
         pending = cand & ~commit
         before = torch.cumsum(pending.int(), 0) - pending.int()
-        ahead = (top == self.sp.end_of_middle) & (before > 0) & (prob < self.end_ahead_min)
+        ahead = self._is_end(top) & (before > 0) & (prob < self.end_ahead_min)
         out = commit & ~ahead
         if not bool(out.any()) and bool(cand.any()):
             out[int(cand.nonzero()[0])] = True
@@ -322,13 +330,14 @@ class Sequence:
         """The completion ends at the first committed end-of-middle with no mask before it,
         or where the stop rule cuts the committed prefix."""
         # plain lists: a few dozen positions, where each small tensor op costs more than the scan
-        mid, com, eom = self.middle.tolist(), self.committed.tolist(), self.sp.end_of_middle
-        self.first_eom = next((i for i, (t, c) in enumerate(zip(mid, com, strict=True)) if c and t == eom), None)
+        mid, com, ends = self.middle.tolist(), self.committed.tolist(), self.end_ids
+        self.first_eom = next((i for i, (t, c) in enumerate(zip(mid, com, strict=True)) if c and t in ends), None)
         first_mask = next((i for i, c in enumerate(com) if not c), self.cap)
         prefix = mid[:first_mask]
         end, reason = None, None
-        if eom in prefix:
-            end, reason = prefix.index(eom), "end_of_middle"
+        at = next((i for i, t in enumerate(prefix) if t in ends), None)
+        if at is not None:
+            end, reason = at, "end_of_middle"
         if self.stop_fn is not None:
             cut = self.stop_fn(prefix[: end if end is not None else first_mask])
             if cut is not None and (end is None or cut < end):

@@ -28,7 +28,8 @@ from engine.model.adapters.common import AdapterModel
 from engine.model.model_path import ModelNotFoundError, resolve
 from engine.model.native import ModelConfig, SpecialTokens
 
-__all__ = ["LoadedModel", "ModelNotFoundError", "load_model", "resolve", "resolve_dtype"]
+__all__ = ["LoadedModel", "ModelNotFoundError", "default_dtype", "generation_end_ids", "load_model", "resolve",
+           "resolve_dtype"]
 
 log = logging.getLogger(__name__)
 
@@ -209,33 +210,79 @@ def cpu_has_bf16_matmul() -> bool:
     return "amx_bf16" in flags
 
 
-def resolve_dtype(name: str, device: str | torch.device) -> torch.dtype:
-    """`auto`: bfloat16 on an accelerator and on CPUs with native bf16 matrix units (a batching
-    daemon's forwards are compute-bound there), float32 on other CPUs; or a name of DTYPES."""
-    if name != "auto":
-        if name not in DTYPES:
-            raise ValueError(f"unknown dtype {name!r}; known: auto, {', '.join(DTYPES)}")
-        return DTYPES[name]
-    if torch.device(device).type != "cpu":
+def checkpoint_dtype(cfg: dict[str, Any]) -> torch.dtype | None:
+    """The dtype config.json says the weights are stored in (`torch_dtype`, or transformers 5's
+    `dtype`); None when it names none this engine runs."""
+    name = cfg.get("torch_dtype") or cfg.get("dtype")
+    return DTYPES.get(str(name).removeprefix("torch.")) if name else None
+
+
+def default_dtype(cfg: dict[str, Any], device: str | torch.device, path: Path | None = None) -> torch.dtype:
+    """A real checkpoint runs in the dtype it is stored in (config.json's torch_dtype, else its
+    weights' own, read from the safetensors headers: LLaDA-8B's config names none): bfloat16
+    for LLaDA2, LLaDA-8B and Dream, where float32 would double their memory; float16 runs as
+    bfloat16 on the CPU. The embedded models (stored in float32) and checkpoints of unknown
+    dtype: float32 on the CPU unless it has native bf16 matrix units, bfloat16 on an accelerator."""
+    from engine.model.memory import stored_dtype
+
+    cpu = torch.device(device).type == "cpu"
+    stored = None
+    if cfg.get("model_type") != "llada_lsp":
+        stored = checkpoint_dtype(cfg)
+        if stored is None and path is not None:
+            stored = DTYPES.get(stored_dtype(path) or "")
+    if stored is not None:
+        return torch.bfloat16 if cpu and stored == torch.float16 else stored
+    if not cpu:
         return torch.bfloat16
     return torch.bfloat16 if cpu_has_bf16_matmul() else torch.float32
 
 
+def resolve_dtype(name: str, device: str | torch.device, model: str | Path | None = None) -> torch.dtype:
+    """`auto`: the checkpoint's own dtype for a real checkpoint (`default_dtype`; `model` names
+    it), else bfloat16 on an accelerator and on CPUs with native bf16 matrix units, float32 on
+    other CPUs; or a name of DTYPES."""
+    if name != "auto":
+        if name not in DTYPES:
+            raise ValueError(f"unknown dtype {name!r}; known: auto, {', '.join(DTYPES)}")
+        return DTYPES[name]
+    path = resolve(model) if model is not None else None
+    cfg = _json(path / "config.json") if path is not None else {}
+    return default_dtype(cfg, device, path)
+
+
+def generation_end_ids(path: Path) -> set[int]:
+    """Every `eos_token_id` of generation_config.json (an id or a list)."""
+    v = _json(path / "generation_config.json").get("eos_token_id")
+    return {int(i) for i in (v if isinstance(v, list) else [v]) if isinstance(i, int)}
+
+
 def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
-               trust_remote_code: bool = False, mask_id: int | None = None) -> LoadedModel:
+               trust_remote_code: bool = False, mask_id: int | None = None, check_memory: bool = True,
+               max_len: int = 4608) -> LoadedModel:
     """Resolve offline and load `model` (a directory or a Hugging Face name) onto `device`.
 
-    dtype: default bfloat16 on an accelerator, float32 on the CPU."""
+    dtype: default the checkpoint's own (`default_dtype`: bfloat16 for the real checkpoints,
+    on the CPU too); the embedded models float32 on the CPU, bfloat16 on an accelerator.
+    A load whose weights and cache would not fit the device's memory is refused before any
+    weight is read (`engine.model.memory.preflight`; `check_memory=False` skips it)."""
     dev = torch.device(device)
-    dt = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
     path = resolve(model)
     cfg = _json(path / "config.json")
     from engine.model.checkpoint import MODEL_TYPE, load_checkpoint
 
     if cfg.get("model_type") == MODEL_TYPE:
+        dt = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
         emb = load_checkpoint(path, device=dev, dtype=dt)
         return LoadedModel(emb, path, path, emb.config.special, "embedded", "exact")
     fam = find_family(cfg)
+    if fam is not None:
+        fam.config_check(cfg)  # a key the adapter does not implement is refused by name
+    dt = dtype or default_dtype(cfg, dev, path)
+    if check_memory:
+        from engine.model.memory import preflight
+
+        preflight(path, cfg, dt, dev, max_len)
     special = special_ids(path, cfg, mask_id)
     if fam is None:
         if not trust_remote_code:

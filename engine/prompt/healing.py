@@ -21,16 +21,21 @@ class Healing:
 
     MAX_CACHED = 1024
 
-    def __init__(self, vocab_texts: list[str], special: set[int]) -> None:
-        """`special`: ids never offered (added and special tokens, wherever they sit)."""
-        self.texts, self.size = vocab_texts, len(vocab_texts)
+    def __init__(self, vocab_texts: list[str], special: set[int], rows: int | None = None) -> None:
+        """`special`: ids never offered (added and special tokens, wherever they sit). `rows`: the
+        width of the model's logits (its embedding rows), which real checkpoints pad beyond the
+        tokenizer's size (LLaDA2: 157,184 rows for 157,153 tokens); the allowed sets have this
+        width, the padding rows never allowed. Default: the tokenizer's size."""
+        if rows is not None and rows < len(vocab_texts):
+            raise ValueError(f"the model has {rows} output rows but the tokenizer {len(vocab_texts)} tokens")
+        self.texts, self.size = vocab_texts, len(vocab_texts) if rows is None else rows
         order = sorted((t, i) for i, t in enumerate(vocab_texts) if i not in special and t)
         self._keys = [t for t, _ in order]
         self._ids = [i for _, i in order]
         self._cache: OrderedDict[str, torch.Tensor | None] = OrderedDict()
 
     def allowed(self, partial: str) -> torch.Tensor | None:
-        """bool [V]: the non-special tokens whose text starts with `partial`; None when no
+        """bool [rows]: the non-special tokens whose text starts with `partial`; None when no
         token is longer than it (nothing to heal)."""
         if partial in self._cache:
             self._cache.move_to_end(partial)

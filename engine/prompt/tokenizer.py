@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from tokenizers import Tokenizer
 from engine.model.special import SpecialTokens
 from engine.prompt.prompt_format import PromptFormat, read_template_file, turn_end
 
-BASE_NAME = re.compile(r"(^|[-_/.])base([-_/.]|$)", re.I)  # a base (not instruction-tuned) checkpoint
+PROMPT_FORMATS = ("auto", "chat", "plain")  # the override of the checkpoint's own choice
 TEMPLATE_TOKENS = ("bos_token", "eos_token", "pad_token", "unk_token", "mask_token")
 
 # Order fixes the ids of the embedded tokenizer: the BPE trainer adds them first.
@@ -73,10 +72,15 @@ def chat_template_of(path: Path, cfg: dict[str, Any]) -> str:
 
 
 def load_prompt_format(path: str | Path, tok: Tokenizer, fim: bool,
-                       template_file: str | Path | None = None) -> PromptFormat:
+                       template_file: str | Path | None = None, override: str = "auto") -> PromptFormat:
     """The prompt format of the checkpoint whose tokenizer files are in `path`: a user's
-    template file when given; FIM when the model has the markers; the chat template unless the
-    checkpoint is a base one (its name says `base`); else plain (engine.prompt.prompt_format)."""
+    template file when given; FIM when the model has the markers; the chat template when the
+    checkpoint ships one (an instruct checkpoint: tokenizer_config.json's `chat_template` or
+    chat_template.jinja; base checkpoints ship none); else plain (engine.prompt.prompt_format).
+    Its files decide, never its path. `override`: "chat" or "plain" forces that choice (a base
+    checkpoint that ships a template; "chat" without a template is an error)."""
+    if override not in PROMPT_FORMATS:
+        raise ValueError(f"prompt format {override!r}: expected one of {', '.join(PROMPT_FORMATS)}")
     p = Path(path)
     cfg = _config(p) if p.is_dir() else {}
     texts = {k: t for k in TEMPLATE_TOKENS if (t := _text(cfg.get(k)))}
@@ -89,8 +93,11 @@ def load_prompt_format(path: str | Path, tok: Tokenizer, fim: bool,
 
     if template_file:
         return PromptFormat("template", read_template_file(template_file), str(template_file), ends(), texts)
-    if fim:
+    if override == "chat" and not chat:
+        raise ValueError(f"{p}: prompt format 'chat' asked for, but the checkpoint has no chat template "
+                         "(tokenizer_config.json chat_template or chat_template.jinja)")
+    if fim and override == "auto":
         return PromptFormat("fim")
-    if chat and not BASE_NAME.search(str(p.resolve())):
+    if chat and override != "plain":
         return PromptFormat("chat", chat, str(p / "tokenizer_config.json"), ends(), texts)
     return PromptFormat("plain")

@@ -19,7 +19,7 @@ from engine.model.loader import LoadedModel, load_model
 
 @pytest.fixture(scope="module")
 def dream(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    lm = load_model(write_dream(tmp_path_factory.mktemp("dream")))
+    lm = load_model(write_dream(tmp_path_factory.mktemp("dream")), dtype=torch.float32)
     lm.model.setup_cache(1, 256)
     return lm
 

@@ -21,7 +21,7 @@ from tests.engine.conftest import decode_alone
 
 @pytest.fixture(scope="module")
 def llada(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    lm = load_model(write_llada(tmp_path_factory.mktemp("llada")))
+    lm = load_model(write_llada(tmp_path_factory.mktemp("llada")), dtype=torch.float32)
     lm.model.setup_cache(1, 256)
     return lm
 

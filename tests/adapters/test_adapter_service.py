@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from engine.api import CompletionRequest, Plan, apply_edits
@@ -29,12 +30,14 @@ def char_tokenizer(out: Path) -> None:
     tok.save(str(out / "tokenizer.json"))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
 @pytest.mark.parametrize("write, family", [(write_llada2, "llada2"), (write_llada, "llada"), (write_dream, "dream")])
-def test_family_runs_through_the_text_engine(write: Callable[[Path], Path], family: str, tmp_path: Path) -> None:
+def test_family_runs_through_the_text_engine(write: Callable[[Path], Path], family: str, tmp_path: Path,
+                                             dtype: torch.dtype) -> None:
     path = write(tmp_path / family)
     char_tokenizer(path)
-    eng = TextEngine(path, threads=1, max_len=256, max_prompt_tokens=64)
-    assert eng.info()["family"] == family
+    eng = TextEngine(path, threads=1, max_len=256, max_prompt_tokens=64, dtype=dtype)
+    assert eng.info()["family"] == family and eng.info()["dtype"] == str(dtype).removeprefix("torch.")
     ids, suffix, _, _ = eng.layout("def f(x):\n    return ", "\n\nprint(f(2))\n", heal=False)
     if family == "llada2":  # block-causal without FIM markers: the prompt is the prefix
         assert suffix == [] and ids == eng.tok.encode("def f(x):\n    return ").ids

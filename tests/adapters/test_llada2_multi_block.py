@@ -21,7 +21,7 @@ ATOL = 1e-5
 
 @pytest.fixture(scope="module")
 def llada2(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    lm = load_model(write_llada2(tmp_path_factory.mktemp("llada2")))
+    lm = load_model(write_llada2(tmp_path_factory.mktemp("llada2")), dtype=torch.float32)
     lm.model.setup_cache(1, MAX_LEN)
     return lm
 

@@ -91,7 +91,7 @@ def split_threshold(probs: torch.Tensor, region: list[int], ignore: frozenset[in
 def test_next_edit_passes_match_the_reference(write: Callable[[Path], Path], family: str, tmp_path: Path) -> None:
     path = write(tmp_path / family)
     char_tokenizer(path)
-    eng = TextEngine(path, threads=1, max_len=512, max_prompt_tokens=128)
+    eng = TextEngine(path, threads=1, max_len=512, max_prompt_tokens=128, dtype=torch.float32)  # the reference is float32
     assert eng.info()["family"] == family
     prompt, suffix, _, _ = eng.layout(PREFIX, SUFFIX, heal=False, doc_key="d.py")
     region = eng.tok.encode(REGION).ids

@@ -48,7 +48,7 @@ Built = tuple[LoadedModel, ref.Config, ref.State]
 def build(tmp: pytest.TempPathFactory, writer: Writer) -> Built:
     path = writer(tmp.mktemp(getattr(writer, "__name__", "ckpt")))
     cfg, state = ref.load_checkpoint(path)
-    return load_model(path), cfg, state
+    return load_model(path, dtype=torch.float32), cfg, state
 
 
 def adapter_logits(lm: LoadedModel, ids: list[int], allowed: Tensor | None) -> Tensor:
@@ -228,3 +228,34 @@ def test_llada_rejects_what_it_would_misread(keys: ref.Config) -> None:
 
     with pytest.raises(ValueError, match="llada"):
         LLaDAConfig.from_hf({"n_heads": 8, "d_model": 64} | keys)
+
+
+# -- bfloat16: the real checkpoints' own dtype (issue 40) -----------------------------------------
+BF16_REL = 0.05  # bf16 keeps 8 bits of mantissa: a few percent of the logits' range, summed over layers
+
+
+@pytest.mark.parametrize("writer, logits", [(write_llada2, "llada2"), (write_llada2_variant, "llada2"),
+                                            (write_llada, "llada"), (write_llada_variant, "llada"),
+                                            (write_dream, "dream"), (write_dream_variant, "dream")])
+def test_bf16_logits_track_the_published_forward(tmp_path_factory: pytest.TempPathFactory, writer: Writer,
+                                                 logits: str) -> None:
+    """The adapters in bfloat16 (the dtype the loader now defaults to for real checkpoints) against
+    the float32 reference on the same (bf16-stored) weights: close, and where the argmax differs
+    the reference rates bf16's choice within that tolerance of its own best."""
+    path = writer(tmp_path_factory.mktemp("bf16"))
+    cfg, state = ref.load_checkpoint(path)
+    lm = load_model(path, dtype=torch.bfloat16)
+    assert next(lm.model.parameters()).dtype == torch.bfloat16
+    ids = prompt_ids(24, seed=3)
+    if logits == "llada2":
+        allowed = ref.block_causal(len(ids), BLOCK)
+        want, got = ref.llada2_logits(cfg, state, ids, allowed), adapter_logits(lm, ids, allowed)
+    else:
+        want = ref.llada_logits(cfg, state, ids) if logits == "llada" else ref.dream_logits(cfg, state, ids)
+        got = adapter_logits(lm, ids, None)
+    got = got.float()
+    tol = BF16_REL * float(want.abs().max())
+    assert max_diff(got, want) <= tol
+    picked = want.gather(-1, got.argmax(-1, keepdim=True))[..., 0]
+    assert bool((want.max(-1).values - picked <= tol).all())
+    assert float((got.argmax(-1) == want.argmax(-1)).float().mean()) >= 0.75

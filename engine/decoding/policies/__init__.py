@@ -30,6 +30,10 @@ POLICIES: dict[str, tuple[type, Callable[[Any], Policy]]] = {
 PRESETS: dict[str, tuple[str, Any]] = {
     "speedy": ("draft_edit", SPEEDY),
     "quality": ("draft_edit", QUALITY),
+    # the same, plus multi-block edit passes over the whole completion once its blocks are drafted
+    # (engine.decoding.decode, `_prepare_multi`); off by default: bench/t2t.py --multi-block measures them
+    "speedy_multi": ("draft_edit", replace(SPEEDY, multi_block=True)),
+    "quality_multi": ("draft_edit", replace(QUALITY, multi_block=True)),
     "one_per_step": ("one_per_step", OnePerStepConfig()),
     "low_confidence": ("low_confidence", LowConfidenceConfig()),
     "threshold": ("threshold", ThresholdConfig()),

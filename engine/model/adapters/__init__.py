@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.model.adapters import dream, llada, llada2
+from engine.model.adapters import config_keys, dream, llada, llada2
 from engine.model.adapters.common import AdapterModel
 from engine.model.native import SpecialTokens
 
@@ -23,12 +23,21 @@ class Family:
     architectures: tuple[str, ...]
     build: Callable[[dict[str, Any], SpecialTokens], AdapterModel]
     attention: str  # "block_causal" (exact KV cache) or "bidirectional" (approximate cache)
+    read: frozenset[str] = frozenset()  # config.json keys the adapter reads
+    ignored: dict[str, config_keys.Cond] | None = None  # keys it knowingly ignores (config_keys)
+
+    def config_check(self, cfg: dict[str, Any]) -> None:
+        """Refuse (ValueError naming the key) a config key the adapter does not implement."""
+        config_keys.check(self.name, cfg, set(self.read), self.ignored or {})
 
 
 FAMILIES: dict[str, Family] = {
-    "llada2": Family("llada2", llada2.MODEL_TYPES, llada2.ARCHITECTURES, llada2.build, "block_causal"),
-    "llada": Family("llada", llada.MODEL_TYPES, llada.ARCHITECTURES, llada.build, "bidirectional"),
-    "dream": Family("dream", dream.MODEL_TYPES, dream.ARCHITECTURES, dream.build, "bidirectional"),
+    "llada2": Family("llada2", llada2.MODEL_TYPES, llada2.ARCHITECTURES, llada2.build, "block_causal",
+                     frozenset(config_keys.read_keys(llada2.LLaDA2Config)), config_keys.LLADA2_IGNORED),
+    "llada": Family("llada", llada.MODEL_TYPES, llada.ARCHITECTURES, llada.build, "bidirectional",
+                    frozenset(config_keys.read_keys(llada.LLaDAConfig)), config_keys.LLADA_IGNORED),
+    "dream": Family("dream", dream.MODEL_TYPES, dream.ARCHITECTURES, dream.build, "bidirectional",
+                    frozenset(config_keys.read_keys(dream.DreamConfig)), config_keys.DREAM_IGNORED),
 }
 
 
