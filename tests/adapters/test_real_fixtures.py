@@ -109,11 +109,17 @@ def test_allow_lists_accept_the_published_configs_and_refuse_an_unknown_key(cfg:
         fam.config_check(cfg | {"made_up_routing": 1})
 
 
-def test_llada2_2_block_routing_is_refused_by_name(tmp_path: Path) -> None:
+def test_llada2_2_block_routing_is_read_and_a_bad_capacity_refused_by_name(tmp_path: Path) -> None:
+    """LLaDA2.2's keys on the padded LLaDA2 fixture: a valid block routing loads and checks; a
+    capacity below top-k is refused by name, by the loader and by `check`."""
     path = tmp_path / "llada2.2"
     shutil.copytree(fixture("llada2-mini"), path)
     cfg = json.loads((path / "config.json").read_text())
-    (path / "config.json").write_text(json.dumps(cfg | {"expert_capacity": 4}))
+    k, e = cfg["num_experts_per_tok"], cfg["num_experts"]
+    (path / "config.json").write_text(json.dumps(cfg | {"expert_capacity": (k + e) // 2, "block_size": 32}))
+    assert load_model(path).model.args.expert_capacity == (k + e) // 2
+    assert engine_main(["check", str(path)]) == 0
+    (path / "config.json").write_text(json.dumps(cfg | {"expert_capacity": k - 1, "block_size": 32}))
     with pytest.raises(ValueError, match="expert_capacity"):
         load_model(path)
     assert engine_main(["check", str(path)]) == 2

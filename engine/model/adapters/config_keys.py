@@ -4,8 +4,8 @@ something the adapter does not do is refused by name instead of being silently m
 A key is allowed when the adapter reads it (its config dataclass's fields, plus aliases) or
 knowingly ignores it: generic Hugging Face bookkeeping, training-only settings, and keys whose
 published value changes nothing here (a condition checks that value where one matters).
-LLaDA2.2's block-routing keys (`expert_capacity`, ...) are refused until the adapter routes
-blocks as LLaDA2.2 does. Checked against the published configs in tests/adapters/published.py.
+LLaDA2.2's block-routing and edit-token keys are read by the LLaDA2 adapter (its config dataclass).
+Checked against the published configs in tests/adapters/published.py.
 """
 
 from __future__ import annotations
@@ -55,10 +55,6 @@ DREAM_IGNORED: dict[str, Cond] = {
     "use_mrope": lambda v, c: not v,
 }
 
-# LLaDA2.2 (issue 44): block routing the adapter does not implement; named in the refusal
-LLADA2_2_KEYS = ("expert_capacity",)
-
-
 def read_keys(config_cls: type) -> set[str]:
     return {f.name for f in fields(config_cls)}
 
@@ -68,11 +64,6 @@ def check(family: str, cfg: dict[str, Any], read: set[str], ignored: dict[str, C
     and every ignored key whose value would change the model."""
     allowed = read | set(ignored) | set(COMMON)
     unknown = sorted(k for k in cfg if k not in allowed)
-    newer = [k for k in unknown if k in LLADA2_2_KEYS]
-    if newer:
-        raise ValueError(f"{family}: config key {', '.join(newer)} is LLaDA2.2's block routing, which this adapter "
-                         "does not implement (it would route each token alone and give wrong logits): "
-                         "LLaDA2.2 is not supported yet")
     if unknown:
         raise ValueError(f"{family}: config key(s) {', '.join(unknown)} not implemented by this adapter; "
                          "refusing rather than misreading the checkpoint (engine/model/adapters/config_keys.py)")
