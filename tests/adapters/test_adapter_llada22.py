@@ -33,7 +33,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def lm(ckpt: Path) -> LoadedModel:
-    m = load_model(ckpt)
+    m = load_model(ckpt, dtype=torch.float32)
     m.model.setup_cache(1, MAX_LEN)
     return m
 
@@ -68,7 +68,7 @@ def test_block_routing_moves_the_logits(lm: LoadedModel, ckpt: Path, tmp_path: P
     for keys in ({"expert_capacity": 256}, {"expert_capacity": None, "block_size": None}):
         other = tmp_path / str(len(list(tmp_path.iterdir())))
         shutil.copytree(ckpt, other)
-        got = uncached(load_model(set_config(other, **keys)).model, ids)
+        got = uncached(load_model(set_config(other, **keys), dtype=torch.float32).model, ids)
         assert float((got - base).abs().max()) > 1e-2, keys
     # the MoE of layer 1 alone: the same token routed with other block-mates gets other experts
     moe = lm.model.model.layers[1].mlp
@@ -110,7 +110,7 @@ def test_cached_block_routed_decoding_equals_uncached(lm: LoadedModel, prompt_le
 def test_llada21_checkpoint_is_unchanged(tmp_path: Path) -> None:
     """A 2.1 checkpoint has no block routing and no edit tokens: group-limited token routing,
     whatever the window, as before."""
-    lm21 = load_model(write_llada2(tmp_path / "llada21"))
+    lm21 = load_model(write_llada2(tmp_path / "llada21"), dtype=torch.float32)
     assert not lm21.model.args.block_routing and lm21.model.edit_tokens is None
     assert lm21.model.route_groups(torch.arange(8)[None]) is None
     cfg, state = load_checkpoint(tmp_path / "llada21")
@@ -134,7 +134,7 @@ def test_unreadable_llada22_configs_are_refused(ckpt: Path, tmp_path: Path, keys
     shutil.copytree(ckpt, bad)
     set_config(bad, **keys)
     with pytest.raises(ValueError, match=message):
-        load_model(bad)
+        load_model(bad, dtype=torch.float32)
     assert json.loads((ckpt / "config.json").read_text())["expert_capacity"] == CAPACITY  # nothing lost
 
 
@@ -145,6 +145,6 @@ def test_a_block_routed_config_without_edit_ids_loads_and_warns(ckpt: Path, tmp_
     bare = tmp_path / "bare"
     shutil.copytree(ckpt, bare)
     with caplog.at_level("WARNING"):
-        m = load_model(set_config(bare, delete_token_id=None, split_token_id=None))
+        m = load_model(set_config(bare, delete_token_id=None, split_token_id=None), dtype=torch.float32)
     assert m.model.args.block_routing and m.model.edit_tokens is None
     assert "delete_token_id" in caplog.text

@@ -36,7 +36,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def lm(ckpt: Path) -> LoadedModel:
-    m = load_model(ckpt)
+    m = load_model(ckpt, dtype=torch.float32)
     m.model.setup_cache(1, MAX_LEN)
     return m
 
@@ -96,7 +96,7 @@ def test_the_loop_guard_fires_as_in_the_reference(lm: LoadedModel) -> None:
 
 
 def test_indel_is_refused_without_edit_tokens(tmp_path: Path) -> None:
-    lm21 = load_model(write_llada2(tmp_path / "llada21"))
+    lm21 = load_model(write_llada2(tmp_path / "llada21"), dtype=torch.float32)
     with pytest.raises(ValueError, match="delete_token_id and split_token_id"):
         make_sequence(lm21.model, prompt_ids(9), make_policy("indel"), 16, max_len=128)
 
@@ -108,5 +108,5 @@ def test_a_model_with_edit_tokens_decodes_presets_with_the_indel_rule(lm: Loaded
     speedy, quality = policy_for(lm.model, "speedy"), policy_for(lm.model, "quality")
     assert isinstance(speedy, InDel) and isinstance(quality, InDel)
     assert (speedy.config.threshold, quality.config.threshold) == (0.5, 0.9)
-    lm21 = load_model(write_llada2(tmp_path / "llada21"))
+    lm21 = load_model(write_llada2(tmp_path / "llada21"), dtype=torch.float32)
     assert isinstance(policy_for(lm21.model, "speedy"), DraftEdit)  # LLaDA2.1: as before

@@ -89,7 +89,7 @@ def test_the_llada22_fixture_matches_its_reference_forward_on_every_path(impl: s
     from tests.adapters.tiny_llada22 import write_llada22
 
     ckpt = write_llada22(tmp_path / "llada22")
-    m = load_model(ckpt).model
+    m = load_model(ckpt, dtype=torch.float32).model
     set_moe_impl(m, impl)
     ids = prompt_ids(40, seed=1)
     cfg, state = load_checkpoint(ckpt)

@@ -25,19 +25,26 @@ class Family:
     attention: str  # "block_causal" (exact KV cache) or "bidirectional" (approximate cache)
     read: frozenset[str] = frozenset()  # config.json keys the adapter reads
     ignored: dict[str, config_keys.Cond] | None = None  # keys it knowingly ignores (config_keys)
+    parse: Callable[[dict[str, Any]], Any] | None = None  # the adapter's own config reading (value checks)
 
     def config_check(self, cfg: dict[str, Any]) -> None:
-        """Refuse (ValueError naming the key) a config key the adapter does not implement."""
+        """Refuse (ValueError naming the key) a config key the adapter does not implement, or a
+        value its config reading refuses (as loading would), without touching the weights."""
         config_keys.check(self.name, cfg, set(self.read), self.ignored or {})
+        if self.parse is not None:
+            self.parse(cfg)
 
 
 FAMILIES: dict[str, Family] = {
     "llada2": Family("llada2", llada2.MODEL_TYPES, llada2.ARCHITECTURES, llada2.build, "block_causal",
-                     frozenset(config_keys.read_keys(llada2.LLaDA2Config)), config_keys.LLADA2_IGNORED),
+                     frozenset(config_keys.read_keys(llada2.LLaDA2Config)), config_keys.LLADA2_IGNORED,
+                     llada2.LLaDA2Config.from_hf),
     "llada": Family("llada", llada.MODEL_TYPES, llada.ARCHITECTURES, llada.build, "bidirectional",
-                    frozenset(config_keys.read_keys(llada.LLaDAConfig)), config_keys.LLADA_IGNORED),
+                    frozenset(config_keys.read_keys(llada.LLaDAConfig)), config_keys.LLADA_IGNORED,
+                    llada.LLaDAConfig.from_hf),
     "dream": Family("dream", dream.MODEL_TYPES, dream.ARCHITECTURES, dream.build, "bidirectional",
-                    frozenset(config_keys.read_keys(dream.DreamConfig)), config_keys.DREAM_IGNORED),
+                    frozenset(config_keys.read_keys(dream.DreamConfig)), config_keys.DREAM_IGNORED,
+                    dream.DreamConfig.from_hf),
 }
 
 
