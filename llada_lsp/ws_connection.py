@@ -41,7 +41,11 @@ class WsConnection:
     @classmethod
     async def open(cls, url: str, token: str | None = None, timeout: float = 10.0) -> WsConnection:
         try:
+            # the token in the handshake too: an authenticated connection never waits in the
+            # daemon's small pool of connections that have not authenticated yet
+            headers = {"Authorization": f"Bearer {token}"} if token else None
             ws = await connect(url, open_timeout=timeout, max_size=None, ping_interval=reconnect.KEEPALIVE_S,
+                               additional_headers=headers,
                                ping_timeout=reconnect.KEEPALIVE_TIMEOUT_S,
                                close_timeout=reconnect.CLOSE_TIMEOUT_S)
             await ws.send(json.dumps({"type": "hello", "protocol": P.PROTOCOL_VERSION, "token": token,

@@ -101,6 +101,7 @@ class Connection:
         frame yet), the socket is closed gracefully: what is queued, the close frame last, is
         still delivered (the peer reads the documented code, not 1006), reading stops, and the
         socket is dropped after LINGER_S if the peer never reads it."""
+        self.ws.close_timeout = None  # the bound is this wait_for's: websockets would abort at its own
         try:
             await asyncio.wait_for(self.ws.close(code, reason), self.cfg.close_timeout_s)
         except TimeoutError:
