@@ -42,6 +42,7 @@ def app_text() -> str:
 
 
 def _deep(root: Path, depth: int) -> None:
+    root.mkdir()
     d = root
     for _ in range(depth):
         d = d / "n"
