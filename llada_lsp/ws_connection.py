@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, WebSocketException
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from engine.api import CompletionRequest, EngineEvent, NextEditRequest
 from engine.daemon import protocol as P
@@ -51,6 +51,10 @@ class WsConnection:
             await ws.send(json.dumps({"type": "hello", "protocol": P.PROTOCOL_VERSION, "token": token,
                                       "client": "llada-lsp"}))
             hello = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        except InvalidStatus as e:  # 401: the token in the header is wrong; 503: no slot free
+            raise EngineUnavailable(f"the engine daemon at {url} refused the connection: HTTP "
+                                    f"{e.response.status_code}: {e.response.body.decode('utf-8', 'replace').strip()}"
+                                    ) from e
         except (OSError, TimeoutError, WebSocketException, ValueError) as e:
             raise EngineUnavailable(f"cannot reach the engine daemon at {url}: {e}") from e
         if hello.get("type") != "hello":
