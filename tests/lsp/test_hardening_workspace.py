@@ -10,7 +10,6 @@ huge `llada/nextEdit` ranges are refused (9). The index runs on real files (link
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -174,7 +173,7 @@ def test_numeric_options_are_clamped_and_workspace_deadlines_of_zero_refused() -
                                     "cacheSize": 10**9, "maxTokens": {"line": 0}})
     assert (opts.debounce_ms, opts.next_edit.window_lines, opts.cache_size, opts.max_tokens.line) == (2000, 200, 4096, 1)
     assert len(warnings) == 4 and any("debounceMs" in w for w in warnings)
-    for name, (lo, hi) in RANGES.items():  # every range names a real numeric option
+    for name, (_lo, hi) in RANGES.items():  # every range names a real numeric option
         *outer, last = name.split(".")
         src: dict = {last: hi + 1}
         for part in reversed(outer):
