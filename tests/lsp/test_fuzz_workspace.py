@@ -198,6 +198,7 @@ async def test_hostile_workspaces_short(tmp_path: Path) -> None:
 
 
 @pytest.mark.fuzz
+@pytest.mark.timeout(3600)
 @pytest.mark.asyncio(loop_scope="function")
 async def test_hostile_workspaces_long() -> None:
     n = int(os.environ.get("LLADA_FUZZ_WORKSPACES", "1000"))
