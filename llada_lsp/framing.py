@@ -10,6 +10,12 @@ a run of junk (bytes that belong to no frame) that ended at a header. A wrong
 - a length too small leaves the body's tail in front of the next header; the header is
   found at the end of that line (`Content-Length:` anywhere in a line, last match, ends
   it), the bytes before it are reported as junk, and reading goes on from the header;
+- a length too large that the next messages never fill (the server would wait for bytes that
+  never come) is cut where the next header shows up: a body is read as it arrives, and a
+  `Content-Length:` header line inside it (never valid JSON: raw newlines cannot be in a JSON
+  string) ends it there, at once;
+- a length above `max_frame` is refused without reading it (`Oversize`); its bytes are junk
+  up to the next header;
 - a header damaged otherwise loses at most its own message: its body is read as junk up to
   the next header, and answered (with the request's id when the junk is a whole request).
 """
@@ -22,6 +28,7 @@ from typing import Any
 
 CONTENT_LENGTH = re.compile(rb"content-length:[ \t]*(\d+)[ \t]*\r?\n?\Z", re.IGNORECASE)
 HEADER = re.compile(rb"[A-Za-z0-9!#$%&'*+.^_`|~-]+:[^\r\n]*\r?\n?\Z")
+HEADER_IN_BODY = re.compile(rb"content-length:[ \t]*\d+[ \t]*\r?\n", re.IGNORECASE)
 HEADER_HEAD = re.compile(rb"[A-Za-z0-9!#$%&'*+.^_`|~-]+(:[^\r\n]*)?(\r?\n|\r?\Z)")
 JUNK_SAMPLE = 80  # bytes of junk quoted in the log
 
@@ -62,6 +69,13 @@ class PushbackReader:
             return line
         head, self.pending = self.pending, b""
         return head + await self.reader.readline()
+
+    async def read(self, n: int) -> bytes:
+        """Up to `n` bytes, as soon as some are there (b"" at the end); the reader must have `read`."""
+        if self.pending:
+            head, self.pending = self.pending[:n], self.pending[n:]
+            return head
+        return bytes(await self.reader.read(n))
 
     async def readexactly(self, n: int) -> bytes:
         head, self.pending = self.pending[:n], self.pending[n:]
@@ -119,10 +133,28 @@ class Frames:
     async def _body(self, n: int) -> Frame | None:
         if n > self.max_frame:
             return Oversize(n)
-        body = await self.reader.readexactly(n) if n else b""
-        if len(body) < n:
-            return None  # the stream ended inside a message
-        return Body(body)
+        if not hasattr(self.reader.reader, "read"):  # a reader without partial reads
+            body = await self.reader.readexactly(n) if n else b""
+            return Body(body) if len(body) == n else None
+        parts: list[bytes] = []
+        got = 0
+        tail = b""  # the end of the bytes before, where a header may have begun
+        while got < n:
+            chunk = await self.reader.read(min(n - got, 1 << 20))
+            if not chunk:
+                return None  # the stream ended inside a message
+            window = tail + chunk
+            m = HEADER_IN_BODY.search(window)
+            if m is not None:  # the next message's header: this body ends before it
+                cut = got - len(tail) + m.start()
+                self.reader.unread(window[m.start():])
+                self.resyncs += 1
+                data = b"".join(parts) + chunk
+                return Body(data[:cut])
+            parts.append(chunk)
+            got += len(chunk)
+            tail = window[-64:]
+        return Body(b"".join(parts))
 
 
 def header_head(data: bytes) -> bool:

@@ -74,6 +74,48 @@ class NextEditOptions:
 
 
 @dataclass
+class WorkspaceIndexOptions:
+    """The index of definitions in the workspace folders (llada_lsp.workspace_index)."""
+
+    max_files: int = 2000  # files indexed per language family
+    max_bytes: int = 16 * 1024 * 1024  # bytes of the files indexed, in all
+
+
+# The documented range of every numeric option (docs/lsp.md "Options"): a value outside it is
+# clamped to it, with a warning. editors/vscode/package.json gives its settings the same
+# minimum and maximum (tests/lsp/test_hardening_workspace.py checks that they agree).
+RANGES: dict[str, tuple[int, int]] = {
+    "maxTokens.line": (1, 1024),
+    "maxTokens.statements": (1, 2048),
+    "maxTokens.block": (1, 4096),
+    "context.prefixChars": (0, 1_000_000),
+    "context.suffixChars": (0, 1_000_000),
+    "context.importsChars": (0, 100_000),
+    "nextEdit.windowLines": (1, 200),
+    "nextEdit.maxRegionChars": (1, 100_000),
+    "nextEdit.maxPasses": (1, 16),
+    "nextEdit.siteTokens": (1, 64),
+    "maxPromptTokens": (1, 1 << 20),
+    "debounceMs": (0, 2000),
+    "maxFileBytes": (1024, 64 * 1024 * 1024),
+    "cacheSize": (0, 4096),
+    "syntaxRemaskPasses": (0, 8),
+    "maxLines": (0, 10_000),
+    "alternatives": (0, MAX_ALTERNATIVES),
+    "invokedAlternatives": (0, MAX_ALTERNATIVES),
+    "rescueAlternatives": (0, MAX_ALTERNATIVES),
+    "engineFirstEventMs": (0, 120_000),  # 0 = none: from the user's settings only
+    "engineTimeoutMs": (0, 600_000),  # 0 = none: from the user's settings only
+    "contextTokens": (0, MAX_CONTEXT_TOKENS),
+    "workspaceIndex.maxFiles": (0, 100_000),
+    "workspaceIndex.maxBytes": (0, 256 * 1024 * 1024),
+}
+# Deadlines a workspace may not turn off (0 = no deadline): a request could then wait forever.
+NO_ZERO_FROM_WORKSPACE: frozenset[str] = frozenset({"engine_first_event_ms", "engine_timeout_ms"})
+NESTED_SECTION = "llada"  # a section inside the section: refused from the workspace
+
+
+@dataclass
 class Options:
     mode: Mode = "speedy"
     max_tokens: MaxTokens = field(default_factory=MaxTokens)
@@ -115,6 +157,7 @@ class Options:
     workspace_context: bool = True
     # its budget in estimated tokens, capped by the engine's share (40%) of its prompt budget
     context_tokens: int = 1024
+    workspace_index: WorkspaceIndexOptions = field(default_factory=WorkspaceIndexOptions)
 
     def language_enabled(self, language_id: str) -> bool:
         return "*" in self.languages or language_id in self.languages
@@ -218,17 +261,39 @@ def _unwrap(src: dict[str, Any]) -> dict[str, Any]:
     return dict(src["llada"]) if isinstance(src.get("llada"), dict) else src
 
 
+def _workspace_refuses(key: str, value: Any) -> bool:
+    snake = _snake(key)
+    return snake in MACHINE_SCOPED or snake == NESTED_SECTION or (snake in NO_ZERO_FROM_WORKSPACE and value == 0)
+
+
 def workspace_settings(src: Any) -> tuple[Any, dict[str, Any]]:
     """Settings that came from the workspace (`workspace/configuration`, pushed
-    `didChangeConfiguration`) without the machine-scoped keys; returns (the rest, the refused
-    keys with their values). Anything that is not an object is passed on for parse_options to
-    refuse."""
+    `didChangeConfiguration`) without the keys a workspace may not set; returns (the rest, the
+    refused keys with their values). One `{"llada": {...}}` wrapper is taken off (as
+    parse_options does); a section still nested inside (`{"llada": {"llada": {...}}}`) is
+    refused whole, so that what is kept is exactly what parse_options applies. Refused: the
+    machine-scoped keys and a deadline of 0 (none). Anything that is not an object is passed
+    on for parse_options to refuse."""
     if not isinstance(src, dict):
         return src, {}
     data = _unwrap(src)
-    kept = {k: v for k, v in data.items() if _snake(k) not in MACHINE_SCOPED}
-    refused = {k: v for k, v in data.items() if _snake(k) in MACHINE_SCOPED}
+    kept = {k: v for k, v in data.items() if not _workspace_refuses(k, v)}
+    refused = {k: v for k, v in data.items() if _workspace_refuses(k, v)}
     return kept, refused
+
+
+def _clamp(opts: Options, warnings: list[str]) -> None:
+    """Every numeric option within its documented range (RANGES)."""
+    for name, (lo, hi) in RANGES.items():
+        *outer, last = [_snake(p) for p in name.split(".")]
+        obj: Any = opts
+        for part in outer:
+            obj = getattr(obj, part)
+        value = getattr(obj, last)
+        if value is not None and not lo <= value <= hi:
+            clamped = min(max(value, lo), hi)
+            warnings.append(f"option {name!r} must be {lo}..{hi}, got {value}: {clamped} is used")
+            setattr(obj, last, clamped)
 
 
 def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
@@ -243,6 +308,7 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
         opts.max_tokens = dataclasses.replace(base.max_tokens)
         opts.context = dataclasses.replace(base.context)
         opts.next_edit = dataclasses.replace(base.next_edit)
+        opts.workspace_index = dataclasses.replace(base.workspace_index)
         opts.languages = list(base.languages)
         opts.sglang = SglangOptions({k: list(v) for k, v in base.sglang.urls.items()}, base.sglang.router)
     warnings: list[str] = []
@@ -255,15 +321,7 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
         _merge_into(opts, src, "", warnings)
     if opts.mode not in MODES:
         raise OptionsError(f"option 'mode' must be one of {MODES}, got {opts.mode!r}")
-    for name, attr in (("alternatives", "alternatives"), ("invokedAlternatives", "invoked_alternatives"),
-                       ("rescueAlternatives", "rescue_alternatives")):
-        n = getattr(opts, attr)
-        if not 0 <= n <= MAX_ALTERNATIVES:
-            raise OptionsError(f"option {name!r} must be 0..{MAX_ALTERNATIVES}, got {n}")
-    if not 1 <= opts.next_edit.max_passes <= 16:
-        raise OptionsError(f"option 'nextEdit.maxPasses' must be 1..16, got {opts.next_edit.max_passes}")
-    if opts.context_tokens > MAX_CONTEXT_TOKENS:
-        raise OptionsError(f"option 'contextTokens' must be 0..{MAX_CONTEXT_TOKENS}, got {opts.context_tokens}")
+    _clamp(opts, warnings)
     if opts.device not in ("cpu", "cuda", "auto"):
         raise OptionsError(f"option 'device' must be cpu, cuda or auto, got {opts.device!r}")
     if opts.dtype not in ("auto", "bfloat16", "float32", "float16"):

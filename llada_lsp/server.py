@@ -22,6 +22,7 @@ from llada_lsp.completions import Answer, CompletionService
 from llada_lsp.documents import DocumentError, DocumentStore
 from llada_lsp.engine_client import EngineClient, make_engine
 from llada_lsp.line_rest import fit, only_deletes
+from llada_lsp.limits import LimitError, folder_uris, next_edit_params
 from llada_lsp.next_edit import METHOD as NEXT_EDIT
 from llada_lsp.next_edit import NextEditParamsError, NextEditService, parse_params
 from llada_lsp.options import Options, OptionsError, parse_options, workspace_settings
@@ -81,9 +82,12 @@ class LladaServer(LanguageServer):
             if value == current.get(snake) or (key, repr(value)) in self.refused:
                 continue
             self.refused.add((key, repr(value)))
-            log.warning("workspace setting %r ignored: machine-scoped", key)
-            self.show("warning", f"llada: the workspace setting '{key}' is ignored: it can send your code "
-                      "or run programs, so only the editor's user settings (initializationOptions) set it")
+            log.warning("workspace setting %r ignored: machine-scoped, nested or a deadline of 0", key)
+            why = ("a section nested in the section is not read" if key == "llada" else
+                   "a workspace may not turn a deadline off (0)" if value == 0 else
+                   "it can send your code or run programs")
+            self.show("warning", f"llada: the workspace setting '{key}' is ignored: {why}, so only the editor's "
+                      "user settings (initializationOptions) set it")
         self.apply_options(kept)
 
     def apply_options(self, *sources: dict[str, Any] | None) -> None:
@@ -103,12 +107,18 @@ class LladaServer(LanguageServer):
             self.next_edits.options = opts
         if self.engine is not None:
             self.engine.set_deadlines(opts.engine_first_event_ms, opts.engine_timeout_ms)
+        if self.service is not None:
+            self.service.workspace.index.max_files = opts.workspace_index.max_files
+            self.service.workspace.index.max_bytes = opts.workspace_index.max_bytes
 
     def roots(self) -> list[str | None]:
         """The workspace folders as pygls keeps them; rootUri only when there are none (LSP:
         workspaceFolders take precedence, and a removed first folder is gone)."""
         folders = [f.uri for f in self.workspace.folders.values()]
-        return list(folders) if folders else [self.workspace.root_uri]
+        kept, refused = folder_uris(list(folders) if folders else [self.workspace.root_uri])
+        for uri in refused:
+            log.warning("workspace folder %r ignored: not an absolute file:// URI", uri[:200])
+        return list(kept)
 
     def status(self, state: str, message: str = "") -> None:
         info = self.engine.info if self.engine is not None else {}
@@ -126,6 +136,8 @@ class LladaServer(LanguageServer):
         self.engine.set_deadlines(o.engine_first_event_ms, o.engine_timeout_ms)
         self.service = CompletionService(self.store, self.engine, o, self.notify, self.encoding)
         self.next_edits = NextEditService(self.store, self.engine, o, self.encoding)
+        self.service.workspace.index.max_files = o.workspace_index.max_files
+        self.service.workspace.index.max_bytes = o.workspace_index.max_bytes
         self.service.workspace.set_roots(self.roots())
         token: str | None = None
         caps = self.client_capabilities
@@ -311,8 +323,8 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
     async def next_edit(ls: LladaServer, params: Any) -> dict[str, Any]:
         """Next-edit suggestions after an edit (docs/lsp.md "Next-edit suggestions")."""
         try:
-            p = parse_params(params)
-        except NextEditParamsError as e:
+            p = next_edit_params(parse_params(params))
+        except (NextEditParamsError, LimitError) as e:
             raise JsonRpcInvalidParams(str(e)) from e
         if ls.next_edits is None:  # not initialized yet: no result, not an error
             return {"version": p.version, "suggestions": [], "reason": "engine not started"}

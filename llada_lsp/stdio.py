@@ -64,6 +64,12 @@ class PipeReader:
     async def readline(self) -> bytes:
         return await self.reader.readline()
 
+    async def read(self, n: int) -> bytes:
+        """Up to `n` bytes of a body, as soon as some are there (the framing cuts a body short
+        when the next header arrives instead of its bytes)."""
+        await asyncio.sleep(0)
+        return await self.reader.read(n)
+
     async def readexactly(self, n: int) -> bytes:
         """A message body. Yields to the loop first, so that the previous message's handler
         task starts before this message is handled, as with pygls' threaded reader."""

@@ -289,7 +289,8 @@ class WorkspaceContext:
     def info(self) -> dict[str, Any]:
         """For llada/debugInfo: the last request's context and the index's size."""
         return {**self.last, "builds": self.builds, "indexedFiles": len(self.index.files),
-                "openIndexed": len(self.index.opened), "ring": len(self.ring)}
+                "openIndexed": len(self.index.opened), "ring": len(self.ring),
+                "indexing": self.index.thread is not None and self.index.thread.is_alive()}
 
 
 def _rank(e: Entry, here: Path, i: int) -> tuple[int, int, str, int]:

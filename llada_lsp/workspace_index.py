@@ -11,6 +11,13 @@ repeated when a completion asks after RESCAN_S (only changed files are parsed ag
 ones are forgotten), a closed document's file is read again at once, and `generation` moves
 whenever an entry on disk changes, so that a cached selection of chunks knows it is stale. `scan` runs a scan in the
 caller's thread (the tests and the benches); `request_scan` starts one in the background.
+
+The workspace is untrusted input (`llada_lsp.safe_files`): only regular files whose resolved
+path stays under a workspace folder are read (no link out of it, no FIFO, device, socket or
+`/proc` link), with `O_NONBLOCK`, bounded in size, and never on the event loop (a closed
+document's file is read again on the index's reader thread); the walk is a stack, not
+recursion; names that are not UTF-8 are skipped; `max_files` and `max_bytes` (the options
+`workspaceIndex.maxFiles` and `workspaceIndex.maxBytes`) bound what the index holds.
 """
 
 from __future__ import annotations
@@ -19,19 +26,21 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from llada_lsp.definitions import Definition, definition_text, definitions_in, extract_definitions
 from llada_lsp.documents import Document, looks_binary
+from llada_lsp.safe_files import read_regular, resolved_roots, utf8_path, walk
 from llada_lsp.syntax import normalize_language
 
 log = logging.getLogger(__name__)
 
 MAX_FILES = 2000  # files indexed per language family
 MAX_FILE_BYTES = 256 * 1024  # larger files are skipped
-MAX_TOTAL_CHARS = 16 * 1024 * 1024  # of definition text kept, over all files
+MAX_TOTAL_BYTES = 16 * 1024 * 1024  # of the files indexed, over all files
 MAX_SCAN_S = 5.0  # wall time of one scan
 MAX_DIRS = 20000  # directories visited by one scan
 RESCAN_S = 60.0  # a language's files are looked at again after this long
@@ -92,13 +101,18 @@ class WorkspaceIndex:
     lock: threading.Lock = field(default_factory=threading.Lock)
     thread: threading.Thread | None = None
     max_files: int = MAX_FILES
+    max_bytes: int = MAX_TOTAL_BYTES
+    real_roots: list[Path] = field(default_factory=list)  # the roots, resolved
+    reader: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "llada-index-read"))
+    pending: Future[None] | None = None  # the last re-read of a closed document's file
     generation: int = 0  # moves on whenever a file's entry is added, changed or forgotten
 
     def set_roots(self, uris: list[str | None]) -> None:
         """The workspace folders (rootUri, workspaceFolders): file:// URIs of directories. Files
         outside the new folders are forgotten; every language is scanned again when asked."""
         roots = [Path(path_of(u)) for u in uris if u and u.startswith("file:")]
-        self.roots = [r for i, r in enumerate(roots) if r.is_dir() and r not in roots[:i]]
+        self.roots = [r for i, r in enumerate(roots) if r.is_absolute() and r.is_dir() and r not in roots[:i]]
+        self.real_roots = resolved_roots(self.roots)
         self.scanned.clear()
         for key in [k for k in list(self.files) if not self._under_roots(k)]:
             self._forget(key)
@@ -149,14 +163,23 @@ class WorkspaceIndex:
         return e
 
     def close(self, uri: str) -> None:
-        """An open document closed: its file on disk (perhaps saved since) is read again."""
+        """An open document closed: its file on disk (perhaps saved since) is read again, on
+        the reader thread (a FIFO or a slow disk never holds the event loop)."""
         key = path_of(uri)
         with self.lock:
             self.opened.pop(key, None)
         if key in self.files or (self.roots and self._under_roots(key)):
-            lang = self.files[key].language if key in self.files else normalize_language("", key)
-            if self._index_file(key, lang) is None and not os.path.isfile(key):
-                self._forget(key)
+            self.pending = self.reader.submit(self._reread, key)
+
+    def _reread(self, key: str) -> None:
+        lang = self.files[key].language if key in self.files else normalize_language("", key)
+        if self._index_file(key, lang) is None and read_regular(key, self.real_roots, MAX_FILE_BYTES) is None:
+            self._forget(key)
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait for the last re-read of a closed document's file (the tests)."""
+        if self.pending is not None:
+            self.pending.result(timeout)
 
     # -- files on disk (a background thread) ------------------------------------------------------
     def request_scan(self, language: str) -> bool:
@@ -177,30 +200,26 @@ class WorkspaceIndex:
         were parsed this time. Runs in any thread: only the dicts are shared, under the lock."""
         langs = family(language)
         t0 = time.monotonic()
-        parsed = seen = dirs = 0
-        total = sum(e.chars() for e in list(self.files.values()))
+        parsed = seen = 0
+        total = sum(e.stamp[1] for e in list(self.files.values()))
         found: set[str] = set()
-        for root in list(self.roots):
-            for dirpath, dirnames, filenames in os.walk(root):
-                dirs += 1
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
-                for name in sorted(filenames):
-                    lang = normalize_language("", name)
-                    if lang not in langs:
-                        continue
-                    seen += 1
-                    found.add(os.path.join(dirpath, name))
-                    if seen > self.max_files or total > MAX_TOTAL_CHARS or time.monotonic() - t0 > max_s:
-                        self.scanned[language] = time.monotonic()
-                        log.info("workspace index for %s stopped at its bounds (%d files)", language, seen - 1)
-                        return parsed
-                    got = self._index_file(os.path.join(dirpath, name), lang)
-                    if got is not None:
-                        parsed += 1
-                        total += got
-                if dirs > MAX_DIRS:
-                    break
-        if dirs <= MAX_DIRS:  # a whole walk: what it did not find was deleted or moved
+        whole = True
+        for path in walk(list(self.roots), lambda d: not d.startswith(".") and d not in SKIP_DIRS,
+                         lambda n: normalize_language("", n) in langs, MAX_DIRS):
+            if not path:  # the walk stopped at MAX_DIRS
+                whole = False
+                break
+            seen += 1
+            found.add(path)
+            if seen > self.max_files or total > self.max_bytes or time.monotonic() - t0 > max_s:
+                whole = False
+                log.info("workspace index for %s stopped at its bounds (%d files)", language, seen - 1)
+                break
+            got = self._index_file(path, normalize_language("", path))
+            if got is not None:
+                parsed += 1
+                total += got
+        if whole:  # what the walk did not find was deleted or moved (or is not a file now)
             for key in [k for k, e in list(self.files.items()) if e.language in langs and k not in found]:
                 self._forget(key)
         self.scanned[language] = time.monotonic()
@@ -216,20 +235,21 @@ class WorkspaceIndex:
             self.generation += 1
 
     def _index_file(self, path: str, language: str) -> int | None:
-        """Parse one file when it changed since its entry; the characters kept, or None."""
+        """Parse one file when it changed since its entry; the bytes it holds, or None. Only a
+        regular file inside the roots is read (`safe_files.read_regular`)."""
+        if not utf8_path(path):
+            return None
+        got = read_regular(path, self.real_roots, MAX_FILE_BYTES)
+        if got is None:
+            log.debug("not indexed: %r (outside the workspace, not a regular file, or too large)", path)
+            return None
+        stamp, data = got
+        old = self.files.get(path)
+        if old is not None and old.stamp == stamp:
+            return None
         try:
-            st = os.stat(path)
-            stamp = (st.st_mtime, st.st_size)
-            old = self.files.get(path)
-            if old is not None and old.stamp == stamp:
-                return None
-            if st.st_size > MAX_FILE_BYTES:
-                return None
-            with open(path, "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
             text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            log.debug("not indexed: %s (%s)", path, err)
+        except UnicodeDecodeError:
             return None
         if looks_binary(text):
             return None
@@ -242,4 +262,4 @@ class WorkspaceIndex:
             for d in e.defs:
                 self.names.setdefault(d.name, set()).add(path)
             self.generation += 1
-        return e.chars()
+        return stamp[1]

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, WebSocketException
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from engine.api import CompletionRequest, EngineEvent, NextEditRequest
 from engine.daemon import protocol as P
@@ -41,12 +41,20 @@ class WsConnection:
     @classmethod
     async def open(cls, url: str, token: str | None = None, timeout: float = 10.0) -> WsConnection:
         try:
+            # the token in the handshake too: an authenticated connection never waits in the
+            # daemon's small pool of connections that have not authenticated yet
+            headers = {"Authorization": f"Bearer {token}"} if token else None
             ws = await connect(url, open_timeout=timeout, max_size=None, ping_interval=reconnect.KEEPALIVE_S,
+                               additional_headers=headers,
                                ping_timeout=reconnect.KEEPALIVE_TIMEOUT_S,
                                close_timeout=reconnect.CLOSE_TIMEOUT_S)
             await ws.send(json.dumps({"type": "hello", "protocol": P.PROTOCOL_VERSION, "token": token,
                                       "client": "llada-lsp"}))
             hello = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        except InvalidStatus as e:  # 401: the token in the header is wrong; 503: no slot free
+            raise EngineUnavailable(f"the engine daemon at {url} refused the connection: HTTP "
+                                    f"{e.response.status_code}: {e.response.body.decode('utf-8', 'replace').strip()}"
+                                    ) from e
         except (OSError, TimeoutError, WebSocketException, ValueError) as e:
             raise EngineUnavailable(f"cannot reach the engine daemon at {url}: {e}") from e
         if hello.get("type") != "hello":

@@ -6,7 +6,8 @@ they keep their order. Everything a peer can make the daemon hold is bounded:
   - before authentication: `preauth_bytes` per frame (larger: close 1009), `preauth_messages`
     messages (each answered `unauthorized`; one more: close 1008), and `hello_timeout_s` to
     authenticate (close 1008);
-  - replies not yet read: `max_backlog_bytes` (more: the slow reader is cut off, close 1013);
+  - replies not yet read: `max_backlog_bytes` (more: the slow reader is cut off, close 1013,
+    delivered after what was already queued; the socket is dropped after LINGER_S unread);
   - a closed connection's requests are dropped before the next forward, and its queue, its
     finished requests and its prompt cache entries are released.
 """
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from engine.daemon.server import Daemon
 
 Close = tuple[int, str]
+LINGER_S = 30.0  # a closed connection's queued bytes wait this long for a slow reader
 
 
 def token_matches(given: str | None, expected: str) -> bool:
@@ -47,6 +49,7 @@ class Connection:
         self.out: asyncio.Queue[bytes | Close] = asyncio.Queue()
         self.backlog = 0  # bytes queued, not yet handed to the socket
         self.preauth_messages = 0
+        self.preauth_address: str | None = None  # counted in the daemon's pre-authentication pool
         self.closing: Close | None = None
         self._writer: asyncio.Task[None] | None = None
         self._closer: asyncio.Task[None] | None = None
@@ -93,11 +96,18 @@ class Connection:
         self.backlog = 0
 
     async def _close(self, code: int, reason: str) -> None:
-        """The close handshake, bounded: a peer that reads nothing cannot hold it open."""
+        """The close handshake, bounded: a peer that reads nothing cannot hold it open. When it
+        does not complete in `close_timeout_s` (a slow reader has not read up to the close
+        frame yet), the socket is closed gracefully: what is queued, the close frame last, is
+        still delivered (the peer reads the documented code, not 1006), reading stops, and the
+        socket is dropped after LINGER_S if the peer never reads it."""
+        self.ws.close_timeout = None  # the bound is this wait_for's: websockets would abort at its own
         try:
             await asyncio.wait_for(self.ws.close(code, reason), self.cfg.close_timeout_s)
         except TimeoutError:
-            self.ws.transport.abort()
+            transport = self.ws.transport
+            transport.close()
+            self.loop.call_later(LINGER_S, transport.abort)
 
     async def _write(self) -> None:
         while True:
@@ -147,6 +157,9 @@ class Connection:
                 self.close_after_replies(P.CLOSE_POLICY, "token", "invalid token")
                 return False
             self.authed = self.trusted = True
+            if self.preauth_address is not None:
+                self.d.authenticated(self.preauth_address)
+                self.preauth_address = None
             self.ws.protocol.max_message_size = self.cfg.max_message_bytes * P.HARD_FRAME_FACTOR
         elif token and token_matches(msg.token, token):
             self.trusted = True

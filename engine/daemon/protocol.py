@@ -33,6 +33,7 @@ HARD_FRAME_FACTOR = 4  # frames above factor x the limit close the connection (c
 # close codes the daemon uses (besides 1000 and websockets' own 1009 "message too big")
 CLOSE_POLICY = 1008  # wrong token, no authentication in time, too much sent before it
 CLOSE_SLOW_READER = 1013  # more replies unread than the backlog allows: reconnect and read them
+CLOSE_TRY_AGAIN = 1013  # no connection slot free (handshakes that raced for the last one)
 
 # error codes (the "code" field of error events)
 BAD_JSON = "bad_json"
@@ -199,6 +200,8 @@ def parse(raw: str | bytes, max_tokens: int = 1024) -> Message:
         d = json.loads(raw)
     except ValueError as e:
         raise ProtocolError(BAD_JSON, f"malformed JSON: {e}") from e
+    except RecursionError as e:  # nested deeper than the parser goes: the peer's error, not ours
+        raise ProtocolError(BAD_JSON, "malformed JSON: nested too deeply") from e
     if not isinstance(d, dict):
         raise ProtocolError(BAD_MESSAGE, "a message must be a JSON object")
     kind = d.get("type")

@@ -5,7 +5,11 @@ scheduler's thread owns the model. Every connection has a bounded outgoing queue
 one writer task, so replies and events keep their order; the model thread hands events over
 with call_soon_threadsafe. A closed connection drops its running requests before the next
 forward. The handshake refuses browsers (any `Origin` header: 403), a wrong
-`Authorization` token (401) and connections above `max_connections` (503).
+`Authorization` token (401) and connections above their quota (503): connections that proved
+the token (or any, on a daemon without one) up to `max_connections`; connections that have not
+(yet: they may still send `hello`) have a small pool of their own, `preauth_connections` in
+all and `preauth_per_address` from one address, so that they can never take the slots of a
+client that sends its token in the handshake.
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ class DaemonConfig:
     register: bool = True  # write the per-user runtime file
     runtime_dir: Path | None = None
     idle_exit_s: float = 600.0  # no client and no request for this long: exit (0: never; engine.daemon.lifetime)
-    max_connections: int = 64  # more get HTTP 503 at the handshake
+    max_connections: int = 64  # authenticated connections; more get HTTP 503 at the handshake
+    preauth_connections: int = 16  # connections not (yet) authenticated, in all; more: 503
+    preauth_per_address: int = 4  # of those, from one address
     hello_timeout_s: float = 10.0  # to authenticate (token daemons), else close 1008
     preauth_messages: int = 4  # messages answered before authentication; one more: close 1008
     preauth_bytes: int = 16_384  # largest frame before authentication (larger: close 1009)
@@ -78,6 +84,7 @@ class Daemon:
                                                             cfg.max_prompt_tokens * CHARS_PER_PROMPT_TOKEN)
         self.url = ""
         self.connections = 0
+        self.preauth: Counter[str] = Counter()  # live connections not yet authenticated, by address
         self.started = time.time()
         self._header_authed: weakref.WeakSet[ServerConnection] = weakref.WeakSet()
         self.live: weakref.WeakSet[Connection] = weakref.WeakSet()  # connections not yet freed
@@ -185,27 +192,58 @@ class Daemon:
             self.refused["origin"] += 1
             return conn.respond(HTTPStatus.FORBIDDEN, "browser origins are refused: connect without an "
                                 "Origin header\n")
-        if self.connections >= self.cfg.max_connections:
-            self.refused["connections"] += 1
-            return conn.respond(HTTPStatus.SERVICE_UNAVAILABLE,
-                                f"too many connections (limit {self.cfg.max_connections})\n")
         auth = request.headers.get("Authorization")
-        if auth is None or not self.cfg.token:
-            return None
-        if not token_matches(auth.removeprefix("Bearer ").strip(), self.cfg.token):
-            self.refused["token"] += 1
-            return conn.respond(HTTPStatus.UNAUTHORIZED, "invalid token\n")
-        self._header_authed.add(conn)
+        authed = not self.cfg.token
+        if auth is not None and self.cfg.token:
+            if not token_matches(auth.removeprefix("Bearer ").strip(), self.cfg.token):
+                self.refused["token"] += 1
+                return conn.respond(HTTPStatus.UNAUTHORIZED, "invalid token\n")
+            authed = True
+        full = self.quota_full(authed, _address(conn))
+        if full:
+            self.refused["connections" if authed else "preauth_connections"] += 1
+            return conn.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"too many connections ({full})\n")
+        if authed and self.cfg.token:
+            self._header_authed.add(conn)
         return None
 
+    def quota_full(self, authed: bool, address: str) -> str | None:
+        """Why one more connection of this kind cannot be served now (None: it can)."""
+        pre = sum(self.preauth.values())
+        if authed:
+            n = self.connections - pre
+            return f"limit {self.cfg.max_connections}" if n >= self.cfg.max_connections else None
+        if pre >= self.cfg.preauth_connections:
+            return f"limit {self.cfg.preauth_connections} before authentication"
+        if self.preauth[address] >= self.cfg.preauth_per_address:
+            return f"limit {self.cfg.preauth_per_address} from one address before authentication"
+        return None
+
+    def authenticated(self, address: str) -> None:
+        """A connection proved the token in `hello`: it leaves the pre-authentication pool."""
+        self.preauth[address] -= 1
+        if self.preauth[address] <= 0:
+            del self.preauth[address]
+
     async def _handle(self, ws: ServerConnection) -> None:
-        self.connections += 1
         conn = Connection(self, ws, next(self._ids), ws in self._header_authed)
+        address = _address(ws)
+        full = self.quota_full(conn.authed, address)  # handshakes that passed the check together
+        if full:
+            self.refused["connections" if conn.authed else "preauth_connections"] += 1
+            await ws.close(P.CLOSE_TRY_AGAIN, f"too many connections ({full})")
+            return
+        self.connections += 1
+        if not conn.authed:
+            conn.preauth_address = address
+            self.preauth[address] += 1
         self.live.add(conn)
         try:
             await conn.run()
         finally:
             self.connections -= 1
+            if conn.preauth_address is not None:
+                self.authenticated(conn.preauth_address)
 
     # -- replies -----------------------------------------------------------------------------------
     def model_info(self, trusted: bool) -> dict[str, Any]:
@@ -236,3 +274,11 @@ class Daemon:
         return {"type": "stats", "ref": ref, "stats": {**self.scheduler.snapshot(), "connections": self.connections,
                                                        "refused": dict(self.refused),
                                                        "model": self.model_info(trusted)}}
+
+
+def _address(ws: ServerConnection) -> str:
+    """The peer's IP address ("" when unknown)."""
+    try:
+        return str(ws.remote_address[0])
+    except (TypeError, IndexError, AttributeError, OSError):
+        return ""

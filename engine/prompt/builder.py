@@ -37,6 +37,17 @@ SUFFIX_SHARE = 0.28
 CONTEXT_SHARE = 0.4  # of the prompt budget, at most, for workspace context
 CHARS_PER_TOKEN = 6  # a generous bound, to cut text before tokenizing it
 
+
+def valid_text(s: str) -> str:
+    """`s` with every lone surrogate replaced by '?' (same length); valid text as it is."""
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "replace").decode("utf-8")
+
 # (ids backed off the prefix's end, their text, the first token's allowed set): token healing
 Heal = Callable[[list[int]], tuple[int, str, Any]]
 
@@ -96,7 +107,7 @@ class PromptBuilder:
         return len(self.encode(self.format.render(Parts("", "", ""))))
 
     def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False).ids if text else []
+        return self.tok.encode(valid_text(text), add_special_tokens=False).ids if text else []
 
     # -- context ---------------------------------------------------------------------------
     def context_text(self, chunks: Sequence[ContextChunk], language: str, budget: int) -> tuple[str, int]:
@@ -117,7 +128,11 @@ class PromptBuilder:
     # -- layout ----------------------------------------------------------------------------
     def layout(self, prefix: str, suffix: str, heal: bool = True, doc_key: str = "",
                context: Sequence[ContextChunk] = ()) -> Layout:
-        """The prompt of one request, trimmed to the budget."""
+        """The prompt of one request, trimmed to the budget. Text that is not valid Unicode (a
+        lone surrogate: a file name that was not UTF-8, decoded with surrogateescape) has each
+        bad code point replaced by '?' first: the tokenizer accepts valid text only."""
+        prefix, suffix, doc_key = valid_text(prefix), valid_text(suffix), valid_text(doc_key)
+        context = [ContextChunk(valid_text(c.path), valid_text(c.text)) for c in context]
         if self.format.kind in ("chat", "template"):
             return self._rendered(prefix, suffix, heal, doc_key, context)
         sp = self.sp

@@ -71,8 +71,8 @@ def test_options_camel_case_nested_and_errors() -> None:
         parse_options({"debounceMs": "x"})
     with pytest.raises(OptionsError, match="engine"):
         parse_options({"engine": "http://x"})
-    with pytest.raises(OptionsError, match="alternatives"):
-        parse_options({"alternatives": 9})
+    clamped, warnings = parse_options({"alternatives": 9})  # out of range: clamped (issue 41)
+    assert clamped.alternatives == 8 and "alternatives" in warnings[0]
 
 
 # -- syntax and documents ------------------------------------------------------------------

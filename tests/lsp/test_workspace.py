@@ -218,6 +218,7 @@ def test_files_changed_deleted_or_saved_on_disk_are_followed(tmp_path: Path) -> 
     units.write_text("def to_metres(feet, exact=True, places=2):\n    return round(feet * 0.3048, places)\n")
     ws.closed(uri)
     store.close(uri)
+    ws.index.settle(10)  # the file is read again off the event loop
     (entry, i), = ws.index.lookup("to_metres")
     assert entry.texts[i].startswith("def to_metres(feet, exact=True, places=2):")
 
@@ -303,7 +304,8 @@ def test_options() -> None:
     assert opts.workspace_context is False and opts.context_tokens == 300
     defaults, _ = parse_options()
     assert defaults.workspace_context is True and defaults.context_tokens == 1024
-    for bad in ({"contextTokens": -1}, {"contextTokens": 10**6}, {"contextTokens": "many"},
+    assert parse_options({"contextTokens": 10**6})[0].context_tokens == 65536  # clamped (issue 41)
+    for bad in ({"contextTokens": -1}, {"contextTokens": "many"},
                 {"workspaceContext": "yes"}):
         with pytest.raises(OptionsError, match="workspaceContext|contextTokens"):
             parse_options(bad)
