@@ -88,34 +88,6 @@ class CompletionRequest:
 
 
 @dataclass(frozen=True)
-class EditSuggestion:
-    """A next edit: replace region[start:end] by `text` (character offsets into the request's
-    region), with the model's confidence in the new tokens (the lowest of them)."""
-
-    start: int
-    end: int
-    text: str
-    confidence: float
-
-
-@dataclass(frozen=True)
-class NextEditRequest:
-    """Edit passes only (T2T) over `region`, an existing stretch of the document given to the
-    model as a committed draft between `prefix` and `suffix`: the tokens it replaces above the
-    edit threshold become `EditSuggestion`s. Same `doc_key` supersedes, as for completions."""
-
-    request_id: str
-    doc_key: str
-    prefix: str
-    region: str
-    suffix: str
-    threshold: float | None = None  # edit threshold; None: the preset's
-    preset: str | None = None
-    max_passes: int = 4  # edit passes at most (each one forward)
-    context: tuple[ContextChunk, ...] = ()
-
-
-@dataclass(frozen=True)
 class TextEdit:
     """Replace text[start:end] (character offsets into the previous event's text)."""
 
@@ -137,13 +109,11 @@ class EngineEvent:
     stats: dict[str, Any] | None = None  # on "done": forwards, tokens, tpf, prefill_tokens,
     # reused_tokens, queue_ms, first_draft_ms, total_ms
     alternatives: tuple[str, ...] = ()  # on "done": the other candidates' texts, in rank order
-    suggestions: tuple[EditSuggestion, ...] = ()  # on "done" of a NextEditRequest
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["edits"] = [asdict(e) for e in self.edits]
         d["alternatives"] = list(self.alternatives)
-        d["suggestions"] = [asdict(e) for e in self.suggestions]
         return d
 
 

@@ -23,26 +23,13 @@ from typing import Any, cast
 
 import torch
 
-from engine.api import CompletionRequest, ContextChunk, EngineEvent, NextEditRequest, Plan
+from engine.api import CompletionRequest, ContextChunk, EngineEvent, Plan
 from engine.decoding import local
 from engine.decoding.alternatives import only
 from engine.decoding.decode import Sequence
 from engine.decoding.decode_bidir import make_sequence
 from engine.decoding.indel import policy_for
-from engine.decoding.next_edit import (
-    MAX_REGION_TOKENS,
-    RegionTokens,
-    make_edit_sequence,
-    next_edit_doc,
-    tokenize_region,
-)
-from engine.decoding.policies import (
-    EditOnly,
-    EditOnlyConfig,
-    Policy,
-    edit_threshold_of,
-)
-from engine.decoding.rejections import BadRequest, TooLong
+from engine.decoding.policies import Policy
 from engine.decoding.scheduler import Scheduler
 from engine.decoding.stops import stop_index
 from engine.model.checkpoint import EMBEDDED_DIR
@@ -107,7 +94,7 @@ class TextEngine:
         self.max_prompt_tokens = min(max_prompt_tokens, self.max_len - 1) if max_prompt_tokens \
             else default_prompt_budget(self.loaded.family, self.max_len)
         texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
-        self.special_ids = frozenset(special_id_set(self.tok, special))  # never a next-edit replacement
+        self.special_ids = frozenset(special_id_set(self.tok, special))
         self.healing = Healing(texts, set(self.special_ids), rows=self.config.vocab_size)  # the logits' width
         self.prompts = PromptBuilder(self.tok, special, fmt, self.max_prompt_tokens, self.bidirectional, self._heal)
         self.format, self.fim, self.end_ids = fmt, fim, self.prompts.end_ids
@@ -172,37 +159,6 @@ class TextEngine:
                             max_len=self.max_len, first_allowed=allowed, stop_fn=self._stop_fn(plan, partial))
         seq.end_ids = self.stop_ids  # any end id ends the completion (<|endoftext|> as well as the turn's end)
         return seq, partial, seq.reused
-
-    def prepare_next_edit(self, req: NextEditRequest, row: int) -> tuple[Sequence, RegionTokens, int]:
-        """The edit-pass state of a next-edit request on cache `row` (`engine.decoding.next_edit`):
-        the completion prompt at the region's start (no token healing), the region as a committed
-        draft; returns (sequence, the region's tokens, reused prompt tokens)."""
-        region = tokenize_region(self.tok, req.region)
-        if not region.ids:
-            raise BadRequest("the next-edit region is empty")
-        if len(region.ids) > MAX_REGION_TOKENS:
-            raise TooLong(f"the next-edit region has {len(region.ids)} tokens; at most {MAX_REGION_TOKENS}")
-        if not 1 <= req.max_passes <= 16:
-            raise BadRequest(f"max_passes must be in [1, 16], got {req.max_passes}")
-        if req.threshold is not None and not 0.0 < req.threshold <= 1.0:
-            raise BadRequest(f"threshold must be in (0, 1], got {req.threshold}")
-        try:
-            threshold = req.threshold if req.threshold is not None else edit_threshold_of(req.preset or self.preset)
-        except ValueError as e:
-            raise BadRequest(str(e)) from e
-        policy = EditOnly(EditOnlyConfig(threshold, req.max_passes, self.special_ids))
-        ids, suffix, _partial, _allowed = self.layout(req.prefix, req.suffix, heal=False, doc_key=req.doc_key,
-                                                       context=req.context)
-        doc = next_edit_doc(req.doc_key)
-        reused = self.prompt_cache.restore(self.model, row, doc, ids) if self.exact_cache else 0
-        seq = make_edit_sequence(self.model, ids, suffix, policy, region.ids, row, reused, self.max_len)
-        return seq, region, seq.reused
-
-    def next_edit(self, req: NextEditRequest, cancel: threading.Event | None = None) -> Iterator[EngineEvent]:
-        """Next-edit suggestions for `req` on this engine's loop in the calling thread: its
-        events, the last a done event carrying `suggestions`."""
-        with self._lock:
-            yield from local.next_edit(self.loop(), req, cancel)
 
     def loop(self) -> Scheduler:
         """This engine's step loop for callers in one thread (created on first use): a request

@@ -1,8 +1,6 @@
 """The engine interface the language server uses: `EngineClient.submit(request)` returns an
 `EngineJob` whose `events()` async-iterates the engine's text events. A newer job for the same
 `doc_key` cancels the older one (between forwards); `job.cancel()` does the same on demand.
-`EngineClient.next_edit(request)` asks for next-edit suggestions (the done event's
-`suggestions`); next-edit jobs supersede only the document's earlier next-edit jobs.
 Implementations: `llada_lsp.engine_client.InProcessEngine` (the engine in a worker thread)
 and `llada_lsp.ws_engine.WsEngineClient` (the resident daemon); `engine_client.make_engine`
 picks one. Torch-free.
@@ -19,14 +17,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent, NextEditRequest
+from engine.api import CompletionRequest, EngineEvent
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int], None]  # (message, percentage)
 StateListener = Callable[[str, str], None]  # (state, message): the engine's state changed
 TIMED_OUT = "timed out"  # the start of an error event's text when a deadline passed
-NEXT_EDIT_NS = "\0next-edit\0"  # next-edit jobs' document-key namespace (as the engine's)
 
 
 class EngineUnavailable(RuntimeError):
@@ -35,7 +32,7 @@ class EngineUnavailable(RuntimeError):
 
 @dataclass
 class EngineJob:
-    request: CompletionRequest | NextEditRequest  # a NextEditRequest for `EngineClient.next_edit`
+    request: CompletionRequest
     loop: asyncio.AbstractEventLoop
     cancel_event: threading.Event = field(default_factory=threading.Event)
     cancel_reason: str = ""
@@ -51,16 +48,12 @@ class EngineJob:
 
     @property
     def doc_key(self) -> str:
-        """The key jobs supersede by: a next-edit job's is apart from the document's completions."""
-        if isinstance(self.request, NextEditRequest):
-            return NEXT_EDIT_NS + self.request.doc_key
+        """The key jobs supersede by."""
         return self.request.doc_key
 
     @property
     def completion(self) -> CompletionRequest:
-        """The completion request of a `submit` job (TypeError for a next-edit job)."""
-        if not isinstance(self.request, CompletionRequest):
-            raise TypeError(f"job {self.request.request_id!r} is not a completion")
+        """The job's completion request."""
         return self.request
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -176,19 +169,6 @@ class EngineClient(ABC):
     def remask(self, job: EngineJob, spans: list[tuple[int, int]]) -> EngineJob | None:
         """Syntax-guided edit hook: re-decode the characters in `spans` of the finished job's
         text. None when the engine has no remask entry point."""
-        return None
-
-    @property
-    def has_next_edit(self) -> bool:
-        """Whether `next_edit` reaches an engine (the client overrides it); `llada/status` tells
-        editors, so that they do not ask a backend without one."""
-        return type(self).next_edit is not EngineClient.next_edit
-
-    def next_edit(self, request: NextEditRequest) -> EngineJob | None:
-        """Next-edit suggestions: edit passes over `request.region`; the job's done event carries
-        `suggestions` (and `text`, the region with them applied). An older unfinished next-edit
-        job for the same doc_key is cancelled (completions are not). None when the engine has
-        no next-edit entry point (a backend without token-to-token edits)."""
         return None
 
     @abstractmethod

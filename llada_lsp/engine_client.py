@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent, NextEditRequest
+from engine.api import CompletionRequest, EngineEvent
 from llada_lsp.engine_base import (
     TIMED_OUT,
     EngineClient,
@@ -146,10 +146,7 @@ class InProcessEngine(EngineClient):
             return None
         return self._enqueue("remask", job.request, spans)
 
-    def next_edit(self, request: NextEditRequest) -> EngineJob:
-        return self._enqueue("next_edit", request, None)
-
-    def _enqueue(self, op: str, request: CompletionRequest | NextEditRequest, spans: Any) -> EngineJob:
+    def _enqueue(self, op: str, request: CompletionRequest, spans: Any) -> EngineJob:
         job = self.with_deadlines(InProcessJob(request, asyncio.get_running_loop(), on_cancel=self._cancel))
         older = self._latest.get(job.doc_key)
         if older is not None and not older.finished:
@@ -175,8 +172,6 @@ class InProcessEngine(EngineClient):
         deadline_ms = max(1, int(job.deadline_s * 1000)) if job.deadline_s else None
         if op == "remask":
             self._loop.remask(job.request.request_id, spans, self.OWNER, emit, deadline_ms)
-        elif isinstance(job.request, NextEditRequest):
-            self._loop.submit_next_edit(job.request, self.OWNER, emit, deadline_ms)
         else:
             self._loop.submit(job.request, self.OWNER, emit, deadline_ms)
 

@@ -61,16 +61,12 @@ class SglangOptions:
 
 @dataclass
 class NextEditOptions:
-    """`llada/nextEdit` (docs/lsp.md "Next-edit suggestions"): the window of lines around the
-    edit given to the model as a draft, and the edit rule's threshold and passes. The debounce
-    is the client's."""
+    """`llada/nextEdit` (docs/lsp.md "Next-edit suggestions"): whether it is on, the model
+    fills' token budget and confidence threshold. The debounce is the client's."""
 
     enabled: bool | None = None  # None: on only for a model that passed the precision gate (next_edit.GATED)
     site_tokens: int = 12  # a model-filled site's token budget (an added argument)
-    window_lines: int = 20  # lines above and below the edited lines (each side)
-    max_region_chars: int = 3000  # a side's region at most (lines farthest from the edit go first)
-    threshold: float | None = None  # edit threshold in (0, 1]; None: the mode's preset
-    max_passes: int = 4  # edit passes at most (1..16)
+    threshold: float | None = None  # fill threshold in (0, 1]; None: the model's gated one
 
 
 @dataclass
@@ -91,9 +87,6 @@ RANGES: dict[str, tuple[int, int]] = {
     "context.prefixChars": (0, 1_000_000),
     "context.suffixChars": (0, 1_000_000),
     "context.importsChars": (0, 100_000),
-    "nextEdit.windowLines": (1, 200),
-    "nextEdit.maxRegionChars": (1, 100_000),
-    "nextEdit.maxPasses": (1, 16),
     "nextEdit.siteTokens": (1, 64),
     "maxPromptTokens": (1, 1 << 20),
     "debounceMs": (0, 2000),

@@ -15,7 +15,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from engine.api import CompletionRequest, EngineEvent, NextEditRequest
+from engine.api import CompletionRequest, EngineEvent
 from engine.daemon import protocol as P
 from engine.daemon import runtime
 from llada_lsp import reconnect
@@ -142,10 +142,6 @@ class WsConnection:
     def complete(self, req: CompletionRequest, deadline_ms: int | None = None,
                  model: str | None = None) -> AsyncIterator[EngineEvent]:
         return self.stream(P.complete_message(req, deadline_ms, model))
-
-    def next_edit(self, req: NextEditRequest, deadline_ms: int | None = None,
-                  model: str | None = None) -> AsyncIterator[EngineEvent]:
-        return self.stream(P.next_edit_message(req, deadline_ms, model))
 
     def remask(self, request_id: str, spans: list[tuple[int, int]]) -> AsyncIterator[EngineEvent]:
         return self.stream({"type": "remask", "id": request_id, "spans": [list(s) for s in spans]})

@@ -17,7 +17,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from engine.api import CompletionRequest, EngineEvent, NextEditRequest
+from engine.api import CompletionRequest, EngineEvent
 from engine.daemon import runtime
 from llada_lsp import reconnect
 from llada_lsp.engine_base import EngineClient, EngineJob, EngineUnavailable, Progress
@@ -168,12 +168,7 @@ class WsEngineClient(EngineClient):
     def remask(self, job: EngineJob, spans: list[tuple[int, int]]) -> EngineJob | None:
         return self._spawn(job.request, spans)
 
-    def next_edit(self, request: NextEditRequest) -> EngineJob:
-        """A `next_edit` message to the daemon (docs/protocol.md); its done event carries the
-        suggestions."""
-        return self._spawn(request, None)
-
-    def _spawn(self, request: CompletionRequest | NextEditRequest, spans: list[tuple[int, int]] | None) -> WsJob:
+    def _spawn(self, request: CompletionRequest, spans: list[tuple[int, int]] | None) -> WsJob:
         loop = asyncio.get_running_loop()
         job = WsJob(request, loop, on_cancel=self._send_cancel)
         self.with_deadlines(job)
@@ -251,8 +246,6 @@ class WsEngineClient(EngineClient):
                    ) -> AsyncIterator[EngineEvent]:
         if spans is not None:
             return conn.remask(job.request.request_id, spans)
-        if isinstance(job.request, NextEditRequest):
-            return conn.next_edit(job.request)
         return conn.complete(job.request)
 
     def _count_running(self, job: WsJob, running: bool) -> None:

@@ -205,7 +205,7 @@ class Connection:
             d.scheduler.cancel(msg.request_id, self.id)
         elif isinstance(msg, P.Remask):
             d.scheduler.remask(msg.request_id, msg.spans, self.id, self.emit)
-        elif isinstance(msg, P.Complete | P.NextEdit):
+        elif isinstance(msg, P.Complete):
             req = msg.request
             if msg.model is not None and msg.model not in d.names:
                 where = f" ({d.info['path']})" if self.trusted else ""
@@ -215,7 +215,5 @@ class Connection:
                 self.reply(P.error_message(P.PROMPT_TOO_LONG, f"prefix + suffix of {len(req.prefix) + len(req.suffix)} "
                                            f"characters exceeds the limit of {d.max_prompt_chars} "
                                            f"({self.cfg.max_prompt_tokens} prompt tokens)", req.request_id))
-            elif isinstance(msg, P.NextEdit):
-                d.scheduler.submit_next_edit(msg.request, self.id, self.emit, msg.deadline_ms)
             else:
                 d.scheduler.submit(msg.request, self.id, self.emit, msg.deadline_ms)

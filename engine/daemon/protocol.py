@@ -15,9 +15,7 @@ from engine.api import (
     MAX_ALTERNATIVES,
     CompletionRequest,
     ContextChunk,
-    EditSuggestion,
     EngineEvent,
-    NextEditRequest,
     Plan,
     TextEdit,
 )
@@ -66,9 +64,7 @@ def wire_code(why: Rejection | None) -> str | None:
     return None if why is None else WIRE_CODES[why.kind]
 
 
-CLIENT_TYPES = ("hello", "complete", "next_edit", "cancel", "remask", "stats", "health")
-MAX_REGION_CHARS = 16_384  # a next_edit region's characters at most (the engine also caps its tokens)
-MAX_NEXT_EDIT_PASSES = 16
+CLIENT_TYPES = ("hello", "complete", "cancel", "remask", "stats", "health")
 STOP_KINDS = ("none", "line", "dedent", "brace", "blank_line")
 
 
@@ -94,13 +90,6 @@ class Complete:
 
 
 @dataclass(frozen=True)
-class NextEdit:
-    request: NextEditRequest
-    deadline_ms: int | None = None
-    model: str | None = None
-
-
-@dataclass(frozen=True)
 class Cancel:
     request_id: str
 
@@ -119,7 +108,7 @@ class Query:
     ref: str | None = None
 
 
-Message = Hello | Complete | NextEdit | Cancel | Remask | Query
+Message = Hello | Complete | Cancel | Remask | Query
 
 
 def _str(d: dict[str, Any], key: str, *, required: bool = False, default: str = "",
@@ -243,30 +232,9 @@ def parse(raw: str | bytes, max_tokens: int = 1024) -> Message:
     model = d.get("model")
     if model is not None and not isinstance(model, str):
         raise ProtocolError(BAD_MESSAGE, "field 'model' must be a string", request_id)
-    if kind == "next_edit":
-        return NextEdit(parse_next_edit(d, request_id, doc, prefix, suffix), deadline, model)
     plan = parse_plan(d.get("plan"), request_id, max_tokens)
     context = parse_context(d.get("context"), request_id)
     return Complete(CompletionRequest(request_id, doc, prefix, suffix, plan, context), deadline, model)
-
-
-def parse_next_edit(d: dict[str, Any], rid: str, doc: str, prefix: str, suffix: str) -> NextEditRequest:
-    """The next_edit fields: a non-empty `region` of at most MAX_REGION_CHARS characters,
-    `threshold` null or a number in (0, 1], `max_passes` 1..MAX_NEXT_EDIT_PASSES, `preset` null
-    or a string."""
-    region = clean_text(_str(d, "region", required=True, limit=MAX_REGION_CHARS, rid=rid))
-    if not region:
-        raise ProtocolError(BAD_MESSAGE, "field 'region' must not be empty", rid)
-    threshold = d.get("threshold")
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
-                                  or not 0.0 < threshold <= 1.0):
-        raise ProtocolError(BAD_MESSAGE, f"threshold must be null or a number in (0, 1], got {threshold!r}", rid)
-    passes = _int(d.get("max_passes", 4), "max_passes", 1, MAX_NEXT_EDIT_PASSES, rid)
-    preset = d.get("preset")
-    if preset is not None and not isinstance(preset, str):
-        raise ProtocolError(INVALID_PLAN, "preset must be a string or null", rid)
-    return NextEditRequest(rid, doc, prefix, region, suffix, None if threshold is None else float(threshold),
-                           preset, passes)
 
 
 # -- server -> client ----------------------------------------------------------------------
@@ -292,9 +260,7 @@ def event_from_message(d: dict[str, Any]) -> EngineEvent:
         err = f"{d['code']}: {err}"
     return EngineEvent(d["type"], str(d.get("id") or ""), str(d.get("text") or ""), edits,
                        int(d.get("step") or 0), bool(d.get("draft_complete")), d.get("reason"),
-                       err, d.get("stats"), tuple(str(t) for t in d.get("alternatives") or ()),
-                       tuple(EditSuggestion(int(s["start"]), int(s["end"]), str(s["text"]), float(s["confidence"]))
-                             for s in d.get("suggestions") or ()))
+                       err, d.get("stats"), tuple(str(t) for t in d.get("alternatives") or ()))
 
 
 def complete_message(req: CompletionRequest, deadline_ms: int | None = None,
@@ -303,18 +269,6 @@ def complete_message(req: CompletionRequest, deadline_ms: int | None = None,
                          "prefix": req.prefix, "suffix": req.suffix, "plan": req.plan.to_json()}
     if req.context:
         d["context"] = [{"path": c.path, "text": c.text} for c in req.context]
-    if deadline_ms is not None:
-        d["deadline_ms"] = deadline_ms
-    if model is not None:
-        d["model"] = model
-    return d
-
-
-def next_edit_message(req: NextEditRequest, deadline_ms: int | None = None,
-                      model: str | None = None) -> dict[str, Any]:
-    d: dict[str, Any] = {"type": "next_edit", "id": req.request_id, "doc": req.doc_key, "prefix": req.prefix,
-                         "region": req.region, "suffix": req.suffix, "threshold": req.threshold,
-                         "preset": req.preset, "max_passes": req.max_passes}
     if deadline_ms is not None:
         d["deadline_ms"] = deadline_ms
     if model is not None:

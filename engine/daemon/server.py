@@ -36,7 +36,6 @@ from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan
 from engine.daemon import lifetime, runtime
 from engine.daemon import protocol as P
 from engine.daemon.connection import Connection, token_matches
-from engine.decoding.next_edit import MAX_REGION_TOKENS
 from engine.decoding.policies import POLICIES, PRESETS
 from engine.decoding.scheduler import Scheduler
 from engine.service import TextEngine
@@ -256,12 +255,10 @@ class Daemon:
                 **({"pid": os.getpid()} if trusted else {}), "model": self.model_info(trusted),
                 "capabilities": {"cancel": True, "remask": True, "supersede": "doc_per_connection",
                                  "batching": True, "deadline": True, "presets": sorted(set(PRESETS) | set(POLICIES)),
-                                 "alternatives": MAX_ALTERNATIVES, "next_edit": True},
+                                 "alternatives": MAX_ALTERNATIVES},
                 "limits": {"max_batch": c.max_batch, "max_prompt_tokens": c.max_prompt_tokens,
                            "max_prompt_chars": self.max_prompt_chars, "max_tokens": c.max_new_tokens,
-                           "max_message_bytes": c.max_message_bytes, "deadline_ms": int(c.deadline_s * 1000),
-                           "max_region_chars": P.MAX_REGION_CHARS, "max_region_tokens": MAX_REGION_TOKENS,
-                           "max_next_edit_passes": P.MAX_NEXT_EDIT_PASSES}}
+                           "max_message_bytes": c.max_message_bytes, "deadline_ms": int(c.deadline_s * 1000)}}
 
     def health(self, ref: str | None, trusted: bool = False) -> dict[str, Any]:
         s = self.scheduler

@@ -10,9 +10,8 @@ from typing import Literal
 
 from torch import Tensor
 
-from engine.api import CompletionRequest, EngineEvent, NextEditRequest
+from engine.api import CompletionRequest, EngineEvent
 from engine.decoding.decode import Sequence
-from engine.decoding.next_edit import NextEditStream, next_edit_doc
 from engine.decoding.policies import Policy
 from engine.decoding.rejections import Rejection
 from engine.decoding.stream import TextStream
@@ -20,12 +19,12 @@ from engine.decoding.stream import TextStream
 # (event, why it was refused: set on an error event); called on the model thread
 Emit = Callable[[EngineEvent, "Rejection | None"], None]
 Key = tuple[Hashable, str]  # (owner, request id): ids are scoped to a connection
-Op = Literal["complete", "remask", "next_edit"]
+Op = Literal["complete", "remask"]
 
 
 @dataclass
 class Job:
-    req: CompletionRequest | NextEditRequest  # a NextEditRequest exactly when op is "next_edit"
+    req: CompletionRequest
     owner: Hashable
     emit: Emit
     deadline: float  # time.perf_counter() after which the request ends with reason "deadline"
@@ -33,7 +32,7 @@ class Job:
     op: Op = "complete"
     spans: list[tuple[int, int]] = field(default_factory=list)
     seq: Sequence | None = None
-    stream: TextStream | NextEditStream | None = None
+    stream: TextStream | None = None
     attrs: Tensor | None = None
     partial: str = ""
     row: int = -1
@@ -50,13 +49,12 @@ class Job:
 
     @property
     def doc(self) -> str:
-        """The key it supersedes by and caches its prompt under: next-edit requests apart from
-        the document's completions (`engine.decoding.next_edit.next_edit_doc`)."""
-        return next_edit_doc(self.req.doc_key) if self.op == "next_edit" else self.req.doc_key
+        """The key it supersedes by and caches its prompt under."""
+        return self.req.doc_key
 
     @property
     def preset(self) -> str | None:
-        return self.req.preset if isinstance(self.req, NextEditRequest) else self.req.plan.preset
+        return self.req.plan.preset
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The step loop driven by its caller, one request at a time: the batch-of-one case.
 
-`complete`, `next_edit` and `remask` submit one request to a `engine.decoding.scheduler.Scheduler` and step it in
+`complete` and `remask` submit one request to a `engine.decoding.scheduler.Scheduler` and step it in
 the calling thread until the request's done or error event, yielding its text events as they
 come; a set `cancel` event cancels it before the next forward. The same loop serves the
 daemon's connections and the language server's in-process engine (which steps it in its torch
@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from engine.api import PRESET_ALTERNATIVES, CompletionRequest, EngineEvent, NextEditRequest
+from engine.api import PRESET_ALTERNATIVES, CompletionRequest, EngineEvent
 from engine.decoding.jobs import Emit
 from engine.decoding.policies import Policy
 from engine.decoding.rejections import Rejection
@@ -29,11 +29,6 @@ def complete(loop: Scheduler, req: CompletionRequest, cancel: threading.Event | 
     """`req` decoded on `loop` (a request with the same document key supersedes it there)."""
     return _drive(loop, req.request_id, cancel,
                   lambda emit: loop.submit(req, LOCAL_OWNER, emit, policy=policy))
-
-
-def next_edit(loop: Scheduler, req: NextEditRequest, cancel: threading.Event | None = None) -> Iterator[EngineEvent]:
-    """`req`'s edit passes on `loop` (a next-edit request for the same document supersedes it)."""
-    return _drive(loop, req.request_id, cancel, lambda emit: loop.submit_next_edit(req, LOCAL_OWNER, emit))
 
 
 def remask(loop: Scheduler, request_id: str, spans: list[tuple[int, int]],

@@ -31,14 +31,8 @@ class TooLong(ValueError):
     """The prompt and the token budget do not fit the model's canvas (a decoder's check)."""
 
 
-class BadRequest(ValueError):
-    """The request itself is wrong (an empty next-edit region, a preset without edits)."""
-
-
 def rejection_of(e: BaseException) -> Rejection:
     """The rejection of a request that failed while it started or ran: `TOO_LONG` for a
-    canvas that cannot hold it, `BAD_REQUEST` for a request that is wrong, anything else
-    `INTERNAL`."""
-    kind = RejectKind.TOO_LONG if isinstance(e, TooLong) else \
-        RejectKind.BAD_REQUEST if isinstance(e, BadRequest) else RejectKind.INTERNAL
+    canvas that cannot hold it, anything else `INTERNAL`."""
+    kind = RejectKind.TOO_LONG if isinstance(e, TooLong) else RejectKind.INTERNAL
     return Rejection(kind, f"{type(e).__name__}: {e}")

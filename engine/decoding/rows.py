@@ -120,8 +120,7 @@ class Rows:
             self.counters["completed"] += 1
         elif reason in ("cancelled", "superseded", "deadline"):
             self.counters[reason] += 1
-        if job.op != "next_edit":  # nothing to remask in a next-edit request
-            self.finished[job.key] = job
+        self.finished[job.key] = job
         while len(self.finished) > self.keep_finished:
             self.finished.popitem(last=False)
         self._send(job, done, None)

@@ -35,12 +35,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from torch import Tensor
 
-from engine.api import CompletionRequest, NextEditRequest
+from engine.api import CompletionRequest
 from engine.decoding.alternatives import alternatives_for, forks_budget
 from engine.decoding.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decoding.decode import Feed, Staged
 from engine.decoding.jobs import Command, Emit, Job, Key
-from engine.decoding.next_edit import NextEditStream
 from engine.decoding.policies import POLICIES, PRESETS, Policy
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
 from engine.decoding.rows import FINISHED_KEPT, Rows
@@ -92,13 +91,6 @@ class Scheduler(Rows):
         limit = self.deadline_s if deadline_ms is None else min(self.deadline_s, deadline_ms / 1000)
         job = Job(req, owner, emit, time.perf_counter() + limit, op=op, spans=list(spans or []), policy=policy)
         self.inbox.put(Command("submit", job=job))
-
-    def submit_next_edit(self, req: NextEditRequest, owner: Hashable, emit: Emit,
-                         deadline_ms: int | None = None) -> None:
-        """Queue a next-edit request (`engine.decoding.next_edit`): edit passes over its region;
-        it supersedes the same owner's earlier next-edit request for the document only."""
-        limit = self.deadline_s if deadline_ms is None else min(self.deadline_s, deadline_ms / 1000)
-        self.inbox.put(Command("submit", job=Job(req, owner, emit, time.perf_counter() + limit, op="next_edit")))
 
     def remask(self, request_id: str, spans: list[tuple[int, int]], owner: Hashable, emit: Emit,
                deadline_ms: int | None = None) -> None:
@@ -200,7 +192,7 @@ class Scheduler(Rows):
         old: Job | None = None
         if job.op == "remask":
             old = self.finished.pop(job.key, None)
-            if old is None or old.seq is None or old.op == "next_edit":
+            if old is None or old.seq is None:
                 return self._reject(job, Rejection(RejectKind.UNKNOWN_REQUEST,
                                                    f"unknown or expired request id {rid!r}"))
             job.req, job.partial = old.req, old.partial
@@ -221,10 +213,7 @@ class Scheduler(Rows):
                                                f"busy: {self.max_batch} requests are running; retry later"))
         row = self.free_rows.pop()
         try:
-            if isinstance(job.req, NextEditRequest):
-                with self.engine.prompt_cache.scoped(job.owner):
-                    seq, region, reused = self.engine.prepare_next_edit(job.req, row)
-            elif old is not None and old.seq is not None:
+            if old is not None and old.seq is not None:
                 seq = old.seq
                 seq.row = row
                 reused = self.engine.prompt_cache.restore(self.engine.model, row, job.req.doc_key, seq.prompt,
@@ -240,11 +229,8 @@ class Scheduler(Rows):
             return self._reject(job, rejection_of(e))
         job.seq, job.row = seq, row
         queue_ms = (time.perf_counter() - job.submitted) * 1000
-        if isinstance(job.req, NextEditRequest):
-            job.stream = NextEditStream(self.engine, job.req, seq, region, job.submitted, reused, queue_ms)
-        else:
-            seq.keep_first_logits = job.op == "complete" and alternatives_for(job.req.plan, self.engine.preset) > 1
-            job.stream = TextStream(self.engine, job.req, seq, job.partial, job.submitted, reused, queue_ms)
+        seq.keep_first_logits = job.op == "complete" and alternatives_for(job.req.plan, self.engine.preset) > 1
+        job.stream = TextStream(self.engine, job.req, seq, job.partial, job.submitted, reused, queue_ms)
         job.attrs = new_slot_attrs(self.engine.max_len, seq.clean_len)
         self.running[job.key] = job
         self.by_doc[(job.owner, job.doc)] = job.key

@@ -129,6 +129,7 @@ async def test_bad_input_gets_errors_and_the_connection_stays_usable(daemon: Dae
             ("{not json", "bad_json"),
             ("[1, 2]", "bad_message"),
             (json.dumps({"type": "frobnicate", "id": "f"}), "unknown_type"),
+            (json.dumps({**ok, "type": "next_edit", "region": "x"}), "unknown_type"),  # gone with issue 42
             (json.dumps({**ok, "doc": None}), "bad_message"),
             (json.dumps({**ok, "plan": {"max_tokens": -1}}), "invalid_plan"),
             (json.dumps({**ok, "plan": {"stop": "sometimes"}}), "invalid_plan"),

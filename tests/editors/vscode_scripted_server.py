@@ -5,7 +5,6 @@ complete draft, then two refinements (engine "edit" events the server turns into
 directory ($LLADA_SCRIPT_DIR), and the engine writes `pushed-<k>` there (the wall-clock time,
 in ms, when the event left the engine), so the test can time each refinement's way to the
 screen. An explicitly invoked request (cycling) gets the other candidates on its done event.
-Next-edit requests get one suggestion: the region's first `area` becomes `surface`.
 The server writes `sent-<k>` (ms) once it has written the `llada/refine` of refinement k.
 Differences from the real engine: no model; texts fixed; `step` counts script steps.
 
@@ -24,13 +23,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.api import CompletionRequest, EditSuggestion, EngineEvent, NextEditRequest, diff_edits  # noqa: E402
+from engine.api import CompletionRequest, EngineEvent, diff_edits  # noqa: E402
 from llada_lsp import cli, server  # noqa: E402
 from llada_lsp.engine_base import EngineClient, EngineJob, Progress  # noqa: E402
 
 STEPS = ("width + height", "width * height", "width * height * depth")  # draft, refinement 1, 2
 OTHERS = ("height * width", "max(width, height)")  # the candidates an invoked request adds
-RENAME = ("area", "surface")  # next-edit: the region's first `area` -> `surface`
 
 
 class ScriptedEngine(EngineClient):
@@ -71,15 +69,6 @@ class ScriptedEngine(EngineClient):
             if job.cancel_event.wait(0.002):
                 return False
         return True
-
-    def next_edit(self, request: NextEditRequest) -> EngineJob:
-        job = EngineJob(request, asyncio.get_running_loop())
-        old, new = RENAME
-        at = request.region.find(old)
-        found = (EditSuggestion(at, at + len(old), new, 0.9),) if at >= 0 else ()
-        text = request.region if at < 0 else request.region[:at] + new + request.region[at + len(old):]
-        job.push(EngineEvent("done", request.request_id, text, step=1, reason="end_of_middle", suggestions=found))
-        return job
 
     async def close(self) -> None:
         return None

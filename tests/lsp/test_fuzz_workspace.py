@@ -51,7 +51,7 @@ async def recording_engine() -> AsyncIterator[tuple[str, list[str]]]:
             if m.get("type") == "hello":
                 await ws.send(json.dumps({"type": "hello", "ref": m.get("ref"), "protocol": 1, "pid": 1,
                                           "model": {"model": "recorder"}}))
-            elif m.get("type") in ("complete", "next_edit"):
+            elif m.get("type") == "complete":
                 await ws.send(json.dumps({"type": "done", "id": m["id"], "text": "", "step": 1}))
 
     async with serve(handler, "127.0.0.1", 0) as server:

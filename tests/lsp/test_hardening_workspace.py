@@ -169,9 +169,9 @@ def test_no_settings_shape_passes_the_machine_scoped_filter(shape: dict) -> None
 
 
 def test_numeric_options_are_clamped_and_workspace_deadlines_of_zero_refused() -> None:
-    opts, warnings = parse_options({"debounceMs": 86_400_000, "nextEdit": {"windowLines": 10**9},
+    opts, warnings = parse_options({"debounceMs": 86_400_000, "nextEdit": {"siteTokens": 10**9},
                                     "cacheSize": 10**9, "maxTokens": {"line": 0}})
-    assert (opts.debounce_ms, opts.next_edit.window_lines, opts.cache_size, opts.max_tokens.line) == (2000, 200, 4096, 1)
+    assert (opts.debounce_ms, opts.next_edit.site_tokens, opts.cache_size, opts.max_tokens.line) == (2000, 64, 4096, 1)
     assert len(warnings) == 4 and any("debounceMs" in w for w in warnings)
     for name, (_lo, hi) in RANGES.items():  # every range names a real numeric option
         *outer, last = name.split(".")

@@ -252,8 +252,8 @@ export interface Settings {
   alternatives: number;
   /** Candidates an explicitly invoked request (next/previous suggestion) decodes at least. */
   invokedAlternatives: number;
-  /** Next-edit suggestions: sent after edits (client-side debounce); the server's window and threshold. */
-  nextEdit: { enabled: boolean; debounceMs: number; windowLines: number; threshold: number | null };
+  /** Next-edit suggestions: sent after edits (client-side debounce); the server's fill threshold. */
+  nextEdit: { enabled: boolean; debounceMs: number; threshold: number | null };
 }
 
 export const DEFAULT_SETTINGS: Settings = {
@@ -266,7 +266,7 @@ export const DEFAULT_SETTINGS: Settings = {
   debounceMs: 0,
   alternatives: 0,
   invokedAlternatives: 4,
-  nextEdit: { enabled: true, debounceMs: 300, windowLines: 20, threshold: null },
+  nextEdit: { enabled: true, debounceMs: 300, threshold: null },
 };
 
 /**
@@ -320,9 +320,6 @@ export function serverOptions(s: Settings): Record<string, unknown> {
   const d = DEFAULT_SETTINGS.nextEdit;
   if (s.nextEdit.enabled !== d.enabled) {
     ne.enabled = s.nextEdit.enabled;
-  }
-  if (s.nextEdit.windowLines !== d.windowLines && s.nextEdit.windowLines >= 0) {
-    ne.windowLines = Math.floor(s.nextEdit.windowLines);
   }
   if (typeof s.nextEdit.threshold === "number" && s.nextEdit.threshold > 0 && s.nextEdit.threshold <= 1) {
     ne.threshold = s.nextEdit.threshold;

@@ -58,7 +58,6 @@ function readSettings(): Settings {
     nextEdit: {
       enabled: c.get<boolean>("nextEdit.enabled", DEFAULT_SETTINGS.nextEdit.enabled),
       debounceMs: c.get<number>("nextEdit.debounceMs", DEFAULT_SETTINGS.nextEdit.debounceMs),
-      windowLines: c.get<number>("nextEdit.windowLines", DEFAULT_SETTINGS.nextEdit.windowLines),
       threshold: c.get<number | null>("nextEdit.threshold", DEFAULT_SETTINGS.nextEdit.threshold),
     },
   };

@@ -32,8 +32,6 @@ export const PASS_THROUGH: readonly PassThrough[] = [
   { name: "engineTimeoutMs" },
   { name: "workspaceContext" },
   { name: "contextTokens" },
-  { name: "nextEdit.maxRegionChars" },
-  { name: "nextEdit.maxPasses" },
 ];
 
 /** What `WorkspaceConfiguration.inspect` returns, in part. */

@@ -179,14 +179,16 @@ describe("pass-through settings", () => {
       "promptTemplate": { workspaceValue: "/ws/evil.jinja" },
       "syntaxCheck": { workspaceValue: false },
       "context.prefixChars": { globalValue: 100 },
-      "nextEdit.maxPasses": { workspaceFolderValue: 2, globalValue: 3 },
+      "context.suffixChars": { workspaceFolderValue: 2, globalValue: 3 },
       "maxPromptTokens": { globalValue: null },
       "engineToken": { globalValue: "" },
     };
     const got = passThroughOptions((n) => set[n]);
-    assert.deepEqual(got, { device: "cuda", syntaxCheck: false, context: { prefixChars: 100 }, nextEdit: { maxPasses: 2 } });
-    const merged = mergeOptions(serverOptions({ ...DEFAULT_SETTINGS, nextEdit: { ...DEFAULT_SETTINGS.nextEdit, windowLines: 5 } }), got);
-    assert.deepEqual(merged.nextEdit, { windowLines: 5, maxPasses: 2 });
+    assert.deepEqual(got, { device: "cuda", syntaxCheck: false, context: { prefixChars: 100, suffixChars: 2 } });
+    const merged = mergeOptions(serverOptions({ ...DEFAULT_SETTINGS, nextEdit: { ...DEFAULT_SETTINGS.nextEdit, threshold: 0.5 } }),
+      { ...got, nextEdit: { siteTokens: 2 } });
+    assert.deepEqual(merged.nextEdit, { threshold: 0.5, siteTokens: 2 });
+    assert.deepEqual(merged.context, { prefixChars: 100, suffixChars: 2 });
     assert.equal(merged.device, "cuda");
     assert.ok(RESTART_SETTINGS.includes("device") && RESTART_SETTINGS.includes("sglang") && !RESTART_SETTINGS.includes("syntaxCheck"));
   });

@@ -70,8 +70,8 @@ describe("next-edit helpers", () => {
 
   it("sends the server's part of the settings only when changed", () => {
     assert.equal("nextEdit" in serverOptions(DEFAULT_SETTINGS), false);
-    assert.deepEqual(serverOptions({ ...DEFAULT_SETTINGS, nextEdit: { enabled: false, debounceMs: 10, windowLines: 5, threshold: 0.2 } }).nextEdit,
-      { enabled: false, windowLines: 5, threshold: 0.2 });
+    assert.deepEqual(serverOptions({ ...DEFAULT_SETTINGS, nextEdit: { enabled: false, debounceMs: 10, threshold: 0.2 } }).nextEdit,
+      { enabled: false, threshold: 0.2 });
   });
 });
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from engine.decoding.policies.base import BlockView, Decision, Policy
 from engine.decoding.policies.draft_edit import QUALITY, SPEEDY, DraftEdit, DraftEditConfig
-from engine.decoding.policies.edit_only import EditOnly, EditOnlyConfig
 from engine.decoding.policies.indel import InDel, InDelConfig
 from engine.decoding.policies.low_confidence import LowConfidence, LowConfidenceConfig
 from engine.decoding.policies.one_per_step import OnePerStep, OnePerStepConfig
@@ -22,9 +21,6 @@ POLICIES: dict[str, tuple[type, Callable[[Any], Policy]]] = {
     "draft_edit": (DraftEditConfig, DraftEdit),
     "indel": (InDelConfig, InDel),  # LLaDA2.2's insert/delete rule: models with edit tokens only
 }
-
-# the next-edit job's policy (engine.decoding.next_edit) is `EditOnly`, built by that job from a
-# preset's edit threshold: no completion preset, since it commits no masks
 
 # preset name -> (policy name, config)
 PRESETS: dict[str, tuple[str, Any]] = {
@@ -54,20 +50,4 @@ def make_policy(preset: str, **overrides: Any) -> Policy:
     return POLICIES[policy_name][1](cfg)
 
 
-def edit_threshold_of(preset: str) -> float:
-    """The T2T edit threshold of a preset (or bare policy name); ValueError for an unknown one
-    or one that makes no token-to-token edits."""
-    if preset in PRESETS:
-        cfg = PRESETS[preset][1]
-    elif preset in POLICIES:
-        cfg = POLICIES[preset][0]()
-    else:
-        raise ValueError(f"unknown policy or preset {preset!r}; known: {sorted(set(PRESETS) | set(POLICIES))}")
-    threshold = getattr(cfg, "edit_threshold", None)
-    if not isinstance(threshold, float):
-        raise ValueError(f"preset {preset!r} makes no token-to-token edits: name a threshold or a draft-edit preset")
-    return threshold
-
-
-__all__ = ["BlockView", "Decision", "DraftEdit", "EditOnly", "EditOnlyConfig", "InDel", "InDelConfig", "Policy",
-           "POLICIES", "PRESETS", "edit_threshold_of", "make_policy"]
+__all__ = ["BlockView", "Decision", "DraftEdit", "InDel", "InDelConfig", "Policy", "POLICIES", "PRESETS", "make_policy"]
