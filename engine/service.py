@@ -50,6 +50,7 @@ from engine.model.loader import load_model
 from engine.model.native import Transformer
 from engine.prompt.builder import PromptBuilder
 from engine.prompt.healing import HEALABLE, Healing
+from engine.prompt.name_trie import NamePaths
 from engine.prompt.prompt_cache import PromptCache
 from engine.prompt.tokenizer import load_prompt_format, load_tokenizer, special_id_set
 
@@ -107,6 +108,10 @@ class TextEngine:
         texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
         self.special_ids = frozenset(special_id_set(self.tok, special))  # never a next-edit replacement
         self.healing = Healing(texts, set(self.special_ids))
+        # known names as token paths (engine.prompt.name_trie); not for chat answers, which
+        # need not start at the cursor
+        self.name_paths = NamePaths(texts, self.special_ids, self.config.vocab_size, self.tok,
+                                    enabled=fmt.kind not in ("chat", "template"))
         self.prompts = PromptBuilder(self.tok, special, fmt, self.max_prompt_tokens, self.bidirectional, self._heal)
         self.format, self.fim, self.end_ids = fmt, fim, self.prompts.end_ids
         self.sp = special
@@ -166,6 +171,8 @@ class TextEngine:
         max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
         seq = make_sequence(self.model, ids, policy, max_new, suffix=suffix, row=row, reused=reused,
                             max_len=self.max_len, first_allowed=allowed, stop_fn=self._stop_fn(plan, partial))
+        if req.names is not None and req.names.names:
+            seq.names = self.name_paths.constraint(req.prefix, req.names, partial)
         return seq, partial, seq.reused
 
     def prepare_next_edit(self, req: NextEditRequest, row: int) -> tuple[Sequence, RegionTokens, int]:

@@ -9,6 +9,8 @@ Keys in `EngineClient.info` (absent: the native engine's answer):
   alternatives how many candidates one request can decode (1: the primary only)
   next_edit    next-edit suggestions are available
   presets      the presets (speedy, quality) this engine can serve
+  names        the first identifier can be decoded among known names (`engine.api.Names`);
+               SGLang cannot: its sampler takes no per-request token trie
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Capabilities:
     remask: bool = True
     alternatives: int = MAX_ALTERNATIVES
     next_edit: bool = True
+    names: bool = True
 
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> Capabilities:
@@ -38,4 +41,5 @@ class Capabilities:
                    granularity=str(info.get("granularity", d.granularity)),
                    edits=bool(info.get("edits", d.edits)), remask=bool(info.get("remask", d.remask)),
                    alternatives=alt if isinstance(alt, int) and alt >= 1 else d.alternatives,
-                   next_edit=bool(info.get("next_edit", d.next_edit)))
+                   next_edit=bool(info.get("next_edit", d.next_edit)),
+                   names=bool(info.get("names", d.names)))
