@@ -110,7 +110,7 @@ class TextEngine:
         self.healing = Healing(texts, set(self.special_ids))
         # known names as token paths (engine.prompt.name_trie); not for chat answers, which
         # need not start at the cursor
-        self.name_paths = NamePaths(texts, self.special_ids, self.config.vocab_size, self.tok,
+        self.name_paths = NamePaths(texts, self.special_ids, self.config.vocab_size, self.tok, special.mask,
                                     enabled=fmt.kind not in ("chat", "template"))
         self.prompts = PromptBuilder(self.tok, special, fmt, self.max_prompt_tokens, self.bidirectional, self._heal)
         self.format, self.fim, self.end_ids = fmt, fim, self.prompts.end_ids
@@ -233,6 +233,8 @@ class TextEngine:
         its prompt comes from the prompt cache when the primary stored it."""
         seq, _partial, _reused = self.prepare(req, row, policy)
         seq.first_allowed = only(token, self.config.vocab_size)
+        if seq.names is not None:
+            seq.names.keep_own_above = math.inf  # a fork of a constrained primary decodes a listed name
         return seq
 
     def alternative_texts(self, req: CompletionRequest, forks: list[Sequence], partial: str, primary: str

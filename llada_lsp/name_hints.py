@@ -58,7 +58,7 @@ class NameHints:
         rebuilt when the index changes)."""
         self._refresh()
         i = bisect.bisect_left(self._sorted, typed)
-        out = []
+        out: list[str] = []
         while i < len(self._sorted) and self._sorted[i].startswith(typed) and len(out) < 64:
             out.append(self._sorted[i])
             i += 1

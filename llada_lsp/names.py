@@ -179,9 +179,13 @@ def _capture(query: ts.Query | None, start: int, end: int, node: Any, typed: str
     cur = ts.QueryCursor(query)
     cur.set_byte_range(start, end)
     for n in cur.captures(node).get("n", ()):
-        name = n.text.decode("utf-8", "replace")
+        name = _text(n)
         if name.startswith(typed):
             found[name] = None
+
+
+def _text(node: Any) -> str:
+    return (node.text or b"").decode("utf-8", "replace")
 
 
 def _members(comp: Compiled, cls: Any, typed: str, found: dict[str, None]) -> None:
@@ -191,10 +195,10 @@ def _members(comp: Compiled, cls: Any, typed: str, found: dict[str, None]) -> No
     cur.set_byte_range(cls.start_byte, cls.end_byte)
     for _i, caps in cur.matches(cls):
         recv = caps.get("o")
-        if recv and recv[0].text.decode() != comp.spec.receiver:
+        if recv and _text(recv[0]) != comp.spec.receiver:
             continue
         for n in caps.get("n", ()):
-            name = n.text.decode("utf-8", "replace")
+            name = _text(n)
             if name.startswith(typed):
                 found[name] = None
 

@@ -232,7 +232,7 @@ class Sequence:
         if self.first_allowed is not None and sl.start == 0:
             logits[0, ~self.first_allowed] = float("-inf")
         if self.names is not None and sl.start == 0:
-            logits = self.names.apply(logits)
+            logits = self.names.apply(logits, self.middle.tolist(), self.committed.tolist())
         if self.keep_first_logits and sl.start == 0 and self.first_logits is None and not edit_only:
             ranked = self.names.first_scores if self.names is not None else None
             self.first_logits = (ranked if ranked is not None else logits[0]).detach().float().cpu().clone()

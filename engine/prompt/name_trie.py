@@ -54,10 +54,10 @@ def name_paths(names: tuple[str, ...], typed: str, partial: str, vocab: dict[str
         if not name.startswith(typed):
             continue
         s = partial + name[len(typed):]
+        cand: list[tuple[int, ...]] = []
         if not s:  # the name is complete at the cursor: the path is empty, only the end counts
-            cand = [()]
+            cand.append(())
         else:
-            cand = []
             for k in range(len(s), max(1, len(partial)) - 1, -1):
                 tid = vocab.get(s[:k])
                 if tid is None or tid in special or tid >= width:
@@ -67,7 +67,7 @@ def name_paths(names: tuple[str, ...], typed: str, partial: str, vocab: dict[str
                 if len(cand) >= FIRST_TOKEN_CHOICES:
                     break
         for p in cand:
-            if len(p) <= MAX_PATH_TOKENS and p not in seen and all(t < width for t in p):
+            if len(p) <= MAX_PATH_TOKENS and p not in seen and all(tid < width for tid in p):
                 seen.add(p)
                 paths.append(p)
                 owners.append(name)
@@ -79,9 +79,9 @@ class NamePaths:
 
     MAX_CACHED = 64
 
-    def __init__(self, texts: list[str], special: frozenset[int], width: int, tok: Tokenizer,
+    def __init__(self, texts: list[str], special: frozenset[int], width: int, tok: Tokenizer, mask_id: int,
                  enabled: bool = True) -> None:
-        self.enabled, self.width, self.special = enabled, width, special
+        self.enabled, self.width, self.special, self.mask_id = enabled, width, special, mask_id
         self.vocab: dict[str, int] = {}
         for i, t in enumerate(texts):
             if t and i not in special and i < width:
@@ -110,4 +110,4 @@ class NamePaths:
         paths, owners = got
         if not paths:
             return None
-        return NameConstraint(list(paths), list(owners), self.ident_start, names.keep_own_above)
+        return NameConstraint(list(paths), list(owners), self.ident_start, self.mask_id, names.keep_own_above)
