@@ -31,6 +31,7 @@ from llada_lsp.positions import byte_offset
 IDENT_TAIL = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*$")
 WORD_BEFORE = re.compile(r"([A-Za-z_$][A-Za-z0-9_$]*)\s+$")
 RECEIVER = re.compile(r"([A-Za-z_$][A-Za-z0-9_$.]*)\.$")
+PARAMS = re.compile(r"\b(?:def|function|fn|func)\s*[A-Za-z0-9_$]*\s*\([^)]*$|\blambda\b[^:]*$")
 MAX_NAMES = 256  # engine.api.NAMES_MAX
 MIN_TYPED = 1
 
@@ -55,6 +56,8 @@ def use_site(text: str, offset: int, language_id: str, tree: Any) -> UseSite | N
     if m is None or len(m.group()) < MIN_TYPED or m.group()[0].isdigit():
         return None
     typed, head = m.group(), before[: m.start()]
+    if _in_string_or_comment(head, language_id) or PARAMS.search(head):
+        return None  # the tree of a line being typed is often broken: the line's text decides
     rest = text[offset: text.find("\n", offset) if "\n" in text[offset:] else len(text)]
     if re.match(r"\s*=(?!=)", rest):
         return None  # left of `=`
@@ -75,6 +78,26 @@ def use_site(text: str, offset: int, language_id: str, tree: Any) -> UseSite | N
             return None
         node = node.parent
     return UseSite(typed, receiver, start)
+
+
+def _in_string_or_comment(head: str, language_id: str) -> bool:
+    """Whether the end of `head` (a line's text before the word) is inside a string or a
+    comment, by a scan of its quotes (escapes skipped)."""
+    quote = ""
+    i = 0
+    while i < len(head):
+        c = head[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'`":
+            quote = c
+        elif c == "#" and language_id == "python" or head.startswith("//", i):
+            return True
+        i += 1
+    return bool(quote)
 
 
 @dataclass
