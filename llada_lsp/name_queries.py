@@ -112,7 +112,7 @@ _PY = LanguageNames(
     "module", _PY_TOP, _PY_LOCAL, _PY_MEMBERS, "self",
     frozenset({"function_definition", "lambda"}), frozenset({"class_definition"}),
     frozenset({"parameters", "lambda_parameters"}),
-    frozenset({"def", "class", "import", "from", "as", "global", "nonlocal"}),
+    frozenset({"def", "class", "import", "from", "as", "global", "nonlocal", "for"}),
     frozenset({"string", "string_content", "comment", "concatenated_string"}),
     frozenset(n for n in (*dir(builtins), *keyword.kwlist, *keyword.softkwlist) if n.isidentifier()),
 )

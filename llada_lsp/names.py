@@ -227,18 +227,58 @@ def _members(comp: Compiled, cls: Any, typed: str, found: dict[str, None]) -> No
 
 
 def _top_names(comp: Compiled, root: Any, data: bytes) -> tuple[set[str], dict[str, str]]:
-    names: dict[str, None] = {}
-    _capture(comp.top, 0, len(data), root, "", names)
+    """The names a file binds at its top level, and (Python) what its imports bind to which
+    module. Python walks the root's statements (a query over a 5,000-line file costs ~10 ms);
+    other languages run the anchored query."""
+    if comp.spec.root != "module":
+        names: dict[str, None] = {}
+        _capture(comp.top, 0, len(data), root, "", names)
+        return set(names), {}
+    out: set[str] = set()
     imports: dict[str, str] = {}
-    if comp.spec.root == "module":  # Python: what `import a.b` / `import a.b as c` / `from a import b` bind
-        for m in re.finditer(rb"^[ \t]*import[ \t]+([\w.]+)(?:[ \t]+as[ \t]+(\w+))?", data, re.M):
-            dotted = m.group(1).decode()
-            imports[m.group(2).decode() if m.group(2) else dotted.split(".")[0]] = \
-                dotted if m.group(2) else dotted.split(".")[0]
-        for m in re.finditer(rb"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+([\w, \t]+)$", data, re.M):
-            base = m.group(1).decode()
-            for part in m.group(2).decode().split(","):
-                bits = part.split()
-                if bits:
-                    imports[bits[-1]] = f"{base}.{bits[0]}"
-    return set(names), imports
+    _python_statements(root.named_children, out, imports, 0)
+    return out, imports
+
+
+def _python_statements(nodes: list[Any], out: set[str], imports: dict[str, str], depth: int) -> None:
+    for c in nodes:
+        kind = c.type
+        if kind == "decorated_definition":
+            c = c.child_by_field_name("definition") or c
+            kind = c.type
+        if kind in ("function_definition", "class_definition"):
+            n = c.child_by_field_name("name")
+            if n is not None:
+                out.add(_text(n))
+        elif kind == "expression_statement":
+            a = c.named_children[0] if c.named_child_count else None
+            left = a.child_by_field_name("left") if a is not None and a.type == "assignment" else None
+            if left is not None and left.type == "identifier":
+                out.add(_text(left))
+            elif left is not None and left.type in ("pattern_list", "tuple_pattern"):
+                out.update(_text(x) for x in left.named_children if x.type == "identifier")
+        elif kind in ("import_statement", "import_from_statement"):
+            _python_import(_text(c), out, imports)
+        elif depth < 2 and kind in ("if_statement", "try_statement", "with_statement", "else_clause",
+                                    "except_clause", "finally_clause", "elif_clause", "block"):
+            _python_statements(c.named_children, out, imports, depth + 1)
+
+
+def _python_import(stmt: str, out: set[str], imports: dict[str, str]) -> None:
+    """What one import statement binds: `import a.b` binds a, `import a.b as c` binds c to
+    a.b, `from a import b as c` binds c to a.b."""
+    stmt = " ".join(stmt.replace("(", " ").replace(")", " ").replace("\\", " ").split())
+    m = re.match(r"from ([\w.]+) import (.+)", stmt)
+    parts = (m.group(2) if m else stmt.removeprefix("import ")).split(",")
+    for part in parts:
+        bits = part.split()
+        if not bits or bits[0] == "*":
+            continue
+        dotted, local = bits[0], bits[-1] if len(bits) == 3 and bits[1] == "as" else None
+        if m:
+            local = local or dotted
+            imports[local] = f"{m.group(1)}.{dotted}"
+        else:
+            imports[local or dotted.split(".")[0]] = dotted if local else dotted.split(".")[0]
+            local = local or dotted.split(".")[0]
+        out.add(local)
