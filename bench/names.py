@@ -205,25 +205,31 @@ class Arm:
     es: list[float]
     ms: list[float]
     sent: list[bool]
+    forwards: list[int]
 
 
-def run_arm(eng, tasks: list[NameTask], names: list[Names | None], names_ms: list[float], preset: str) -> Arm:  # noqa: ANN001
-    a = Arm([], [], [], [], [])
+def run_pair(eng, tasks: list[NameTask], names: list[Names | None], names_ms: list[float],  # noqa: ANN001
+             preset: str) -> tuple[Arm, Arm]:
+    """Both arms, task by task (off, then on, back to back: the shared machine's load drifts
+    less between them); the prompt cache is cleared before each request."""
+    arms = (Arm([], [], [], [], [], []), Arm([], [], [], [], [], []))
     for k, (nt, nm, extra) in enumerate(zip(tasks, names, names_ms, strict=True)):
         t = nt.task
-        eng.prompt_cache.clear()
-        req = CompletionRequest(f"n-{k}", t.source, t.prefix, t.suffix, replace(t.plan, preset=preset), (), nm)
-        t0 = time.perf_counter()
-        done = list(eng.complete(req))[-1]
-        a.ms.append((time.perf_counter() - t0) * 1e3 + extra)
-        text = chosen(t, done)
-        # ordinary tasks (no identifier at the cursor): the first identifier of the line
-        want = nt.name or (IDENT.match(t.middle) or re.match("", "")).group()  # type: ignore[union-attr]
-        a.ident.append(ident_of(nt.typed, text) == (nt.typed + want if not nt.name else nt.name))
-        a.line.append(exact_match(text, t.middle))
-        a.es.append(edit_similarity(text, t.middle))
-        a.sent.append(nm is not None)
-    return a
+        for arm, given, added in ((arms[0], None, 0.0), (arms[1], nm, extra)):
+            eng.prompt_cache.clear()
+            req = CompletionRequest(f"n-{k}", t.source, t.prefix, t.suffix, replace(t.plan, preset=preset), (), given)
+            t0 = time.perf_counter()
+            done = list(eng.complete(req))[-1]
+            arm.ms.append((time.perf_counter() - t0) * 1e3 + added)
+            text = chosen(t, done)
+            # ordinary tasks (no identifier at the cursor): the first identifier of the line
+            want = nt.name or nt.typed + (IDENT.match(t.middle) or re.match("", "")).group()  # type: ignore[union-attr]
+            arm.ident.append(ident_of(nt.typed, text) == want)
+            arm.line.append(exact_match(text, t.middle))
+            arm.es.append(edit_similarity(text, t.middle))
+            arm.sent.append(given is not None)
+            arm.forwards.append(int((done.stats or {}).get("forwards", 0)))
+    return arms
 
 
 def scope_cost(repeats: int = 200) -> dict[str, float]:
@@ -311,14 +317,14 @@ def main() -> None:
             continue
         got = [server.names(t.task, t.path, keep) for t in ts]
         names, ms = [g[0] for g in got], [g[1] for g in got]
-        off = run_arm(eng, ts, [None] * len(ts), [0.0] * len(ts), args.preset)
-        on = run_arm(eng, ts, names, ms, args.preset)
+        off, on = run_pair(eng, ts, names, ms, args.preset)
         rows[kind] = _row(kind, off, on, ms)
     model = eng.info()["model"]
     print(f"names bench, model {model}, preset {args.preset}, keep own above {keep}, "
           f"{time.perf_counter() - t_start:.0f} s")
     hdr = (f"{'kind':11} {'n':>4} {'sent':>5} {'ident off':>17} {'ident on':>17} {'dIdent (CI)':>24} "
-           f"{'line off':>17} {'line on':>17} {'dLine (CI)':>24} {'p50 off':>8} {'p50 on':>7} {'names':>6}")
+           f"{'line off':>17} {'line on':>17} {'dLine (CI)':>24} {'p50 off':>8} {'p50 on':>7} {'+p50':>6} {'names':>6} "
+           f"{'fwd':>9}")
     print(hdr)
     print("-" * len(hdr))
     for kind, r in rows.items():
@@ -330,7 +336,8 @@ def main() -> None:
 
         print(f"{kind:11} {r['n']:4d} {r['sent']:5.2f} {cell(r['ident_off']):>17} {cell(r['ident_on']):>17} "
               f"{eff(r['ident_effect']):>24} {cell(r['line_off']):>17} {cell(r['line_on']):>17} "
-              f"{eff(r['line_effect']):>24} {r['p50_off_ms']:8.1f} {r['p50_on_ms']:7.1f} {r['names_p50_ms']:6.2f}")
+              f"{eff(r['line_effect']):>24} {r['p50_off_ms']:8.1f} {r['p50_on_ms']:7.1f} {r['p50_added_ms']:+6.1f} {r['names_p50_ms']:6.2f} "
+              f"{r['forwards_off']:4.1f}/{r['forwards_on']:<4.1f}")
     goal = _goal(rows)
     print("goal: " + "; ".join(f"{k} {'met' if v else 'not met'}" for k, v in goal.items()))
     print(json.dumps({"bench": "names", "model": model, "preset": args.preset, "seed": args.seed,
@@ -352,7 +359,8 @@ def _row(kind: str, off: Arm, on: Arm, names_ms: list[float]) -> dict[str, Any]:
             "ident_effect": paired_effect(score(off.ident, off), score(on.ident, on)),
             "line_effect": paired_effect(score(off.line, off), score(on.line, on)),
             "p50_off_ms": p50(off.ms), "p50_on_ms": p50(on.ms), "names_p50_ms": round(statistics.median(names_ms), 3),
-            "p50_added_ms": p50([b - a for a, b in zip(off.ms, on.ms, strict=True)])}
+            "p50_added_ms": p50([b - a for a, b in zip(off.ms, on.ms, strict=True)]),
+            "forwards_off": round(sum(off.forwards) / max(1, n), 2), "forwards_on": round(sum(on.forwards) / max(1, n), 2)}
 
 
 def _goal(rows: dict[str, Any]) -> dict[str, bool]:

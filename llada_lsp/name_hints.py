@@ -37,7 +37,7 @@ class NameHints:
         if site is None:
             return None
         names = self.scopes.candidates(doc.uri, doc.language_id, doc.text, tree, site,
-                                       self.index_names, self.module_names)
+                                       self.index_names, self.module_names, self.members_of)
         return Names(site.typed, names, keep_own_above) if names else None
 
     def forget(self, uri: str) -> None:
@@ -47,8 +47,8 @@ class NameHints:
     def _refresh(self) -> None:
         if self._generation == self.index.generation:
             return
-        with self.index.lock:
-            entries = [*self.index.opened.values(), *self.index.files.values()]
+        with self.index.lock:  # files on disk (open documents do not move the generation)
+            entries = list(self.index.files.values())
             self._generation = self.index.generation
         self._sorted = sorted({n for e in entries for n in top_level(e)})
         self._modules = {}
@@ -62,14 +62,29 @@ class NameHints:
         while i < len(self._sorted) and self._sorted[i].startswith(typed) and len(out) < 64:
             out.append(self._sorted[i])
             i += 1
+        with self.index.lock:
+            opened = list(self.index.opened.values())
+        for e in opened:  # other open documents: few, their names by prefix
+            out.extend(n for n in e.by_name if n.startswith(typed) and n not in out)
         return out
+
+    def members_of(self, base: str) -> list[str]:
+        """The members (methods, fields) of class `base` as the index has it, for `self.` in a
+        subclass: the definitions inside the first definition of that name that has members."""
+        for e, i in self.index.lookup(base):
+            d = e.defs[i]
+            if d.members:
+                starts = set(d.members)
+                return [x.name for x in e.defs if x.start in starts and d.start < x.start <= d.end]
+        return []
 
     def module_names(self, dotted: str) -> list[str] | None:
         """The top-level names of module `dotted` (`pkg.mod`) when the index parsed its file."""
         self._refresh()
         if dotted in self._modules:
             return self._modules[dotted]
-        if dotted.startswith("."):
+        dotted = dotted.lstrip(".")  # relative: the package's own module (by its path's tail)
+        if not dotted:
             return None
         tails = ("/" + dotted.replace(".", "/") + ".py", "/" + dotted.replace(".", "/") + "/__init__.py")
         found = None

@@ -56,7 +56,8 @@ def use_site(text: str, offset: int, language_id: str, tree: Any) -> UseSite | N
     if m is None or len(m.group()) < MIN_TYPED or m.group()[0].isdigit():
         return None
     typed, head = m.group(), before[: m.start()]
-    if _in_string_or_comment(head, language_id) or PARAMS.search(head):
+    annotation = bool(re.search(r"[:=]", re.split(r"[(,]", head)[-1]))  # a parameter's type or default
+    if _in_string_or_comment(head, language_id) or (PARAMS.search(head) and not annotation):
         return None  # the tree of a line being typed is often broken: the line's text decides
     rest = text[offset: text.find("\n", offset) if "\n" in text[offset:] else len(text)]
     if re.match(r"\s*=(?!=)", rest):
@@ -74,7 +75,7 @@ def use_site(text: str, offset: int, language_id: str, tree: Any) -> UseSite | N
     start = byte_offset(text, offset - len(typed))
     node = tree.root_node.descendant_for_byte_range(max(0, start), max(0, start))
     while node is not None:
-        if node.type in comp.spec.skip or node.type in comp.spec.parameters:
+        if node.type in comp.spec.skip or (node.type in comp.spec.parameters and not annotation):
             return None
         node = node.parent
     return UseSite(typed, receiver, start)
@@ -116,10 +117,12 @@ class NameScopes:
     misses: int = 0
 
     def candidates(self, uri: str, language_id: str, text: str, tree: Any, site: UseSite,
-                   index_names: Any = None, module_names: Any = None) -> tuple[str, ...]:
+                   index_names: Any = None, module_names: Any = None, members_of: Any = None
+                   ) -> tuple[str, ...]:
         """Names that extend `site.typed`, nearest scope first, at most MAX_NAMES.
         `index_names(typed)`: the workspace index's top-level names with that prefix;
-        `module_names(dotted)`: the top-level names of a module the index parsed, or None."""
+        `module_names(dotted)`: the top-level names of a module the index parsed, or None;
+        `members_of(base)`: the members of a base class the index knows (`self.` in a subclass)."""
         comp = compiled(language_id)
         if comp is None or tree is None:
             return ()
@@ -130,6 +133,10 @@ class NameScopes:
         if site.receiver:
             if site.receiver == comp.spec.receiver and scopes.cls is not None:
                 _members(comp, scopes.cls, typed, found)
+                for base in _bases(scopes.cls) if members_of is not None else ():
+                    for n in members_of(base):
+                        if n.startswith(typed):
+                            found[n] = None
             elif module_names is not None and "." not in site.receiver:
                 top = self._top(uri, comp, data, tree, scopes.stmt)
                 dotted = top.imports.get(site.receiver)
@@ -207,6 +214,18 @@ def _capture(query: ts.Query | None, start: int, end: int, node: Any, typed: str
             found[name] = None
 
 
+def _bases(cls: Any) -> list[str]:
+    """The names of a class's base classes (Python's superclasses, JS/TS's extends clause),
+    the last part of a dotted one."""
+    sup = cls.child_by_field_name("superclasses")
+    if sup is None:
+        sup = next((c for c in cls.named_children if c.type == "class_heritage"), None)
+    if sup is None:
+        return []
+    return [_text(c).rsplit(".", 1)[-1] for c in sup.named_children if c.type in ("identifier", "attribute")] or \
+        [w for c in sup.named_children for w in re.findall(r"[A-Za-z_$][\w$]*", _text(c))[-1:]]
+
+
 def _text(node: Any) -> str:
     return (node.text or b"").decode("utf-8", "replace")
 
@@ -259,7 +278,7 @@ def _python_statements(nodes: list[Any], out: set[str], imports: dict[str, str],
                 out.update(_text(x) for x in left.named_children if x.type == "identifier")
         elif kind in ("import_statement", "import_from_statement"):
             _python_import(_text(c), out, imports)
-        elif depth < 2 and kind in ("if_statement", "try_statement", "with_statement", "else_clause",
+        elif depth < 4 and kind in ("if_statement", "try_statement", "with_statement", "else_clause",
                                     "except_clause", "finally_clause", "elif_clause", "block"):
             _python_statements(c.named_children, out, imports, depth + 1)
 
