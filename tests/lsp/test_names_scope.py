@@ -166,3 +166,13 @@ def test_top_level_names_are_reused_while_typing_inside_a_function() -> None:
     doc = store.open("file:///w/t.py", "python", 10, src)
     got = hints.hint(doc, src.index("x = RATI") + 8, doc.syntax_tree(), 0.9)
     assert got is not None and got.names == ("RATIO",)
+
+
+def test_options_of_the_constraint() -> None:
+    from llada_lsp.options import OptionsError, parse_options
+
+    opts = parse_options({"namesConstraint": False, "namesKeepOwnAbove": 1})[0]
+    assert opts.names_constraint is False and opts.names_keep_own_above == 1.0
+    for bad in ({"namesKeepOwnAbove": 3}, {"namesKeepOwnAbove": "high"}, {"namesConstraint": "yes"}):
+        with pytest.raises(OptionsError, match="names"):
+            parse_options(bad)
