@@ -26,6 +26,7 @@ import torch
 from engine.api import CompletionRequest, ContextChunk, EngineEvent, NextEditRequest, Plan
 from engine.decoding import local
 from engine.decoding.alternatives import only
+from engine.decoding.constraint import NameConstraint
 from engine.decoding.decode import Sequence
 from engine.decoding.decode_bidir import make_sequence
 from engine.decoding.next_edit import (
@@ -166,14 +167,26 @@ class TextEngine:
         plan = req.plan
         ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, doc_key=req.doc_key,
                                                     context=req.context)
+        names = self._names(req, partial) if req.names is not None and req.names.names else None
+        if names is not None and partial and names.covered < len(set(req.names.names)):  # type: ignore[union-attr]
+            # healing's backed-off text is longer than any token some names start with: without
+            # healing every name has a path (the trie constrains the first token instead)
+            plain = self._names(req, "")
+            if plain is not None and plain.covered > names.covered:
+                ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, heal=False, doc_key=req.doc_key,
+                                                            context=req.context)
+                names = plain
         policy = policy or make_policy(plan.preset or self.preset)
         reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids) if self.exact_cache else 0
         max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
         seq = make_sequence(self.model, ids, policy, max_new, suffix=suffix, row=row, reused=reused,
                             max_len=self.max_len, first_allowed=allowed, stop_fn=self._stop_fn(plan, partial))
-        if req.names is not None and req.names.names:
-            seq.names = self.name_paths.constraint(req.prefix, req.names, partial)
+        seq.names = names
         return seq, partial, seq.reused
+
+    def _names(self, req: CompletionRequest, partial: str) -> NameConstraint | None:
+        assert req.names is not None
+        return self.name_paths.constraint(req.prefix, req.names, partial)
 
     def prepare_next_edit(self, req: NextEditRequest, row: int) -> tuple[Sequence, RegionTokens, int]:
         """The edit-pass state of a next-edit request on cache `row` (`engine.decoding.next_edit`):

@@ -50,6 +50,11 @@ class NameConstraint:
     first_scores: Tensor | None = None  # [V] the first row's log-probabilities on the trie's first tokens
     stats: dict[str, object] = field(default_factory=dict)
 
+    @property
+    def covered(self) -> int:
+        """How many names have a path."""
+        return len(set(self.owners))
+
     def __post_init__(self) -> None:
         self.full = set(self.paths)
         self.kids: dict[tuple[int, ...], set[int]] = {}
