@@ -39,3 +39,4 @@ def test_bench_runs_with_both_arms() -> None:
             lo, hi = row[arm]["ci"]
             assert lo <= row[arm]["em"] <= hi
     assert out["kinds"]["ordinary"]["sent"] == 0.0  # the cursor after indentation: no names
+    assert out["latency"]["tasks"] >= 1 and out["latency"]["p50_on_ms"] > 0
