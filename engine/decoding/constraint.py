@@ -68,12 +68,21 @@ class NameConstraint:
                 if k < len(p):
                     self.kids.setdefault(node, set()).add(p[k])
 
+    def _ident(self, logits: Tensor) -> Tensor:
+        """`ident_start` sized by the logits' width (padding rows count as extending a name)."""
+        m, width = self.ident_start, logits.shape[-1]
+        if m.shape[0] != width:
+            m = torch.cat([m, torch.ones(max(0, width - m.shape[0]), dtype=torch.bool)])[:width]
+            self.ident_start = m
+        return m.to(logits.device)
+
     def apply(self, logits: Tensor, middle: list[int], committed: list[bool]) -> Tensor:
         """Constrain `logits` [R, V], whose row j predicts middle position j (first_allowed
         already applied), given the canvas; returns them (changed in place: the caller's copy)."""
         if self.released:
             return logits
         rows = logits.shape[0]
+        ident = self._ident(logits)
         if not self.started:
             self.started = True
             if not self._start(logits):
@@ -96,12 +105,12 @@ class NameConstraint:
             for j in range(f, min(len(p), rows)):
                 _one_hot(logits, j, p[j])
             if len(p) < rows:
-                logits[len(p), self.ident_start.to(logits.device)] = NEG_INF
+                logits[len(p), ident] = NEG_INF
             return logits
         allowed = torch.zeros(logits.shape[1], dtype=torch.bool, device=logits.device)
         if node in self.full:
-            allowed |= ~self.ident_start.to(logits.device)
-        allowed[list(self.kids.get(node, ()))] = True
+            allowed |= ~ident
+        allowed[[t for t in self.kids.get(node, ()) if t < logits.shape[1]]] = True
         logits[f, ~allowed] = NEG_INF
         if not bool(torch.isfinite(logits[f]).any()):
             self.released = True

@@ -108,3 +108,31 @@ def test_over_the_daemon_the_same_name_as_in_process(eng: TextEngine) -> None:
         stop_served(served)
     assert ident_of(text) == "apply_discount"
     assert text == local
+
+
+def test_the_trie_is_walked_one_committed_token_at_a_time() -> None:
+    """Token ids only: two names share their first token; the logits are wider than the mask
+    (padded vocabulary rows count as extending a name)."""
+    import torch
+
+    from engine.decoding.constraint import NameConstraint
+
+    ident = torch.zeros(10, dtype=torch.bool)
+    ident[[5, 6, 7, 8]] = True  # 5..8 extend an identifier; 1..4 end one; 0 is [MASK]
+    c = NameConstraint([(5, 6), (5, 7, 8)], ["ab", "acd"], ident, mask_id=0, keep_own_above=2.0)
+    width, rows = 12, 6
+    middle, committed = [0] * rows, [False] * rows
+    lg = c.apply(torch.randn(rows, width), middle, committed)
+    assert torch.isfinite(lg[0]).nonzero().flatten().tolist() == [5]  # the shared first token
+    for j in (1, 2, 3):  # held masked while the name is open, as far as the longest path reaches
+        assert torch.isfinite(lg[j]).nonzero().flatten().tolist() == [0]
+    assert torch.isfinite(lg[4]).all()
+    middle[0], committed[0] = 5, True
+    lg = c.apply(torch.randn(rows, width), middle, committed)
+    assert torch.isfinite(lg[0]).nonzero().flatten().tolist() == [5]  # kept: no edit changes it
+    assert sorted(torch.isfinite(lg[1]).nonzero().flatten().tolist()) == [6, 7]  # the model chooses
+    middle[1], committed[1] = 7, True  # one path left: forced at once, and its end
+    lg = c.apply(torch.randn(rows, width), middle, committed)
+    assert torch.isfinite(lg[2]).nonzero().flatten().tolist() == [8]
+    assert not torch.isfinite(lg[3, [5, 6, 7, 8, 10, 11]]).any() and torch.isfinite(lg[3, [1, 2, 3, 4]]).all()
+    assert c.first_scores is not None and torch.isfinite(c.first_scores).nonzero().flatten().tolist() == [5]
