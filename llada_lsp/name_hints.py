@@ -12,10 +12,6 @@ from llada_lsp.documents import Document
 from llada_lsp.names import NameScopes, use_site
 from llada_lsp.workspace_index import Entry, WorkspaceIndex
 
-# a line's first word may be a new binding (`total = ...`): there the model keeps its own name
-# from this confidence on (at most; `namesKeepOwnAbove` elsewhere)
-FIRST_WORD_KEEP_OWN = 0.5
-
 
 def top_level(entry: Entry) -> list[str]:
     """An entry's definitions not nested in another one (members are left out)."""
@@ -42,8 +38,7 @@ class NameHints:
             return None
         names = self.scopes.candidates(doc.uri, doc.language_id, doc.text, tree, site,
                                        self.index_names, self.module_names, self.members_of)
-        keep = min(keep_own_above, FIRST_WORD_KEEP_OWN) if site.first_word else keep_own_above
-        return Names(site.typed, names, keep) if names else None
+        return Names(site.typed, names, keep_own_above) if names else None
 
     def forget(self, uri: str) -> None:
         self.scopes.forget(uri)

@@ -7,9 +7,8 @@ inside a function); the cursor's own statement, its enclosing functions (paramet
 locals) and class (`self.` / `this.` members) are queried over their byte ranges only.
 
 `use_site` says whether the cursor ends an identifier prefix in a *use* position: not a
-string or comment, not after `def`/`class`/`function`/`let`..., not in a parameter list (its
-annotations and defaults are uses), not left of `=` on its line; a line's first word is marked
-(`first_word`: it may be a new binding, `total = ...`). After
+string or comment, not after `def`/`class`/`function`/`let`..., not in a parameter list, not a
+line's first word (it may be a new binding: `total = ...`), not left of `=` on its line. After
 `X.`, only members count: `self.`/`this.` (the enclosing class), or an imported module that
 the workspace index has parsed; any other receiver gives no names.
 
@@ -42,7 +41,6 @@ class UseSite:
     typed: str  # the identifier prefix before the cursor
     receiver: str  # the text before `.typed` ("" for a bare name)
     start_byte: int  # where `typed` starts, in the tree's bytes
-    first_word: bool = False  # a line's first word: a use or a new binding (`total = ...`)
 
 
 def use_site(text: str, offset: int, language_id: str, tree: Any) -> UseSite | None:
@@ -64,11 +62,11 @@ def use_site(text: str, offset: int, language_id: str, tree: Any) -> UseSite | N
     rest = text[offset: text.find("\n", offset) if "\n" in text[offset:] else len(text)]
     if re.match(r"\s*=(?!=)", rest):
         return None  # left of `=`
-    first = False
     recv = RECEIVER.search(head)
     receiver = recv.group(1) if recv else ""
     if not receiver:
-        first = not head.strip()  # maybe a new binding: the model keeps its own name more easily
+        if not head.strip():
+            return None  # a line's first word: maybe a new binding
         w = WORD_BEFORE.search(head)
         if w is not None and w.group(1) in comp.spec.def_words:
             return None
@@ -80,7 +78,7 @@ def use_site(text: str, offset: int, language_id: str, tree: Any) -> UseSite | N
         if node.type in comp.spec.skip or (node.type in comp.spec.parameters and not annotation):
             return None
         node = node.parent
-    return UseSite(typed, receiver, start, first)
+    return UseSite(typed, receiver, start)
 
 
 def _in_string_or_comment(head: str, language_id: str) -> bool:
