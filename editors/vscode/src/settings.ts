@@ -26,6 +26,8 @@ export const PASS_THROUGH: readonly PassThrough[] = [
   { name: "workspaceIndex.maxFiles" },
   { name: "workspaceIndex.maxBytes" },
   { name: "nextEdit.siteTokens" },
+  { name: "namesConstraint" },
+  { name: "namesKeepOwnAbove" },
   { name: "maxFileBytes" },
   { name: "cacheSize" },
   { name: "syntaxCheck" },
