@@ -77,6 +77,40 @@ class ContextChunk:
     text: str
 
 
+NAMES_MAX = 256  # candidate names of one request at most
+NAME_MAX_CHARS = 128
+
+
+@dataclass(frozen=True)
+class Names:
+    """The known names that may complete the identifier the prefix ends with (the language
+    server's scope analysis, `llada_lsp.names`): the engine decodes the first identifier among
+    them (`engine.decoding.constraint`), by the model's probabilities. `keep_own_above`: the
+    model's own, unlisted name is kept when its confidence reaches this (above 1: never)."""
+
+    typed: str  # the identifier prefix at the cursor: the request's prefix ends with it
+    names: tuple[str, ...]  # whole identifiers, each starting with `typed`
+    keep_own_above: float = 0.9
+
+    def to_json(self) -> dict[str, Any]:
+        return {"typed": self.typed, "names": list(self.names), "keep_own_above": self.keep_own_above}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Names:
+        """Checked: raises ValueError saying what is wrong."""
+        if not isinstance(d, dict) or set(d) - {"typed", "names", "keep_own_above"}:
+            raise ValueError("names must be an object with the fields typed, names, keep_own_above")
+        typed, names, keep = d.get("typed"), d.get("names"), d.get("keep_own_above", 0.9)
+        if not isinstance(typed, str) or len(typed) > NAME_MAX_CHARS:
+            raise ValueError(f"names.typed must be a string of at most {NAME_MAX_CHARS} characters")
+        if not isinstance(names, list) or len(names) > NAMES_MAX or not all(
+                isinstance(n, str) and n.startswith(typed) and 0 < len(n) <= NAME_MAX_CHARS for n in names):
+            raise ValueError(f"names.names must be a list of at most {NAMES_MAX} strings that start with names.typed")
+        if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0.0 <= keep <= 2.0:
+            raise ValueError("names.keep_own_above must be a number in [0, 2]")
+        return cls(typed, tuple(names), float(keep))
+
+
 @dataclass(frozen=True)
 class CompletionRequest:
     request_id: str
@@ -85,6 +119,7 @@ class CompletionRequest:
     suffix: str
     plan: Plan = field(default_factory=Plan)
     context: tuple[ContextChunk, ...] = ()  # workspace context, most useful first
+    names: Names | None = None  # known names for the identifier at the cursor (a constraint)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import torch
 from engine.api import CompletionRequest, ContextChunk, EngineEvent, Plan
 from engine.decoding import local
 from engine.decoding.alternatives import only
+from engine.decoding.constraint import NameConstraint
 from engine.decoding.decode import Sequence
 from engine.decoding.decode_bidir import make_sequence
 from engine.decoding.indel import policy_for
@@ -37,6 +38,7 @@ from engine.model.loader import generation_end_ids, load_model
 from engine.model.native import Transformer
 from engine.prompt.builder import PromptBuilder
 from engine.prompt.healing import HEALABLE, Healing
+from engine.prompt.name_trie import NamePaths
 from engine.prompt.prompt_cache import PromptCache
 from engine.prompt.tokenizer import load_prompt_format, load_tokenizer, special_id_set
 
@@ -96,6 +98,10 @@ class TextEngine:
         texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
         self.special_ids = frozenset(special_id_set(self.tok, special))
         self.healing = Healing(texts, set(self.special_ids), rows=self.config.vocab_size)  # the logits' width
+        # known names as token paths (engine.prompt.name_trie); not for chat answers, which
+        # need not start at the cursor
+        self.name_paths = NamePaths(texts, self.special_ids, self.config.vocab_size, self.tok, special.mask,
+                                    enabled=fmt.kind not in ("chat", "template"))
         self.prompts = PromptBuilder(self.tok, special, fmt, self.max_prompt_tokens, self.bidirectional, self._heal)
         self.format, self.fim, self.end_ids = fmt, fim, self.prompts.end_ids
         # the ids decoding stops at: the format's ends plus generation_config.json's eos ids
@@ -152,13 +158,27 @@ class TextEngine:
         plan = req.plan
         ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, doc_key=req.doc_key,
                                                     context=req.context)
+        names = self._names(req, partial) if req.names is not None and req.names.names else None
+        if names is not None and partial and names.covered < len(set(req.names.names)):  # type: ignore[union-attr]
+            # healing's backed-off text is longer than any token some names start with: without
+            # healing every name has a path (the trie constrains the first token instead)
+            plain = self._names(req, "")
+            if plain is not None and plain.covered > names.covered:
+                ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, heal=False, doc_key=req.doc_key,
+                                                            context=req.context)
+                names = plain
         policy = policy or policy_for(self.model, plan.preset or self.preset)
         reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids) if self.exact_cache else 0
         max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
         seq = make_sequence(self.model, ids, policy, max_new, suffix=suffix, row=row, reused=reused,
                             max_len=self.max_len, first_allowed=allowed, stop_fn=self._stop_fn(plan, partial))
         seq.end_ids = self.stop_ids  # any end id ends the completion (<|endoftext|> as well as the turn's end)
+        seq.names = names
         return seq, partial, seq.reused
+
+    def _names(self, req: CompletionRequest, partial: str) -> NameConstraint | None:
+        assert req.names is not None
+        return self.name_paths.constraint(req.prefix, req.names, partial)
 
     def loop(self) -> Scheduler:
         """This engine's step loop for callers in one thread (created on first use): a request
@@ -187,6 +207,8 @@ class TextEngine:
         its prompt comes from the prompt cache when the primary stored it."""
         seq, _partial, _reused = self.prepare(req, row, policy)
         seq.first_allowed = only(token, self.config.vocab_size)
+        if seq.names is not None:
+            seq.names.keep_own_above = math.inf  # a fork of a constrained primary decodes a listed name
         return seq
 
     def alternative_texts(self, req: CompletionRequest, forks: list[Sequence], partial: str, primary: str

@@ -15,6 +15,8 @@ Keys in `EngineClient.info` (absent: the native engine's answer):
                deletions (native: yes, for a model whose config names the edit tokens; SGLang:
                no: its JointThresholdInDel, open pull request #31773, edits inside the server
                and streams committed blocks only)
+  names        the first identifier can be decoded among known names (`engine.api.Names`);
+               SGLang cannot: its sampler takes no per-request token trie
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Capabilities:
     next_edit: bool = True
     block_routing: bool = True
     indel: bool = True
+    names: bool = True
 
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> Capabilities:
@@ -48,4 +51,5 @@ class Capabilities:
                    alternatives=alt if isinstance(alt, int) and alt >= 1 else d.alternatives,
                    next_edit=bool(info.get("next_edit", d.next_edit)),
                    block_routing=bool(info.get("block_routing", d.block_routing)),
-                   indel=bool(info.get("indel", d.indel)))
+                   indel=bool(info.get("indel", d.indel)),
+                   names=bool(info.get("names", d.names)))

@@ -24,13 +24,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from engine.api import CompletionRequest, ContextChunk, EngineEvent
+from engine.api import CompletionRequest, ContextChunk, EngineEvent, Names
 from llada_lsp.answers import Answer, Request, Selected, Settled, capture, word_before
 from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_through
 from llada_lsp.capabilities import Capabilities
 from llada_lsp.documents import Document, DocumentStore
 from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.line_rest import fit, rest_of_line
+from llada_lsp.name_hints import NameHints
 from llada_lsp.options import Options
 from llada_lsp.plans import InfillPlan, make_plan
 from llada_lsp.positions import Encoding, PositionError, selected_span
@@ -65,6 +66,7 @@ class CompletionService:
         self.last_plan: dict[str, str] = {}  # the latest request's plan (for debugInfo)
         self.report = Reporter(notify, encoding, self.counters, self.history, lambda: self.caps.edits)
         self.workspace = WorkspaceContext(store)
+        self.name_hints = NameHints(self.workspace.index)
         self.weigh = Weigher(self.counters)
         self.refiner = Refiner(self.weigh, self.report, self.shown, self.finish)
         self.speculator = Speculator(store, self.cache, options, self.counters, self.recent,
@@ -164,7 +166,7 @@ class CompletionService:
             self.counters["invoked"] += 1
         context = self.context_for(real, real_offset, plan)
         job = self.engine.submit(CompletionRequest(cid, uri, plan.prefix, plan.suffix,
-                                                   engine_plan, context))
+                                                   engine_plan, context, self.names_for(doc, offset, tree)))
         self.jobs[uri] = req.job = job
         try:
             out = await self._first_answer(job, req, real, until_done=invoked or not self.caps.edits)
@@ -188,7 +190,8 @@ class CompletionService:
         assert ahead.plan.plan is not None
         context = self.context_for(ahead.doc, ahead.offset, ahead.plan)
         job = self.engine.submit(CompletionRequest(ahead.cid, ahead.doc.uri, ahead.plan.prefix,
-                                                   ahead.plan.suffix, ahead.plan.plan, context))
+                                                   ahead.plan.suffix, ahead.plan.plan, context,
+                                                   self.names_for(ahead.doc, ahead.offset, ahead.tree)))
         version, revision, doc = ahead.doc.version, ahead.doc.revision, ahead.doc
 
         def wanted() -> bool:
@@ -213,6 +216,16 @@ class CompletionService:
             return ()
         budget = context_budget(self.options.context_tokens, self.engine.info.get("max_prompt_tokens"))
         return self.workspace.chunks_for(doc, offset, plan.prefix + plan.suffix, budget)
+
+    def names_for(self, doc: Document, offset: int, tree: Any) -> Names | None:
+        """The known names for the identifier at the cursor (llada_lsp.name_hints), when the
+        option is on and the engine takes them."""
+        if not self.options.names_constraint or not self.caps.names:
+            return None
+        names = self.name_hints.hint(doc, offset, tree, self.options.names_keep_own_above)
+        if names is not None:
+            self.counters["names_constrained"] += 1
+        return names
 
     def _wants_more(self, plan: InfillPlan, key: str) -> bool:
         """Whether an invoked request should decode more candidates than the mode does and
@@ -257,7 +270,8 @@ class CompletionService:
         self.counters["empty_rescues"] += 1
         req.candidates = n
         job = self.engine.submit(CompletionRequest(req.cid, req.uri, req.plan.prefix, req.plan.suffix,
-                                                   replace(plan, alternatives=n), empty.job.request.context))
+                                                   replace(plan, alternatives=n), empty.job.request.context,
+                                                   empty.job.completion.names))
         if self.jobs.get(req.uri) is empty.job:
             self.jobs[req.uri] = job  # a newer request cancels the rescue
         req.job = job
@@ -384,6 +398,7 @@ class CompletionService:
 
     def document_closed(self, uri: str) -> None:
         self.shown.pop(uri, None)
+        self.name_hints.forget(uri)
         self.workspace.closed(uri)
         self.speculator.document_changed(uri, closed=True)
         job = self.jobs.pop(uri, None)

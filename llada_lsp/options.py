@@ -151,6 +151,11 @@ class Options:
     # its budget in estimated tokens, capped by the engine's share (40%) of its prompt budget
     context_tokens: int = 1024
     workspace_index: WorkspaceIndexOptions = field(default_factory=WorkspaceIndexOptions)
+    # the identifier at the cursor, in a use position, is decoded among the names in scope
+    # (llada_lsp.names, engine.decoding.constraint); the model keeps its own unlisted name
+    # only when its confidence reaches names_keep_own_above (above 1: never)
+    names_constraint: bool = True
+    names_keep_own_above: float = 0.9
 
     def language_enabled(self, language_id: str) -> bool:
         return "*" in self.languages or language_id in self.languages
@@ -192,6 +197,9 @@ def _check(value: Any, expected: Any, key: str) -> Any:
             value = float(value)
             if not 0.0 < value <= 1.0:
                 raise OptionsError(f"option {key!r} must be in (0, 1] or null, got {value}")
+    elif expected == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
     elif expected == "list[str]":
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         if ok:
@@ -206,7 +214,7 @@ def _check(value: Any, expected: Any, key: str) -> Any:
 _TYPES: dict[str, Any] = {
     "int": int, "bool": bool, "str": str, "str | None": "str|None", "int | None": "int|None",
     "list[str]": "list[str]", "dict[str, list[str]]": "urls", "float | None": "float|None",
-    "Mode": str, "bool | None": "bool|None",
+    "Mode": str, "bool | None": "bool|None", "float": "float",
 }
 
 
@@ -315,6 +323,8 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
     if opts.mode not in MODES:
         raise OptionsError(f"option 'mode' must be one of {MODES}, got {opts.mode!r}")
     _clamp(opts, warnings)
+    if not 0.0 <= opts.names_keep_own_above <= 2.0:
+        raise OptionsError(f"option 'namesKeepOwnAbove' must be 0..2, got {opts.names_keep_own_above}")
     if opts.device not in ("cpu", "cuda", "auto"):
         raise OptionsError(f"option 'device' must be cpu, cuda or auto, got {opts.device!r}")
     if opts.dtype not in ("auto", "bfloat16", "float32", "float16"):

@@ -108,7 +108,7 @@ class SglangEngineClient(EngineClient):
 
     def _capabilities(self) -> dict[str, Any]:
         return {"backend": "sglang", "granularity": "block", "edits": False, "remask": False,
-                "alternatives": 1, "next_edit": False, "presets": self.cfg.presets(),
+                "alternatives": 1, "next_edit": False, "names": False, "presets": self.cfg.presets(),
                 "block_routing": False, "indel": False}  # LLaDA2.2: llada_lsp/capabilities.py
 
     # -- start and health ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ from engine.api import (
     CompletionRequest,
     ContextChunk,
     EngineEvent,
+    Names,
     Plan,
     TextEdit,
 )
@@ -234,7 +235,11 @@ def parse(raw: str | bytes, max_tokens: int = 1024) -> Message:
         raise ProtocolError(BAD_MESSAGE, "field 'model' must be a string", request_id)
     plan = parse_plan(d.get("plan"), request_id, max_tokens)
     context = parse_context(d.get("context"), request_id)
-    return Complete(CompletionRequest(request_id, doc, prefix, suffix, plan, context), deadline, model)
+    try:  # known names for the identifier at the cursor (engine.api.Names)
+        names = Names.from_json(d["names"]) if d.get("names") is not None else None
+    except ValueError as e:
+        raise ProtocolError(BAD_MESSAGE, str(e), request_id) from e
+    return Complete(CompletionRequest(request_id, doc, prefix, suffix, plan, context, names), deadline, model)
 
 
 # -- server -> client ----------------------------------------------------------------------
@@ -269,6 +274,8 @@ def complete_message(req: CompletionRequest, deadline_ms: int | None = None,
                          "prefix": req.prefix, "suffix": req.suffix, "plan": req.plan.to_json()}
     if req.context:
         d["context"] = [{"path": c.path, "text": c.text} for c in req.context]
+    if req.names is not None:
+        d["names"] = req.names.to_json()
     if deadline_ms is not None:
         d["deadline_ms"] = deadline_ms
     if model is not None:

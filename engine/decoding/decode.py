@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 import kernels
+from engine.decoding.constraint import NameConstraint
 from engine.decoding.loops import loop_bans
 from engine.decoding.policies import BlockView, Policy
 from engine.decoding.rejections import TooLong
@@ -85,6 +86,8 @@ class Sequence:
         # the first step's logits at middle index 0, kept when asked (engine.decoding.alternatives)
         self.keep_first_logits = False
         self.first_logits: Tensor | None = None
+        # the first identifier decoded among known names (engine.decoding.constraint), or None
+        self.names: NameConstraint | None = None
         self.end_ahead_min = END_AHEAD_MIN if end_ahead_min is None else end_ahead_min
         # a unit may repeat this many times back to back (engine.decoding.loops); 0: no guard
         self.loop_repeats: int = getattr(getattr(policy, "config", None), "loop_repeats", 0)
@@ -237,8 +240,11 @@ class Sequence:
         logits = logits.clone()
         if self.first_allowed is not None and sl.start == 0:
             logits[0, ~self.first_allowed] = float("-inf")
+        if self.names is not None and sl.start == 0:
+            logits = self.names.apply(logits, self.middle.tolist(), self.committed.tolist())
         if self.keep_first_logits and sl.start == 0 and self.first_logits is None and not edit_only:
-            self.first_logits = logits[0].detach().float().cpu().clone()
+            ranked = self.names.first_scores if self.names is not None else None
+            self.first_logits = (ranked if ranked is not None else logits[0]).detach().float().cpu().clone()
         if self.loop_repeats:
             n = cur.shape[0]
             bans = loop_bans(self.middle.tolist(), self.committed.tolist(), sl.start, sl.start + n, self.loop_repeats)

@@ -174,16 +174,24 @@ def test_status_item_shows_the_last_latency(vscode: dict[str, Any]) -> None:
 
 
 def test_next_edit_decorations_and_alt_y(vscode: dict[str, Any]) -> None:
-    """After the accepted edit, the scripted next-edit suggestion (`area` -> `surface` on the
-    first line) shows as a struck-out span with the new text after it; Alt+Y applies it."""
+    """A parameter renamed at its def (`width` -> `breadth` in `area`): its use in the body shows
+    as a struck-out span with the new name after it (not `volume`'s own `width`); Alt+Y applies it."""
     wb, page = vscode["wb"], vscode["page"]
     with screenshot_on_failure(page, "next-edit"):
+        assert wb.lines()[0] == "def area(width, height):", wb.lines()
+        page.keyboard.press("Control+Home")
+        for _ in range(len("def area(")):
+            page.keyboard.press("ArrowRight")
+        page.keyboard.press("Control+Shift+ArrowRight")
+        page.keyboard.type("breadth", delay=30)
+        wait_for("the rename typed", lambda: wb.lines()[0] == "def area(breadth, height):")
         shown = wait_for("the next-edit decorations",
-                         lambda: (lambda d: d if "area" in d["struck"] and "surface" in d["added"] else None)(wb.next_edits()))
-        assert shown
+                         lambda: (lambda d: d if "width" in d["struck"] and "breadth" in d["added"] else None)(wb.next_edits()))
+        assert shown["struck"] == ["width"], shown
         page.keyboard.press("Alt+Y")
-        wait_for("Alt+Y to apply the next edit", lambda: wb.lines()[0] == "def surface(width, height):")
-        wait_for("the decorations to go", lambda: "surface" not in wb.next_edits()["added"])
+        wait_for("Alt+Y to apply the next edit", lambda: wb.lines()[1] == "    return breadth * height")
+        wait_for("the decorations to go", lambda: "breadth" not in wb.next_edits()["added"])
+        assert any(line.startswith("def volume(width, height, depth)") for line in wb.lines()), wb.lines()
 
 
 def test_alt_bracket_cycles_candidates(vscode: dict[str, Any]) -> None:
