@@ -156,7 +156,8 @@ def test_ghost_text_refinements_and_tab(vscode: dict[str, Any]) -> None:
         assert [s for s in STEPS if s in seen] == list(STEPS), seen
         page.keyboard.press("Tab")
         wait_for("Tab to insert the newest text", lambda: last_line(wb) == f"    total = {STEPS[2]}")
-        assert wb.ghost() == ""
+        # no ghost-text check here: after an accept the server's speculation may at once show the
+        # next suggestion at the new cursor (this scripted engine answers every request alike)
     figures = vscode["figures"]
     figures["refine_push_to_screen_ms"] = [round(x, 1) for x, _, _ in latencies]
     figures["refine_sent_to_screen_ms"] = [round(y, 1) for _, y, _ in latencies]
@@ -210,6 +211,22 @@ def test_alt_bracket_cycles_candidates(vscode: dict[str, Any]) -> None:
         assert second in (*OTHERS, STEPS[2]), second
         page.keyboard.press("Tab")
         wait_for("Tab to insert the candidate shown", lambda: last_line(wb) == f"    return {second}")
+
+
+def test_mid_line_suggestion_inserts_before_the_rest(vscode: dict[str, Any]) -> None:
+    """Mid-line: VS Code's own auto-closed `)` follows the cursor. The suggestion shows before
+    it and Tab inserts it there, keeping the `)` once (the server's range runs to the end of
+    the line and its text keeps the rest: llada_lsp/line_rest.py)."""
+    wb, page = vscode["wb"], vscode["page"]
+    with screenshot_on_failure(page, "mid-line"):
+        page.keyboard.press("Control+End")
+        page.keyboard.press("Enter")
+        page.keyboard.type("x = max(", delay=30)  # after the editor's own indentation
+        wait_for("the auto-closed bracket after the cursor", lambda: last_line(wb).strip() == "x = max()")
+        wait_for(f"the suggestion {STEPS[2]!r} before the rest", ghost_is(wb, STEPS[2]), timeout=30)
+        assert last_line(wb).strip() == "x = max()", wb.lines()  # ghost text is not in the line's text
+        page.keyboard.press("Tab")
+        wait_for("Tab to insert before the rest", lambda: last_line(wb).strip() == f"x = max({STEPS[2]})")
 
 
 def test_status_item_on_spawn_error_and_restart(vscode: dict[str, Any]) -> None:

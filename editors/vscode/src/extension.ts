@@ -35,6 +35,7 @@ const statusModel = new StatusModel();
 let output: vscode.LogOutputChannel;
 const tracker = new SuggestionTracker();
 let ownRetrigger = false; // the next provider call is the extension's re-trigger, not the user's
+let invokedAnswered: (() => void) | undefined; // cycling waits for the server's answer with every candidate
 let nextEditServer = false; // llada/status says llada/nextEdit can answer
 let nextEdits: NextEditController;
 let oldTextDecoration: vscode.TextEditorDecorationType;
@@ -170,9 +171,15 @@ async function cycle(direction: "next" | "previous"): Promise<void> {
   const uri = editor && uriOf(editor.document);
   const shown = uri ? tracker.get(uri) : undefined;
   if (shown && shown.others.length === 0) {
+    // the explicit request's answer (every candidate) must be VS Code's list before it cycles
+    const answered = new Promise<void>((resolve) => {
+      invokedAnswered = resolve;
+      setTimeout(resolve, 3000); // no answer (nothing to show): cycle what there is
+    });
     await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
     ownRetrigger = false;
     await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+    await answered;
   }
   await vscode.commands.executeCommand(`editor.action.inlineSuggest.show${direction === "next" ? "Next" : "Previous"}`);
 }
@@ -215,6 +222,12 @@ function clientOptions(): LanguageClientOptions {
             (text, i) => new vscode.InlineCompletionItem(text, range, lastItems[Math.min(i, lastItems.length - 1)].command));
         }
         const result = await next(document, position, context, token);
+        if (invoked && invokedAnswered) {
+          // after this answer has gone back to VS Code (a later task than this return)
+          const done = invokedAnswered;
+          invokedAnswered = undefined;
+          setTimeout(done, 0);
+        }
         const items = toLspItems(result);
         const shown = tracker.remember(uri, document.version, pos, items, selected);
         lastItems = Array.isArray(result) ? result : (result?.items ?? []);
