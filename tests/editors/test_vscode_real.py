@@ -22,11 +22,11 @@ import pytest
 
 from tests.editors.conftest import ROOT
 from tests.editors.vscode_real import (
-    CHROMIUM_FLAGS,
     CodeServer,
     Workbench,
     build_vsix,
     install,
+    open_workbench,
     wait_for,
 )
 from tests.editors.vscode_scripted_server import OTHERS, STEPS
@@ -50,8 +50,6 @@ def volume(width, height, depth):
 @pytest.fixture(scope="module")
 def vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     binary, setup_s = install()
-    from playwright.sync_api import sync_playwright
-
     vsix = build_vsix()
     home = tmp_path_factory.mktemp("vscode-real")
     folder = home / "project"
@@ -85,24 +83,14 @@ def vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     cs.env.update({"LLADA_SCRIPT_DIR": str(control), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     url = cs.start(folder)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch_persistent_context(
-            str(home / "chromium-profile"), executable_path=shutil.which("chromium") or "/usr/bin/chromium",
-            headless=True, args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 900})
-        try:
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_selector(".monaco-workbench", timeout=120_000)
-            wb = Workbench(page)
-            wb.open_file("calc.py")
-            wb.install_helpers()
+    try:
+        with open_workbench(url, home, "calc.py") as (wb, page):
             global LOGS
             LOGS = [home / "server.log", home / "code-server.log"]
             yield {"wb": wb, "page": page, "control": control, "cs": cs, "server": server, "home": home,
                    "setup_s": setup_s, "figures": {}}
-        finally:
-            browser.close()
-            cs.stop()
+    finally:
+        cs.stop()
 
 
 LOGS: list[Path] = []  # the server's and code-server's logs, kept with a failure's screenshot

@@ -19,11 +19,11 @@ import pytest
 from tests.editors.conftest import ROOT, needs_model
 from tests.editors.test_vscode_real import screenshot_on_failure
 from tests.editors.vscode_real import (
-    CHROMIUM_FLAGS,
     CodeServer,
     Workbench,
     build_vsix,
     install,
+    open_workbench,
     wait_for,
 )
 
@@ -41,7 +41,6 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def workbench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workbench, Any, Path]]:
     binary, _ = install()
-    from playwright.sync_api import sync_playwright
 
     vsix = build_vsix()
     home = tmp_path_factory.mktemp("vscode-setup")
@@ -59,21 +58,11 @@ def workbench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workbe
                                      if p and not (Path(p) / "llada-lsp").exists())
     cs.env["OMP_NUM_THREADS"] = "1"
     url = cs.start(folder)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch_persistent_context(
-            str(home / "chromium-profile"), executable_path=shutil.which("chromium") or "/usr/bin/chromium",
-            headless=True, args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 900})
-        try:
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_selector(".monaco-workbench", timeout=120_000)
-            wb = Workbench(page)
-            wb.open_file("shapes.py")
-            wb.install_helpers()
+    try:
+        with open_workbench(url, home, "shapes.py") as (wb, page):
             yield wb, page, home
-        finally:
-            browser.close()
-            cs.stop()
+    finally:
+        cs.stop()
 
 
 def test_the_checkouts_server_is_found_and_completes(workbench: tuple[Workbench, Any, Path]) -> None:

@@ -6,6 +6,7 @@ text, the view lines, the status bar, the next-edit decorations."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -225,3 +226,25 @@ class Workbench:
         self.page.keyboard.type(title)
         wait_for(f"command {title!r}", lambda: self.page.query_selector(".quick-input-list .monaco-list-row"))
         self.page.keyboard.press("Enter")
+
+
+@contextlib.contextmanager
+def open_workbench(url: str, home: Path, file: str) -> Iterator[tuple[Workbench, Any]]:
+    """Debian's chromium (Playwright, `executable_path`) on code-server's workbench at `url`,
+    with `file` open and the page helpers installed; closed on exit."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch_persistent_context(
+            str(home / "chromium-profile"), executable_path=shutil.which("chromium") or "/usr/bin/chromium",
+            headless=True, args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 900})
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_selector(".monaco-workbench", timeout=120_000)
+            wb = Workbench(page)
+            wb.open_file(file)
+            wb.install_helpers()
+            yield wb, page
+        finally:
+            browser.close()
