@@ -133,9 +133,10 @@ def _save(out: Path, cfg: dict, shapes: dict[str, tuple[int, ...]], seed: int, s
     return out
 
 
-def write_llada2(out: Path, seed: int = 0, shards: int = 2) -> Path:
+def llada2_config(**keys: Any) -> dict[str, Any]:
+    """`write_llada2`'s config.json keys (LLaDA2.0-mini's, sizes shrunk) with `keys` replaced."""
     D, H, KV, HD, L, FF, E, MI = 32, 4, 2, 16, 3, 64, 8, 16
-    cfg = {
+    return {
         "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "vocab_size": VOCAB,
         "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": H,
         "num_key_value_heads": KV, "head_dim": HD, "hidden_act": "silu", "use_qkv_bias": False,
@@ -145,16 +146,20 @@ def write_llada2(out: Path, seed: int = 0, shards: int = 2) -> Path:
         "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5,
         "moe_intermediate_size": MI, "first_k_dense_replace": 1, "score_function": "sigmoid",
         "norm_topk_prob": True, "moe_router_enable_expert_bias": True, "pad_token_id": PAD,
-        "output_router_logits": False, "dtype": "bfloat16",
-    }
+    } | keys
+
+
+def write_llada2(out: Path, seed: int = 0, shards: int = 2) -> Path:
+    cfg = llada2_config(output_router_logits=False, dtype="bfloat16")
     _save(out, cfg, checkpoint_shapes("llada2", cfg), seed, shards)
     _tokenizer(out, mask_role=True)
     return out
 
 
-def write_llada(out: Path, seed: int = 1) -> Path:
+def llada_config(**keys: Any) -> dict[str, Any]:
+    """`write_llada`'s config.json keys (LLaDA-8B's, sizes shrunk) with `keys` replaced."""
     D, H, L, FF = 32, 4, 2, 64
-    cfg = {
+    return {
         "architectures": ["LLaDAModelLM"], "model_type": "llada", "activation_type": "silu",
         "alibi": False, "attention_layer_norm": False, "block_type": "llama", "d_model": D,
         "embedding_size": VOCAB, "vocab_size": VOCAB, "eos_token_id": EOS, "pad_token_id": EOS,
@@ -162,21 +167,30 @@ def write_llada(out: Path, seed: int = 1) -> Path:
         "max_sequence_length": 512, "mlp_hidden_size": FF, "mlp_ratio": 2, "n_heads": H, "n_kv_heads": H,
         "n_layers": L, "rms_norm_eps": 1e-5, "rope": True, "rope_full_precision": True, "rope_theta": 500000.0,
         "scale_logits": False, "weight_tying": False, "flash_attention": False, "use_cache": False,
-    }
+    } | keys
+
+
+def write_llada(out: Path, seed: int = 1) -> Path:
+    cfg = llada_config()
     _save(out, cfg, checkpoint_shapes("llada", cfg), seed)
     _tokenizer(out, mask_role=False)
     return out
 
 
-def write_dream(out: Path, seed: int = 2) -> Path:
+def dream_config(**keys: Any) -> dict[str, Any]:
+    """`write_dream`'s config.json keys (Dream-v0-7B's, sizes shrunk) with `keys` replaced."""
     D, H, KV, L, FF = 32, 4, 2, 2, 64
-    cfg = {
+    return {
         "architectures": ["DreamModel"], "model_type": "Dream", "hidden_act": "silu", "hidden_size": D,
         "intermediate_size": FF, "num_attention_heads": H, "num_key_value_heads": KV, "num_hidden_layers": L,
         "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
         "tie_word_embeddings": False, "vocab_size": VOCAB, "mask_token_id": MASK, "pad_token_id": PAD,
         "bos_token_id": EOS, "eos_token_id": EOS, "use_sliding_window": False, "attention_dropout": 0.0,
-    }
+    } | keys
+
+
+def write_dream(out: Path, seed: int = 2) -> Path:
+    cfg = dream_config()
     _save(out, cfg, checkpoint_shapes("dream", cfg), seed)
     _tokenizer(out, mask_role=False)
     return out
@@ -261,19 +275,11 @@ def write_llada2_variant(out: Path, seed: int = 3) -> Path:
     """Tied embeddings, q/k/v and output biases, an explicit head_dim != hidden/heads, partial
     rotary over 6 of 12 channels, 3 groups of which 1 is kept, 3 experts per token, 2 shared
     experts, 2 dense layers, a scaling factor other than LLaDA2's."""
-    D, H, KV, HD, L, FF, E, MI = 32, 4, 1, 12, 4, 48, 12, 8
-    dense = 2  # first_k_dense_replace
-    cfg = {
-        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "vocab_size": VOCAB,
-        "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": H,
-        "num_key_value_heads": KV, "head_dim": HD, "hidden_act": "silu", "use_qkv_bias": True,
-        "use_qk_norm": True, "use_bias": True, "norm_head": False, "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": True, "max_position_embeddings": 512, "rope_theta": 10000.0,
-        "rope_scaling": None, "partial_rotary_factor": 0.5, "num_experts": E, "num_shared_experts": 2,
-        "num_experts_per_tok": 3, "n_group": 3, "topk_group": 1, "routed_scaling_factor": 1.7,
-        "moe_intermediate_size": MI, "first_k_dense_replace": dense, "score_function": "sigmoid",
-        "norm_topk_prob": True, "moe_router_enable_expert_bias": True, "pad_token_id": PAD,
-    }
+    cfg = llada2_config(
+        intermediate_size=48, num_hidden_layers=4, num_key_value_heads=1, head_dim=12, use_qkv_bias=True,
+        use_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=True, rope_theta=10000.0, num_experts=12,
+        num_shared_experts=2, num_experts_per_tok=3, n_group=3, topk_group=1, routed_scaling_factor=1.7,
+        moe_intermediate_size=8, first_k_dense_replace=2)
     _save(out, cfg, checkpoint_shapes("llada2", cfg), seed)
     _tokenizer(out, mask_role=True)
     return out
@@ -282,16 +288,9 @@ def write_llada2_variant(out: Path, seed: int = 3) -> Path:
 def write_llada_variant(out: Path, seed: int = 4) -> Path:
     """Grouped-query attention (6 heads over 2), q/k/v biases, an embedding wider than the
     vocabulary, scaled input embeddings, a tied head and scaled logits."""
-    D, H, KV, L, FF, EMB = 48, 6, 2, 2, 40, 128
-    cfg = {
-        "architectures": ["LLaDAModelLM"], "model_type": "llada", "activation_type": "silu",
-        "alibi": False, "attention_layer_norm": False, "block_type": "llama", "d_model": D,
-        "embedding_size": EMB, "vocab_size": VOCAB, "eos_token_id": EOS, "pad_token_id": EOS,
-        "mask_token_id": MASK, "include_bias": False, "include_qkv_bias": True, "layer_norm_type": "rms",
-        "max_sequence_length": 512, "mlp_hidden_size": FF, "n_heads": H, "n_kv_heads": KV, "n_layers": L,
-        "rms_norm_eps": 1e-5, "rope": True, "rope_full_precision": True, "rope_theta": 10000.0,
-        "scale_logits": True, "weight_tying": True, "input_emb_norm": True, "block_group_size": 1,
-    }
+    cfg = llada_config(
+        d_model=48, embedding_size=128, include_qkv_bias=True, mlp_hidden_size=40, n_heads=6, n_kv_heads=2,
+        rope_theta=10000.0, scale_logits=True, weight_tying=True, input_emb_norm=True, block_group_size=1)
     _save(out, cfg, checkpoint_shapes("llada", cfg), seed)
     _tokenizer(out, mask_role=False)
     return out
@@ -299,14 +298,7 @@ def write_llada_variant(out: Path, seed: int = 4) -> Path:
 
 def write_dream_variant(out: Path, seed: int = 5) -> Path:
     """Dream with a tied head and one key/value head for four query heads."""
-    D, H, KV, L, FF = 32, 4, 1, 2, 48
-    cfg = {
-        "architectures": ["DreamModel"], "model_type": "Dream", "hidden_act": "silu", "hidden_size": D,
-        "intermediate_size": FF, "num_attention_heads": H, "num_key_value_heads": KV, "num_hidden_layers": L,
-        "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None,
-        "tie_word_embeddings": True, "vocab_size": VOCAB, "mask_token_id": MASK, "pad_token_id": PAD,
-        "bos_token_id": EOS, "eos_token_id": EOS, "use_sliding_window": False, "attention_dropout": 0.0,
-    }
+    cfg = dream_config(num_key_value_heads=1, intermediate_size=48, rope_theta=10000.0, tie_word_embeddings=True)
     _save(out, cfg, checkpoint_shapes("dream", cfg), seed)
     _tokenizer(out, mask_role=False)
     return out
