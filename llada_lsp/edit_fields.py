@@ -5,8 +5,9 @@ the value inserted, the field's name as a placeholder for the model or the user 
   a default (`ClassVar`s are no fields). Each `Name(...)` call gets the argument at the field's
   position: positional where the call passes the fields before it positionally, else
   `field=field` (and always for `kw_only=True`). A field with a default needs nothing.
-- Go structs: each keyed composite literal `Name{K: v, ...}` gets `Field: Field` after the
-  field before it (an unkeyed or empty literal is left as it is: Go zero-fills it).
+- Go structs: each keyed composite literal `Name{K: v, ...}` that sets every old field gets
+  `Field: Field` after the field before it (an unkeyed, empty or partial literal is left as it
+  is: Go zero-fills what it leaves out, on purpose).
 - Rust structs: each struct expression `Name { .. }` (or `Self { .. }` in its impl) gets
   `field: field`; one with a `..base` is complete already.
 Only one field added (the others kept in order) is this kind.
@@ -62,7 +63,7 @@ def field_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_t
     else:
         label = f"{field}: "
         sites = [s for body in _literals(lang, nt, new_tree, name)
-                 if (s := _insert_keyed(lang, nt, body, set(nn[:i]), field, label)) is not None]
+                 if (s := _insert_keyed(lang, nt, body, nn[:i], on, field, label)) is not None]
     return "field_added", f"{name}: +{field} at {i}", tuple(sites), definition
 
 
@@ -168,15 +169,19 @@ def _indent(t: Text, n: ts.Node) -> str:
     return re.match(rb"[ \t]*", t.data[line:n.start_byte]).group(0).decode()  # type: ignore[union-attr]
 
 
-def _insert_keyed(lang: Lang, t: Text, body: ts.Node, before: set[str], field: str, label: str) -> Site | None:
+def _insert_keyed(lang: Lang, t: Text, body: ts.Node, before: list[str], old: list[str], field: str, label: str
+                  ) -> Site | None:
     """`label + field` inserted into a keyed literal body after the last field of `before` it
-    holds (else first), on its own line when the literal spans lines."""
+    holds (else first), on its own line when the literal spans lines. A Go literal that leaves
+    out some of the `old` fields relies on zero values: it is left as it is."""
     elems = [c for c in body.named_children if c.type not in ("comment", "line_comment", "block_comment")]
     if any(c.type == "base_field_initializer" for c in elems):
         return None
     keys = [_key(lang, t, e) for e in elems]
     if field in keys or any(k is None for k in keys):
         return None  # given already, or not keyed
+    if lang is GO and not set(old) <= set(keys):
+        return None
     if not elems:
         if lang is GO or t.of(body).strip("{} \t") != "":
             return None  # Go: an empty literal is the zero value

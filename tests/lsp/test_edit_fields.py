@@ -95,7 +95,8 @@ func f() []T {
 	}
 	v := T{1, "z"}
 	w := T{}
-	return []T{t, u, v, w, {A: 2}}
+	x := T{B: "partial"}
+	return []T{t, u, v, w, x, {A: 2}}
 }
 '''
 
@@ -106,7 +107,7 @@ def test_go_struct_field_added_to_keyed_literals_only() -> None:
     assert a.kind == "field_added" and len(a.sites) == 2
     got = applied(new, a)
     assert '\tt := T{A: 1, C: C, B: "x"}\n\tu := T{\n\t\tA: 1,\n\t\tC: C,\n\t\tB: "y",\n\t}\n' in got
-    assert '\tv := T{1, "z"}\n\tw := T{}\n' in got  # unkeyed and empty literals: Go zero-fills
+    assert '\tv := T{1, "z"}\n\tw := T{}\n\tx := T{B: "partial"}\n' in got  # unkeyed, empty, partial: zero-filled
     first = GO.replace("\tA int\n", "\tZ bool\n\tA int\n")
     assert 'T{Z: Z, A: 1, B: "x"}' in applied(first, run("go", GO, first))
 
