@@ -18,17 +18,24 @@ training files), one edit each, the language server's own pipeline run on it
 - `param_removed`, `param_reordered` (two parameters swapped): the calls' arguments follow;
 - `noise`: a changed string or number, a comment line added, a use switched to another
   name: any suggestion is a false positive.
+- `field_added` (Python dataclass/NamedTuple, Go, Rust) and the JS/Go/Rust method-call rows
+  `param_* [lang]`: on sources written for this bench (`bench/next_edit_written.py`,
+  bench/data/next_edit: the held-out stdlib files hold no dataclass and no other language),
+  distinct tasks only, so their counts are smaller.
 
 Per kind: location precision and recall (a suggestion is located when it changes exactly the
 span of a true site's call argument list or identifier), content exact match at located
 sites (the site's text after the suggestion equals the truth), false-positive rate on noise
 (edits with any suggestion), p50 latency from the edit to the answer (analysis + fills +
 checks; the trees of the two texts are given, as the server holds them), and which part wrote
-the content (`analysis` or `model`). Intervals: Wilson 95%. Beside it the textual baseline (a
+the content (`analysis`, `model` or `placeholder`: an added argument or field no fill reaches
+is the name, marked for the user to type over, as the server shows it; its content is exact
+only where the name was the argument). Intervals: Wilson 95%. Beside it the textual baseline (a
 file-wide whole-word rename of a changed word; for parameter changes a comma split of each
 `name(` call's arguments: the parameter's name inserted, the argument removed or swapped).
 The gate: per model, the lowest confidence threshold on model fills with overall precision
->= 0.9, and the recall there (on by default only when >= 0.5). Also the analysis alone on a
+>= 0.9, and the recall there (on by default only when >= 0.5): analysis suggestions and fills
+count when exact, a placeholder when located (it claims a place, not content). Also the analysis alone on a
 `--analysis-lines` file (held-out files joined). Prints a table; ends with one JSON line.
 """
 

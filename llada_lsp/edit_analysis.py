@@ -16,6 +16,8 @@ text after it (the trees are those of the two texts) and names the edit:
 - `field_added` (`llada_lsp.edit_fields`): a field without a default added to a Python
   dataclass or NamedTuple, a Go or Rust struct: the sites are its constructors in the file,
   an insertion point each (`Site.hint` the field's name).
+- `return_added` (`llada_lsp.edit_returns`, Python): a value added to a returned tuple: the
+  calls unpacked into as many targets get a new target (`Site.hint`: the value's name or `_`).
 - `none`: anything else (a new statement, a changed literal, a use switched to another
   variable...): no follow-ups.
 
@@ -33,6 +35,7 @@ import tree_sitter as ts
 
 from llada_lsp.edit_fields import field_change
 from llada_lsp.edit_params import param_change
+from llada_lsp.edit_returns import return_change
 from llada_lsp.edit_syntax import (
     BRACES,
     GO,
@@ -54,7 +57,7 @@ from llada_lsp.edit_syntax import (
 
 @dataclass(frozen=True)
 class Analysis:
-    kind: str  # "rename" | "param_added" | "param_removed" | "param_reordered" | "field_added" | "none"
+    kind: str  # "rename" | "param_*" | "field_added" | "return_added" | "none"
     detail: str = ""
     sites: tuple[Site, ...] = ()
     edited: tuple[int, int] = (0, 0)  # the changed stretch of the new text
@@ -103,7 +106,8 @@ def analyze(language: str, old: str, new: str, old_tree: ts.Tree, new_tree: ts.T
     edited = (p, len(new) - s)
     ot, nt = Text(old), Text(new)
     got = _rename(lang, ot, nt, a, bo, bn, new_tree) or param_change(lang, ot, nt, a, bo, bn, old_tree, new_tree) \
-        or field_change(lang, ot, nt, a, bo, bn, old_tree, new_tree)
+        or field_change(lang, ot, nt, a, bo, bn, old_tree, new_tree) \
+        or return_change(lang, ot, nt, a, bo, bn, old_tree, new_tree)
     if got is None:
         return Analysis("none", "no follow-up kind", (), edited)
     kind, detail, sites, definition = got

@@ -199,3 +199,27 @@ impl S {
     assert "Self::make(2, 1); let t = S::make(4, 3); self.go(5, 6) + s.go(7, 8)" in applied(new, run("rust", rs, new))
     new = rs.replace("fn go(&self, a: i32, b: i32)", "fn go(&self, b: i32)")
     assert "Self::make(1, 2); let t = S::make(3, 4); self.go(6) + s.go(8)" in applied(new, run("rust", rs, new))
+
+
+def test_python_return_shape_adds_an_unpacking_target() -> None:
+    py = '''class Reader:
+    def span(self, text):
+        start = 0
+        return start, len(text)
+
+    def use(self):
+        a, b = self.span("x")
+        (c, d) = self.span("y")
+        whole = self.span("z")
+        for e, f in [self.span("w")]:
+            pass
+        return a, b, c, d, whole
+'''
+    new = py.replace("return start, len(text)", "return start, len(text), text.count('\\n')")
+    a = run("python", py, new)
+    assert a.kind == "return_added" and [s.hint for s in a.sites] == ["_", "_"]
+    got = applied(new, a)
+    assert "        a, b, _ = self.span(\"x\")\n        (c, d, _) = self.span(\"y\")\n        whole = self" in got
+    new = py.replace("return start, len(text)", "return start, end, len(text)")
+    assert '        a, end, b = self.span("x")' in applied(new, run("python", py, new))
+    assert run("python", py, py.replace("return start, len(text)", "return start, 1")).kind == "none"
