@@ -447,6 +447,7 @@ def server_pipeline(t: Task, fill: Callable[[list[Any]], list[tuple[str, float]]
     placeholder of each masked site no fill reaches, checks. Every fill is kept here whatever
     its confidence; `gated` applies a threshold (a fill below it gives way to the placeholder)."""
     parser = parser_for(t.lang)
+    assert parser is not None
     old_tree, new_tree = parser.parse(t.old.encode()), parser.parse(t.new.encode())
     t0 = time.perf_counter()
     a = analyze(t.lang, t.old, t.new, old_tree, new_tree)

@@ -31,6 +31,13 @@ CALLEE = {"member_expression": "property", "selector_expression": "field", "fiel
           "scoped_identifier": "name"}
 
 
+def parse(lang: str, text: str) -> Node:
+    parser = parser_for(lang)
+    if parser is None:
+        raise SystemExit(f"no grammar for {lang}")
+    return parser.parse(text.encode()).root_node
+
+
 def walk(n: Node) -> Iterator[Node]:
     stack = [n]
     while stack:
@@ -109,18 +116,16 @@ def _without(text: str, lang: str, body: Node, k: int) -> str:
 
 
 def field_task(lang: str, text: str, rng: random.Random, make: Callable[..., Any]) -> Any | None:
-    parser = parser_for(lang)
-    root = parser.parse(text.encode()).root_node
+    root = parse(lang, text)
     recs = [n for n in walk(root) if n.type == RECORD[lang] and n.child_by_field_name("name") is not None]
     if lang == "go":
-        recs = [r for r in recs if r.child_by_field_name("type") is not None
-                and r.child_by_field_name("type").type == "struct_type"]
+        recs = [r for r in recs if text_of(r.child_by_field_name("type")).startswith("struct")]
     rec = rng.choice(recs)
     name = text_of(rec.child_by_field_name("name"))
     fields = _fields(lang, rec)
     k = rng.randrange(len(fields))
     fname = _field_name(lang, fields[k])
-    bodies = []
+    bodies: list[Node | None] = []
     for n in walk(root):
         if lang == "python" and n.type == "call" and text_of(n.child_by_field_name("function")) == name:
             bodies.append(n.child_by_field_name("arguments"))
@@ -132,6 +137,8 @@ def field_task(lang: str, text: str, rng: random.Random, make: Callable[..., Any
             bodies.append(n.child_by_field_name("body"))
     edits = []
     for body in bodies:
+        if body is None:
+            continue
         els = _elements(lang, body)
         keys = [_key(lang, e) for e in els]
         if fname in keys:
@@ -161,8 +168,7 @@ def _impl_of(n: Node) -> str:
 
 
 def method_task(kind: str, lang: str, text: str, rng: random.Random, make: Callable[..., Any]) -> Any | None:
-    parser = parser_for(lang)
-    root = parser.parse(text.encode()).root_node
+    root = parse(lang, text)
     defs = [n for n in walk(root) if n.type == METHOD[lang] and (lang != "rust" or _impl_of(n))]
     rng.shuffle(defs)
     for fn in defs:
@@ -179,7 +185,7 @@ def method_task(kind: str, lang: str, text: str, rng: random.Random, make: Calla
             f = n.child_by_field_name("function") if n.type == "call_expression" else None
             if f is not None and f.type in CALLEE and text_of(f.child_by_field_name(CALLEE[f.type])) == mname:
                 args = n.child_by_field_name("arguments")
-                if len(args.named_children) == len(params) and args.start_point[0] == args.end_point[0]:
+                if args is not None and len(args.named_children) == len(params) and args.start_point[0] == args.end_point[0]:
                     calls.append(args)
         if not calls:
             continue

@@ -16,7 +16,7 @@ text after it (the trees are those of the two texts) and names the edit:
 - `field_added` (`llada_lsp.edit_fields`): a field without a default added to a Python
   dataclass or NamedTuple, a Go or Rust struct: the sites are its constructors in the file,
   an insertion point each (`Site.hint` the field's name).
-- `return_added` (`llada_lsp.edit_returns`, Python): a value added to a returned tuple: the
+- `return_added` (`llada_lsp.edit_fields`, Python): a value added to a returned tuple: the
   calls unpacked into as many targets get a new target (`Site.hint`: the value's name or `_`).
 - `none`: anything else (a new statement, a changed literal, a use switched to another
   variable...): no follow-ups.
@@ -33,9 +33,8 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
-from llada_lsp.edit_fields import field_change
+from llada_lsp.edit_fields import field_change, return_change
 from llada_lsp.edit_params import param_change
-from llada_lsp.edit_returns import return_change
 from llada_lsp.edit_syntax import (
     BRACES,
     GO,

@@ -12,7 +12,15 @@ import pytest
 from engine.api import CompletionRequest, EngineEvent
 from llada_lsp.documents import DocumentStore
 from llada_lsp.edit_analysis import Site
-from llada_lsp.edit_window import Suggested, from_fill, from_placeholder, keep, lsp_suggestion, one_argument, touches
+from llada_lsp.edit_window import (
+    Suggested,
+    from_fill,
+    from_placeholder,
+    keep,
+    lsp_suggestion,
+    one_argument,
+    touches,
+)
 from llada_lsp.engine_base import EngineClient, EngineJob, Progress
 from llada_lsp.next_edit import NextEditParams, NextEditParamsError, NextEditService, parse_params
 from llada_lsp.options import parse_options
