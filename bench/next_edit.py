@@ -677,11 +677,13 @@ def analysis_speed(lines: int) -> dict[str, Any]:
     head = "def helper_fn(a, b):\n    return a\n\n\n"
     tail = "\n\nx = helper_fn(1, 2)\ny = helper_fn(3, 4)\n"
     head = "from dataclasses import dataclass\n\n\n@dataclass\nclass Rec:\n    a: int\n    b: int\n\n\n" + head
-    tail += "r = Rec(1, 2)\ns = Rec(a=3, b=4)\n"
+    head += "def pair(x):\n    return x, x\n\n\n"
+    tail += "r = Rec(1, 2)\ns = Rec(a=3, b=4)\np, q = pair(1)\n"
     old = head + body + tail
     cases = {"rename": old.replace("def helper_fn(", "def helper(", 1),
              "param_added": old.replace("def helper_fn(a, b)", "def helper_fn(a, b, c)", 1),
-             "field_added": old.replace("    b: int\n", "    b: int\n    c: str\n", 1)}
+             "field_added": old.replace("    b: int\n", "    b: int\n    c: str\n", 1),
+             "return_added": old.replace("    return x, x\n", "    return x, x, x\n", 1)}
     out: dict[str, Any] = {"lines": old.count("\n")}
     ot = PARSER.parse(old.encode())
     for name, new in cases.items():
