@@ -134,8 +134,9 @@ class Base:
 # (FILLS_OFF: at no threshold), for the models whose suggestions then reach precision >= 0.9
 # with recall >= 0.5 over every edit kind and noise edits. `nextEdit.enabled` unset means: on
 # for these models, off for the others (not measured). Both embedded models pass on the
-# analysis' suggestions alone (precision 1.000, recall 0.744); neither one's fills reach 0.9
-# (best: mini-code, 0.237 exact at every threshold tried), so fills stay off by default.
+# analysis' suggestions and placeholders (precision 1.000, recall 0.995, a placeholder counted
+# by its place); neither one's fills reach 0.9 (best: mini-code, 0.231 exact on added
+# parameters), so fills stay off by default.
 FILLS_OFF = 1.01  # above any confidence: no masked fill is run
 GATED: dict[str, float] = {"tiny-code": FILLS_OFF, "mini-code": FILLS_OFF}
 
