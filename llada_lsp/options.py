@@ -67,6 +67,7 @@ class NextEditOptions:
     enabled: bool | None = None  # None: on only for a model that passed the precision gate (next_edit.GATED)
     site_tokens: int = 12  # a model-filled site's token budget (an added argument)
     threshold: float | None = None  # fill threshold in (0, 1]; None: the model's gated one
+    placeholders: bool = True  # an added argument or field no fill reaches: its name, to type over
 
 
 @dataclass
