@@ -42,12 +42,11 @@ class InProcessEngine(EngineClient):
 
     OWNER = "\0inprocess"
 
-    def __init__(self, model_dir: str | None = None, mode: str = "speedy",
-                 device: str = "cpu", factory: Callable[..., Any] | None = None,
+    def __init__(self, model_dir: str | None = None, device: str = "cpu", factory: Callable[..., Any] | None = None,
                  max_prompt_tokens: int | None = None, prompt_template: str | None = None,
                  dtype: str = "auto", prompt_format: str = "auto") -> None:
         super().__init__()
-        self.model_dir, self.mode, self.device = model_dir, mode, device
+        self.model_dir, self.device = model_dir, device
         self.dtype = dtype  # "auto": the checkpoint's own (engine.model.loader.resolve_dtype)
         # the model's own prompt budget and format unless the options name others
         self.prompt_kwargs: dict[str, Any] = {k: v for k, v in (("max_prompt_tokens", max_prompt_tokens),
@@ -88,8 +87,8 @@ class InProcessEngine(EngineClient):
 
             factory = TextEngine
         report("loading the model", 40)
-        # `mode` is the option's (user-facing) name of the engine's default preset
-        kwargs: dict[str, Any] = {"preset": self.mode, "device": self._device(), **self.prompt_kwargs}
+        # no preset: each request's plan names its own (the engine's default is for plans naming none)
+        kwargs: dict[str, Any] = {"device": self._device(), **self.prompt_kwargs}
         if self.dtype != "auto":  # auto: the loader's default, a real checkpoint's own dtype
             from engine.model.loader import resolve_dtype
 
@@ -177,6 +176,8 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
     runtime file's token when the URL is the user's own daemon) authenticates;
     "sglang": SGLang servers (`sglang`: the options' `SglangOptions`, urls per preset and/or a
     router), prompts tokenized here with the tokenizer of `model_dir` (`llada_lsp.sglang_engine`).
+    The preset travels with each request (`Plan.preset`, the `mode` option then); `mode` here
+    only routes SGLang requests whose preset no server serves (`SglangConfig.default_preset`).
     """
     if location == "sglang":
         from llada_lsp.sglang_engine import SglangEngineClient  # lazy: only when used
@@ -186,12 +187,12 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
         return SglangEngineClient(SglangConfig(urls=urls, router=getattr(sglang, "router", None), model=model_dir,
                                                max_prompt_tokens=max_prompt_tokens or 2048, default_preset=mode))
     if location == "inprocess":
-        return InProcessEngine(model_dir, mode=mode, device=device, max_prompt_tokens=max_prompt_tokens,
+        return InProcessEngine(model_dir, device=device, max_prompt_tokens=max_prompt_tokens,
                                prompt_template=prompt_template, dtype=dtype, prompt_format=prompt_format)
     from llada_lsp.ws_engine import WsEngineClient  # lazy: websockets only when used
 
     if location == "auto":
-        return WsEngineClient(None, token=token, model=model_dir, mode=mode, device=device)
+        return WsEngineClient(None, token=token, model=model_dir, device=device)
     if location.startswith(("ws://", "wss://")):
         return WsEngineClient(location, token=token)
     raise ValueError(f"unknown engine location {location!r}: 'inprocess', 'auto', 'sglang' or a ws:// URL")
