@@ -59,7 +59,7 @@ class WsEngineClient(EngineClient):
             if self.conn is not None and self.conn.open_:
                 return self.conn
             if self.url is None:
-                self.conn = await connect_or_start(self.model, None, self.device, self.start_timeout,
+                self.conn = await connect_or_start(self.model, self.device, self.start_timeout,
                                                    self.explicit)
                 self.explicit = False
             else:
