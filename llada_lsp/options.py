@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from engine.api import MAX_ALTERNATIVES
+from engine.presets import DEFAULT_PRESET, MODES
 
-Mode = Literal["speedy", "quality"]
-MODES: tuple[str, ...] = ("speedy", "quality")
+Mode = str  # a preset of engine.presets.MODES (the names' one list; checked when options are read)
 MAX_CONTEXT_TOKENS = 65536
 
 
@@ -111,7 +111,7 @@ NESTED_SECTION = "llada"  # a section inside the section: refused from the works
 
 @dataclass
 class Options:
-    mode: Mode = "speedy"
+    mode: Mode = DEFAULT_PRESET  # the preset each request names (llada_lsp.plans.make_plan)
     max_tokens: MaxTokens = field(default_factory=MaxTokens)
     context: ContextOptions = field(default_factory=ContextOptions)
     next_edit: NextEditOptions = field(default_factory=NextEditOptions)
