@@ -216,7 +216,7 @@ class TextEngine:
         """The forks' final texts in rank order, without the primary's text and repeats."""
         out: list[str] = []
         for f in forks:
-            text = self._final_text(f, req.plan, partial)
+            text = self.final_text(f, req.plan, partial)
             if text != primary and text not in out:
                 out.append(text)
         return tuple(out)
@@ -235,13 +235,15 @@ class TextEngine:
             return len(tokens)
         return fn
 
-    def _text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+    def text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+        """The text `seq` shows now (its drafts and edits), after healing's `partial`, cut at the stop rule."""
         return self._answer(seq, seq.shown_tokens(), plan, partial)
 
     def _answer(self, seq: Sequence, toks: list[int], plan: Plan, partial: str) -> str:
         return self.prompts.answer(toks, plan, partial, self.prompts.tail_of(seq.prompt, partial))
 
-    def _final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+    def final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+        """The text of the finished `seq`."""
         return self._answer(seq, list(seq.final_middle()), plan, partial)
 
     def positions_for(self, seq: Sequence, partial: str, spans: list[tuple[int, int]]) -> list[int]:
