@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 from types import ModuleType
+from typing import Any
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -137,12 +138,14 @@ def test_bad_shapes_are_rejected() -> None:
         eager_moe(x, w13, w2, ids[:, :1], w)
 
 
-def tiny_moe(seed: int = 0) -> torch.nn.Module:
+def tiny_moe(seed: int = 0, **config: Any) -> torch.nn.Module:
+    """A LLaDA2 MoE layer (40 wide, 24 per expert) of random weights; `config` overrides
+    LLaDA2Config's fields (12 experts, top-3, 2 of 4 groups unless said)."""
     from engine.model.adapters.llada2 import LLaDA2Config, SparseMoe
 
     torch.manual_seed(seed)
-    c = LLaDA2Config(hidden_size=40, moe_intermediate_size=24, num_experts=12, num_experts_per_tok=3,
-                     n_group=4, topk_group=2)
+    c = LLaDA2Config(**{"hidden_size": 40, "moe_intermediate_size": 24, "num_experts": 12,
+                        "num_experts_per_tok": 3, "n_group": 4, "topk_group": 2, **config})
     moe = SparseMoe(c)
     with torch.no_grad():
         for p in moe.parameters():

@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from kernels.moe_reference import block_allowed, experts_read, route_groups  # noqa: E402
+from tests.kernels.test_moe import tiny_moe  # noqa: E402
 
 try:
     INTERPRETED = bool(importlib.import_module("kernels.moe").INTERPRETED)
@@ -25,17 +26,8 @@ E, K, CAP, BLOCK = 64, 4, 12, 8
 
 
 def block_moe(capacity: int | None) -> torch.nn.Module:
-    from engine.model.adapters.llada2 import LLaDA2Config, SparseMoe
-
-    torch.manual_seed(0)
-    c = LLaDA2Config(hidden_size=40, moe_intermediate_size=24, num_experts=E, num_experts_per_tok=K,
-                     expert_capacity=capacity, block_size=BLOCK)
-    moe = SparseMoe(c)
-    with torch.no_grad():
-        for p in moe.parameters():
-            p.normal_(0.0, 0.3)
-        moe.gate.expert_bias.normal_(0.0, 0.1)
-    return moe.eval()
+    return tiny_moe(0, num_experts=E, num_experts_per_tok=K, expert_capacity=capacity, block_size=BLOCK,
+                    n_group=8, topk_group=4)  # LLaDA2Config's own group limit
 
 
 def test_block_allowed_keeps_each_group_inside_its_capacity() -> None:
