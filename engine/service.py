@@ -240,7 +240,10 @@ class TextEngine:
         return self._answer(seq, seq.shown_tokens(), plan, partial)
 
     def _answer(self, seq: Sequence, toks: list[int], plan: Plan, partial: str) -> str:
-        return self.prompts.answer(toks, plan, partial, self.prompts.tail_of(seq.prompt, partial))
+        # the cursor's line (decoded from the prompt) matters only to an answer the format wraps:
+        # the loop asks for every row's text at every step
+        tail = self.prompts.tail_of(seq.prompt, partial) if self.format.wraps_answer else ""
+        return self.prompts.answer(toks, plan, partial, tail)
 
     def final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
         """The text of the finished `seq`."""
