@@ -6,7 +6,7 @@ the device, nothing downloaded), fills cache rows with 1k / 4k cached tokens, an
 block-causal forward of a 32-token noisy block at batch 1 and 8, as the decoder issues it,
 once per MoE implementation (`engine.model.adapters.llada2.MOE_IMPLS`): "loop" (the old
 per-expert loop, one host read-back a layer; the baseline), "triton" (kernels/moe.py) and
-"grouped" (torch's grouped GEMM), on the same cache, in the same run.
+"eager" (torch's grouped GEMM), on the same cache, in the same run.
 
 Per step it reports the bytes the step must read: the weights of the experts its tokens
 touch (counted per layer in an untimed forward), every dense weight (attention, the dense
@@ -340,8 +340,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--contexts", default="1024,4096")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--impls", default=None, help="MoE implementations, the first is the baseline; "
-                    "NAME+graph replays the step as a CUDA graph (default: loop,triton,grouped,"
-                    "triton+graph,grouped+graph on CUDA; loop,grouped,reference elsewhere)")
+                    "NAME+graph replays the step as a CUDA graph (default: loop,triton,eager,"
+                    "triton+graph,eager+graph on CUDA; loop,eager,reference elsewhere)")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--routing", default="token,block", help="token (LLaDA2.1) and/or block (LLaDA2.2) routing")
     ap.add_argument("--routing-estimate", action="store_true",
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     tbs = args.bandwidth_tbs or peak_tbs(name)
-    default = "loop,triton,grouped,triton+graph,grouped+graph" if dev.type == "cuda" else "loop,grouped,reference"
+    default = "loop,triton,eager,triton+graph,eager+graph" if dev.type == "cuda" else "loop,eager,reference"
     impls = (args.impls or default).split(",")
     if dev.type != "cuda" and any(i.endswith("+graph") for i in impls):
         raise SystemExit("+graph needs a CUDA device")

@@ -4,7 +4,7 @@ Run from the repository root::
 
     python bench/kernels.py                 # bf16, vocab 126,464 and 157,184, rows 32/256/2048
     python bench/kernels.py --margin --dtype fp16
-    python bench/kernels.py --kernel moe    # routed experts: Triton, grouped GEMM, per-expert loop
+    python bench/kernels.py --kernel moe    # routed experts: Triton, eager (grouped GEMM), per-expert loop
 
 For each (vocabulary, rows) it times both backends on the same logits (with current
 ids, as in a T2T step), checks that they agree, and reports effective bandwidth
@@ -36,7 +36,7 @@ sys.path.insert(0, str(_HERE.parent))
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
-import kernels.moe_reference  # noqa: E402
+import kernels.moe_eager  # noqa: E402
 
 VOCABS = (126_464, 157_184)  # LLaDA-8B, LLaDA2.x
 ROWS = (32, 256, 2048)
@@ -89,9 +89,9 @@ def bench_one(
     nbytes = logits.numel() * logits.element_size()
     result: dict[str, object] = {"vocab": vocab, "rows": rows}
 
-    tri = kernels.triton_confidence(logits, current, want_margin=margin)
+    tri = kernels.confidence(logits, current, want_margin=margin, backend="triton")
     try:
-        ref = kernels.reference_confidence(logits, current, want_margin=margin)
+        ref = kernels.confidence(logits, current, want_margin=margin, backend="reference")
     except torch.cuda.OutOfMemoryError:
         ref = None
     if ref is not None:
@@ -100,7 +100,7 @@ def bench_one(
         )
         del ref
         ref_ms = time_ms(
-            lambda: kernels.reference_confidence(logits, current, want_margin=margin),
+            lambda: kernels.confidence(logits, current, want_margin=margin, backend="reference"),
             device,
             reps,
             flush,
@@ -109,7 +109,7 @@ def bench_one(
         result["match"] = None
         ref_ms = float("nan")
     tri_ms = time_ms(
-        lambda: kernels.triton_confidence(logits, current, want_margin=margin),
+        lambda: kernels.confidence(logits, current, want_margin=margin, backend="triton"),
         device,
         reps,
         flush,
@@ -164,16 +164,16 @@ def bench_moe(tokens: int, dtype: torch.dtype, device: str, reps: int, flush,
     want = moe_loop(*args)
     result: dict[str, object] = {"tokens": tokens, "experts_touched": touched}
     impls = {"loop": moe_loop, "triton": lambda *a: kernels.moe_experts(*a, backend="triton"),
-             "grouped": lambda *a: kernels.moe_experts(*a, backend="grouped")}
+             "eager": lambda *a: kernels.moe_experts(*a, backend="eager")}
     for name, fn in impls.items():
-        if name == "grouped" and not kernels.moe_reference.grouped_mm_supported(x):
+        if name == "eager" and not kernels.moe_eager.grouped_mm_supported(x):
             continue
         got = fn(*args)
         result[f"{name}_max_err"] = float((got - want).abs().max())
         ms = time_ms(lambda fn=fn: fn(*args), device, reps, flush)
         result[f"{name}_ms"] = round(ms, 4)
         result[f"{name}_gbps"] = round(nbytes / ms / 1e6, 1)
-    for name in ("triton", "grouped"):
+    for name in ("triton", "eager"):
         if f"{name}_ms" in result:
             result[f"{name}_vs_loop"] = round(result["loop_ms"] / result[f"{name}_ms"], 2)  # type: ignore[operator]
     return result
@@ -182,7 +182,7 @@ def bench_moe(tokens: int, dtype: torch.dtype, device: str, reps: int, flush,
 def print_moe_table(results: list[dict[str, object]]) -> None:
     print(f"{'tokens':>6} {'experts':>7} {'impl':>8} {'ms':>9} {'GB/s':>8} {'vs loop':>7} {'max err':>9}")
     for r in results:
-        for name in ("loop", "triton", "grouped"):
+        for name in ("loop", "triton", "eager"):
             if f"{name}_ms" in r:
                 print(f"{r['tokens']:>6} {r['experts_touched']:>7} {name:>8} {r[f'{name}_ms']:>9.3f} "
                       f"{r[f'{name}_gbps']:>8.1f} {r.get(f'{name}_vs_loop', 1.0):>7} {r[f'{name}_max_err']:>9.2e}")

@@ -220,7 +220,7 @@ class TextEngine:
         """The forks' final texts in rank order, without the primary's text and repeats."""
         out: list[str] = []
         for f in forks:
-            text = self._final_text(f, req.plan, partial)
+            text = self.final_text(f, req.plan, partial)
             if text != primary and text not in out:
                 out.append(text)
         return tuple(out)
@@ -239,13 +239,18 @@ class TextEngine:
             return len(tokens)
         return fn
 
-    def _text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+    def text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+        """The text `seq` shows now (its drafts and edits), after healing's `partial`, cut at the stop rule."""
         return self._answer(seq, seq.shown_tokens(), plan, partial)
 
     def _answer(self, seq: Sequence, toks: list[int], plan: Plan, partial: str) -> str:
-        return self.prompts.answer(toks, plan, partial, self.prompts.tail_of(seq.prompt, partial))
+        # the cursor's line (decoded from the prompt) matters only to an answer the format wraps:
+        # the loop asks for every row's text at every step
+        tail = self.prompts.tail_of(seq.prompt, partial) if self.format.wraps_answer else ""
+        return self.prompts.answer(toks, plan, partial, tail)
 
-    def _final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+    def final_text(self, seq: Sequence, plan: Plan, partial: str) -> str:
+        """The text of the finished `seq`."""
         return self._answer(seq, list(seq.final_middle()), plan, partial)
 
     def positions_for(self, seq: Sequence, partial: str, spans: list[tuple[int, int]]) -> list[int]:

@@ -1,45 +1,42 @@
-"""Kernels for the decoding step, behind one dispatch.
+"""Kernels for the decoding step, behind one dispatch (``kernels.dispatch``).
 
-Every kernel has a PyTorch reference (``kernels.reference``, the spec) and a Triton
-implementation (``kernels.confidence``). The engine calls only the dispatch functions
-exported here, which pick a backend per call:
+Each kernel follows the Triton tutorials' layout: a PyTorch reference (the spec), a fast
+eager PyTorch path, the Triton kernel with its launch wrapper, tests against the reference
+(tests/kernels) and a benchmark (bench/kernels.py):
 
-``LLADA_KERNELS`` (read on every call, so tests can change it):
+=============  ====================  ====================  ====================
+kernel         reference             eager                 Triton
+=============  ====================  ====================  ====================
+confidence     ``kernels.reference``  ``kernels.eager``      ``kernels.confidence``
+routed experts ``kernels.moe_reference`` ``kernels.moe_eager`` ``kernels.moe``
+=============  ====================  ====================  ====================
 
-* ``auto`` (default): Triton when the logits are on a CUDA device and Triton imports,
-  otherwise the fast eager PyTorch path (``kernels.eager``).
-* ``triton``: always Triton. CPU tensors need ``TRITON_INTERPRET=1`` in the environment
-  before the first Triton call (the kernels are built in interpreter mode on import).
-* ``eager``: always the fast eager PyTorch path.
-* ``reference``: always the reference.
-
-The ``allowed`` vocabulary mask (token healing) is supported by both backends; the
-dispatch never falls back because of it.
+The engine calls only the two functions exported here, ``confidence`` and ``moe_experts``;
+each asks ``kernels.dispatch.choose`` which implementation runs, from ``LLADA_KERNELS``
+(``auto``, ``triton``, ``eager`` or ``reference``; see ``kernels.dispatch``) or a call's
+``backend=``. The ``allowed`` vocabulary mask (token healing) is supported by every
+confidence implementation; the dispatch never falls back because of it.
 
 ``kernels.confidence`` (the Triton module) is imported here, when the package is, and
-before the dispatch function ``confidence`` is defined: importing a submodule rebinds the
-package attribute of the same name, so importing it first keeps ``kernels.confidence``
-the function. Use ``from kernels.confidence import ...`` to reach the module itself.
+before the function ``confidence`` is defined: importing a submodule rebinds the package
+attribute of the same name, so importing it first keeps ``kernels.confidence`` the
+function. Use ``from kernels.confidence import ...`` to reach the module itself.
 Consequence: ``TRITON_INTERPRET=1`` must be set before ``import kernels`` for Triton to
-run on CPU tensors. Without Triton installed the package still imports (reference only).
+run on CPU tensors. Without Triton installed the package still imports. The MoE kernel
+(``kernels.moe``) is imported on its first use.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 
+from kernels.dispatch import BACKENDS, ENV_VAR, choose
 from kernels.eager import eager_confidence_tensors
-from kernels.moe_reference import (
-    MOE_BACKENDS,
-    eager_moe,
-    moe_backend_name,
-    moe_experts,
-    reference_moe,
-)
+from kernels.moe_eager import eager_moe, grouped_mm_supported
+from kernels.moe_reference import reference_moe
 from kernels.reference import reference_confidence_tensors
 
 
@@ -56,23 +53,16 @@ _TRITON: ModuleType | None = _import_triton_module()
 
 __all__ = [
     "BACKENDS",
-    "MOE_BACKENDS",
     "ENV_VAR",
     "Confidence",
     "backend_name",
     "confidence",
-    "eager_confidence",
     "eager_moe",
     "moe_backend_name",
     "moe_experts",
-    "reference_confidence",
     "reference_moe",
     "triton_available",
-    "triton_confidence",
 ]
-
-ENV_VAR = "LLADA_KERNELS"
-BACKENDS = ("auto", "triton", "eager", "reference")
 
 
 @dataclass(frozen=True)
@@ -90,87 +80,57 @@ def triton_available() -> bool:
     return _TRITON is not None
 
 
-def _requested_backend() -> str:
-    mode = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
-    if mode not in BACKENDS:
-        raise ValueError(f"{ENV_VAR}={mode!r}: expected one of {', '.join(BACKENDS)}")
-    return mode
+def backend_name(logits: torch.Tensor, backend: str | None = None) -> str:
+    """The implementation ``confidence(logits, ..., backend=backend)`` would use now:
+    "triton", "eager" or "reference"."""
+    name = choose(logits, triton=_TRITON is not None, backend=backend)
+    if name == "triton" and not logits.is_cuda and not (_TRITON is not None and _TRITON.INTERPRETED):
+        raise RuntimeError(f"{ENV_VAR}=triton with CPU logits needs TRITON_INTERPRET=1 set before "
+                           "kernels is imported")
+    return name
 
 
-def backend_name(logits: torch.Tensor) -> str:
-    """The backend ``confidence(logits, ...)`` would use now: "triton", "eager" or "reference"."""
-    mode = _requested_backend()
-    if mode in ("reference", "eager"):
-        return mode
-    if mode == "triton":
-        if _TRITON is None:
-            raise RuntimeError(f"{ENV_VAR}=triton but Triton cannot be imported")
-        if not logits.is_cuda and not _TRITON.INTERPRETED:
-            raise RuntimeError(
-                f"{ENV_VAR}=triton with CPU logits needs TRITON_INTERPRET=1 set before "
-                "kernels is imported"
-            )
-        return "triton"
-    return "triton" if logits.is_cuda and triton_available() else "eager"
-
-
-def reference_confidence(
-    logits: torch.Tensor,
-    current_ids: torch.Tensor | None = None,
-    *,
-    want_margin: bool = False,
-    allowed: torch.Tensor | None = None,
-) -> Confidence:
-    """The PyTorch reference, whatever the environment says."""
-    return Confidence(
-        *reference_confidence_tensors(logits, current_ids, want_margin=want_margin, allowed=allowed)
-    )
-
-
-def eager_confidence(
-    logits: torch.Tensor,
-    current_ids: torch.Tensor | None = None,
-    *,
-    want_margin: bool = False,
-    allowed: torch.Tensor | None = None,
-) -> Confidence:
-    """The fast eager PyTorch path, whatever the environment says."""
-    return Confidence(*eager_confidence_tensors(logits, current_ids, want_margin=want_margin, allowed=allowed))
-
-
-def triton_confidence(
-    logits: torch.Tensor,
-    current_ids: torch.Tensor | None = None,
-    *,
-    want_margin: bool = False,
-    allowed: torch.Tensor | None = None,
-) -> Confidence:
-    """The fused Triton kernel, whatever the environment says."""
-    if _TRITON is None:
-        raise RuntimeError("Triton cannot be imported")
-    return Confidence(
-        *_TRITON.triton_confidence_tensors(
-            logits, current_ids, want_margin=want_margin, allowed=allowed
-        )
-    )
-
-
-def confidence(
-    logits: torch.Tensor,
-    current_ids: torch.Tensor | None = None,
-    *,
-    want_margin: bool = False,
-    allowed: torch.Tensor | None = None,
-) -> Confidence:
+def confidence(logits: torch.Tensor, current_ids: torch.Tensor | None = None, *, want_margin: bool = False,
+               allowed: torch.Tensor | None = None, backend: str | None = None) -> Confidence:
     """Top-1 id and probability, current-token probability and margin for [N, V] logits.
 
     ``current_ids`` is int64 [N] (a negative id means "no current token": probability
     0); ``allowed`` is an optional bool [V] mask applied before the softmax. See
-    ``kernels.reference`` for the full specification.
+    ``kernels.reference`` for the full specification. ``backend`` forces an implementation
+    (one of ``kernels.dispatch.BACKENDS``) whatever the environment says.
     """
-    backend = backend_name(logits)
-    if backend == "triton":
-        return triton_confidence(logits, current_ids, want_margin=want_margin, allowed=allowed)
-    if backend == "eager":
-        return eager_confidence(logits, current_ids, want_margin=want_margin, allowed=allowed)
-    return reference_confidence(logits, current_ids, want_margin=want_margin, allowed=allowed)
+    name = backend_name(logits, backend)
+    if name == "triton":
+        assert _TRITON is not None  # backend_name checked it
+        impl = _TRITON.triton_confidence_tensors
+    else:
+        impl = eager_confidence_tensors if name == "eager" else reference_confidence_tensors
+    return Confidence(*impl(logits, current_ids, want_margin=want_margin, allowed=allowed))
+
+
+def moe_backend_name(x: torch.Tensor, backend: str | None = None) -> str:
+    """The implementation ``moe_experts(x, ..., backend=backend)`` would use now: "triton",
+    "eager" (grouped GEMMs, where torch runs them on `x`) or "reference"."""
+    return choose(x, triton=_triton_importable(), eager=grouped_mm_supported(x), backend=backend)
+
+
+def moe_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+                *, backend: str | None = None) -> torch.Tensor:
+    """The routed experts' float32 output [N, D] (spec: ``kernels.moe_reference``), on the
+    implementation ``moe_backend_name`` picks: Triton on CUDA, grouped GEMMs elsewhere."""
+    name = moe_backend_name(x, backend)
+    if name == "triton":
+        from kernels import moe  # imported on first use: it builds its kernel then
+
+        return moe.triton_moe(x, w13, w2, ids, weights)
+    if name == "eager":
+        return eager_moe(x, w13, w2, ids, weights)
+    return reference_moe(x, w13, w2, ids, weights)
+
+
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True

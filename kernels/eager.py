@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from kernels.reference import NEG_INF, checked_fp32_logits
+from kernels.reference import NEG_INF, Tensors, checked_fp32_logits
 
 
-def eager_confidence_tensors(
-    logits: torch.Tensor,
-    current_ids: torch.Tensor | None = None,
-    *,
-    want_margin: bool = False,
-    allowed: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def eager_confidence_tensors(logits: torch.Tensor, current_ids: torch.Tensor | None = None, *,
+                             want_margin: bool = False, allowed: torch.Tensor | None = None) -> Tensors:
     """Return ``(top_id, top_prob, cur_prob, margin)`` as ``kernels.reference`` specifies."""
     x = checked_fp32_logits(logits, current_ids, allowed)
-    n, v = x.shape
     top, top_id = x.max(dim=1)
+    n, v = x.shape
     alive = top > NEG_INF
     lse = torch.logsumexp(x, dim=1)
     lse = torch.where(alive, lse, torch.zeros_like(lse))

@@ -5,7 +5,7 @@ with float32 ``weights`` [N, k], over stacked ``w13`` [E, 2I, D] (gate rows over
 ``w2`` [E, D, I], it returns float32 [N, D].
 
 The (token, expert) pairs are sorted by expert on the device and cut into tiles of at most
-``BLOCK_M`` pairs of one expert (``kernels.moe_reference.route_tiles``); the grid is an
+``BLOCK_M`` pairs of one expert (``route_tiles``, built with torch ops); the grid is an
 upper bound of tiles fixed by the shapes, and programs on an unused tile return at once,
 so nothing is read back to the host (the schedule of vLLM's fused_moe / moe_align_block_size).
 
@@ -26,13 +26,52 @@ module to run the kernel on CPU tensors (``INTERPRETED`` records which was built
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
+from torch import Tensor
 
-from kernels.moe_reference import check_moe_args, route_tiles
+from kernels.moe_eager import sort_pairs
+from kernels.moe_reference import check_moe_args
 
 INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """The Triton kernel's schedule: tile t covers sorted pairs [begin[t], end[t]) of expert
+    expert[t] (-1: an unused tile; the grid has an upper bound of tiles, fixed by shapes)."""
+
+    order: Tensor  # int32 [M]: pair indices sorted by expert
+    expert: Tensor  # int32 [T]
+    begin: Tensor  # int32 [T]
+    end: Tensor  # int32 [T]
+
+
+def max_tiles(pairs: int, n_experts: int, block_m: int) -> int:
+    """An upper bound of sum_e ceil(count_e / block_m) given sum_e count_e = pairs."""
+    return -(-pairs // block_m) + min(n_experts, pairs)
+
+
+def route_tiles(ids: Tensor, n_experts: int, block_m: int) -> Tiles:
+    """Cut the pairs, sorted by expert, into tiles of at most ``block_m`` pairs of one expert;
+    every tensor op stays on the device (no host sync), the tile count is a shape bound."""
+    order, counts = sort_pairs(ids, n_experts)
+    counts = counts.long()
+    n_tiles = (counts + block_m - 1) // block_m
+    tiles_to = n_tiles.cumsum(0)  # exclusive end of each expert's tiles
+    pairs_from = counts.cumsum(0) - counts
+    t = torch.arange(max_tiles(ids.numel(), n_experts, block_m), device=ids.device)
+    e = torch.searchsorted(tiles_to, t, right=True)
+    used = e < n_experts
+    ec = e.clamp(max=n_experts - 1)
+    begin = pairs_from[ec] + (t - (tiles_to[ec] - n_tiles[ec])) * block_m
+    end = torch.minimum(begin + block_m, pairs_from[ec] + counts[ec])
+    expert = torch.where(used, ec, -1)
+    begin, end = torch.where(used, begin, 0), torch.where(used, end, 0)
+    return Tiles(order.int(), expert.int(), begin.int(), end.int())
 
 
 @triton.jit

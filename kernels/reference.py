@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 
 NEG_INF = float("-inf")
+# (top_id, top_prob, cur_prob, margin): every confidence implementation's result
+Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]
 
 
 def check_confidence_args(
@@ -41,20 +43,16 @@ def check_confidence_args(
     n, v = logits.shape
     if v == 0:
         raise ValueError("logits must have at least one vocabulary column")
-    if current_ids is not None:
-        if current_ids.shape != (n,):
-            raise ValueError(f"current_ids must be [N]={n}, got shape {tuple(current_ids.shape)}")
-        if current_ids.dtype != torch.int64:
-            raise TypeError(f"current_ids must be int64, got {current_ids.dtype}")
-        if current_ids.device != logits.device:
-            raise ValueError("current_ids must be on the same device as logits")
-    if allowed is not None:
-        if allowed.shape != (v,):
-            raise ValueError(f"allowed must be [V]={v}, got shape {tuple(allowed.shape)}")
-        if allowed.dtype != torch.bool:
-            raise TypeError(f"allowed must be bool, got {allowed.dtype}")
-        if allowed.device != logits.device:
-            raise ValueError("allowed must be on the same device as logits")
+    for name, t, dim, size, dtype in (("current_ids", current_ids, "N", n, torch.int64),
+                                      ("allowed", allowed, "V", v, torch.bool)):
+        if t is None:
+            continue
+        if t.shape != (size,):
+            raise ValueError(f"{name} must be [{dim}]={size}, got shape {tuple(t.shape)}")
+        if t.dtype != dtype:
+            raise TypeError(f"{name} must be {str(dtype).removeprefix('torch.')}, got {t.dtype}")
+        if t.device != logits.device:
+            raise ValueError(f"{name} must be on the same device as logits")
 
 
 def checked_fp32_logits(
@@ -66,13 +64,8 @@ def checked_fp32_logits(
     return x if allowed is None else x.masked_fill(~allowed, NEG_INF)
 
 
-def reference_confidence_tensors(
-    logits: torch.Tensor,
-    current_ids: torch.Tensor | None = None,
-    *,
-    want_margin: bool = False,
-    allowed: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+def reference_confidence_tensors(logits: torch.Tensor, current_ids: torch.Tensor | None = None, *,
+                                 want_margin: bool = False, allowed: torch.Tensor | None = None) -> Tensors:
     """Return ``(top_id, top_prob, cur_prob, margin)`` as specified in the module doc."""
     x = checked_fp32_logits(logits, current_ids, allowed)
     n, v = x.shape

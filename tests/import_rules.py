@@ -9,7 +9,10 @@ when modules are regrouped: `engine.scheduler` matches that module and its submo
 matches `engine.scheduler` and `engine.decoding.scheduler`.
 
 `check(root, rules)` returns the violations, each a readable line. `cycles(graph, prefix)`
-lists the import cycles among the modules under `prefix`.
+lists the import cycles among the modules under `prefix`; `part_graph(graph, parts)` collapses
+the graph to parts of the tree (`engine.*`: each direct child of `engine`), so that a cycle
+between two parts shows whichever modules close it. Cycles count every import, type-only ones
+too: an annotation that names the importer still ties the two modules together.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
+from itertools import pairwise
 from pathlib import Path
 
 
@@ -188,6 +192,41 @@ def cycles(graph: Graph, prefix: str) -> list[list[str]]:
     return found
 
 
+def part_of(name: str, parts: Sequence[str]) -> str | None:
+    """The part of the tree module `name` lies in: the first of `parts` that matches it, cut
+    to that pattern's length (`engine.*` makes `engine.decoding.stream` `engine.decoding`)."""
+    for p in parts:
+        if matches(name, [p]):
+            return ".".join(name.split(".")[:len(p.split("."))])
+    return None
+
+
+def part_graph(graph: Graph, parts: Sequence[str]) -> Graph:
+    """The imports between `parts`: part -> the edges of its modules into another part, each
+    edge keeping its importing module and line, its target replaced by the target's part."""
+    out: Graph = {}
+    for m, edges in graph.items():
+        a = part_of(m, parts)
+        if a is None:
+            continue
+        mine = out.setdefault(a, [])
+        for e in edges:
+            b = part_of(e.target, parts)
+            if b is not None and b != a:
+                mine.append(replace(e, target=b))
+    return out
+
+
+def _hops(graph: Graph, cycle: list[str]) -> str:
+    """`a -> b -> a` with, for each hop, the first import that makes it."""
+    out = [cycle[0]]
+    for a, b in pairwise(cycle):
+        e = next(e for e in graph[a] if e.target == b)
+        kind = " type-only" if e.type_only else " lazy" if e.lazy else ""
+        out.append(f"({e.importer}:{e.line}{kind}) -> {b}")
+    return " ".join(out)
+
+
 # -- the rules -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Rules:
@@ -205,6 +244,10 @@ class Rules:
     daemon: tuple[str, ...] = ("engine.**.daemon", "engine.**.scheduler", "engine.**.jobs",
                                "engine.**.server", "engine.**.connection", "engine.**.cli")
     training: tuple[str, ...] = ("engine.**.train",)
+    # parts of the tree that import one way: no cycle between them, type-only imports counted
+    parts: tuple[str, ...] = ("engine.*", "kernels")
+    # packages whose own modules import no cycle, type-only imports counted
+    acyclic: tuple[str, ...] = ("llada_lsp", "kernels", "engine.**.decoding")
     packages: tuple[str, ...] = field(default=("engine", "llada_lsp", "kernels"))
 
 
@@ -234,6 +277,14 @@ def check(root: Path, rules: Rules = Rules()) -> list[str]:
                 elif not e.lazy:
                     bad.append(_line(e, f"the in-process engine client imports torch ({via}) "
                                         "only inside functions"))
+    parts = part_graph(graph, rules.parts)
+    for c in cycles(parts, "**"):
+        bad.append(f"import cycle between parts: {_hops(parts, c)}: parts import one way "
+                   "(type-only imports count)")
+    for pkg in rules.acyclic:
+        for c in cycles(graph, pkg):
+            bad.append(f"import cycle: {_hops(graph, c)}: modules of {pkg} import one way "
+                       "(type-only imports count)")
     roots = [m for m in graph if matches(m, (*rules.server, *rules.daemon))]
     for m, path in sorted(reachable(graph, roots).items()):
         if matches(m, rules.training) and not matches(m.rpartition(".")[0], rules.training):

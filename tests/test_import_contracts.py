@@ -1,15 +1,18 @@
 """The import rules as contracts (tests/import_rules.py): the engine never imports the server;
 kernels import neither; the server reaches torch only lazily through its in-process engine
 client; a policy never imports the scheduler or the daemon; nothing the server or the daemon
-runs imports the training code; the server's own import graph has no cycle. Then the checker
-itself, on a fake tree that breaks every rule, so that a silent checker cannot pass."""
+runs imports the training code; the engine's parts (engine.decoding, engine.service, ...,
+kernels) import one way, and the server's, the kernels' and decoding's modules have no cycle,
+type-only imports counted (the step loop sees `engine.decoding.host.Host`, not the text
+engine). Then the checker itself, on a fake tree that breaks every rule, so that a silent
+checker cannot pass."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from import_rules import Rules, check, cycles, matches, scan
+from import_rules import Rules, check, cycles, matches, part_graph, part_of, scan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +44,22 @@ def test_the_rules_name_the_real_modules() -> None:
     for name in ("engine.decoding.decode", "engine.decoding.local", "engine.model.native",
                  "engine.service", "engine.api"):
         assert name in graph and not matches(name, rules.daemon), name
+    # the parts the one-way rule compares, and the packages kept free of cycles
+    assert part_of("engine.decoding.stream", rules.parts) == "engine.decoding"
+    assert part_of("engine.service", rules.parts) == "engine.service"
+    assert part_of("kernels.moe", rules.parts) == "kernels"
+    assert {"engine.decoding", "engine.service", "engine.model", "engine.prompt", "engine.daemon",
+            "kernels"} <= set(part_graph(graph, rules.parts))
+    for name in ("llada_lsp.completions", "kernels.moe", "engine.decoding.scheduler"):
+        assert matches(name, rules.acyclic), name
+
+
+def test_the_step_loop_sees_the_host_not_the_text_engine() -> None:
+    """Decoding imports nothing of engine.service, not even for annotations."""
+    graph = scan(ROOT, Rules().packages)
+    into_service = [e for m, es in graph.items() if m.startswith("engine.decoding") for e in es
+                    if e.target == "engine.service"]
+    assert "engine.decoding.host" in graph and into_service == []
 
 
 def test_the_servers_import_graph_has_no_cycle() -> None:
@@ -75,6 +94,11 @@ FAKE = {
     "engine/policies/__init__.py": "",
     "engine/policies/greedy.py": "from ..daemon import scheduler\n",  # relative, resolved
     "engine/bad.py": "def f():\n    import llada_lsp.server\n",
+    # a text engine and its step loop, tied only by an annotation: still a cycle
+    "engine/service.py": "from engine.decoding import loop\n",
+    "engine/decoding/__init__.py": "",
+    "engine/decoding/loop.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                "    from engine.service import Engine\n"),
     "kernels/__init__.py": "import torch\nfrom engine import api\n",
     "kernels/fused.py": "from llada_lsp import cli\n",
     "llada_lsp/__init__.py": "",
@@ -123,7 +147,15 @@ def test_the_checker_reports_each_broken_rule(fake_tree: Path) -> None:
     # the daemon's server runs the training code, lazily and through another module
     assert hit("engine.daemon.server runs engine.train (engine.daemon.server -> "
                "engine.trainer_glue -> engine.train): nothing the server or the daemon runs"), text
-    assert len(found) == 7, text
+    # parts importing each other: at module level, and through a type-only import
+    assert hit("import cycle between parts: engine.daemon (engine.daemon.scheduler:1) -> engine.policies "
+               "(engine.policies.greedy:1) -> engine.daemon"), text
+    assert hit("import cycle between parts: engine.decoding (engine.decoding.loop:3 type-only) -> "
+               "engine.service (engine.service:1) -> engine.decoding"), text
+    # the server's modules importing each other
+    assert hit("import cycle: llada_lsp.plans (llada_lsp.plans:1) -> llada_lsp.server "
+               "(llada_lsp.server:2) -> llada_lsp.plans: modules of llada_lsp import one way"), text
+    assert len(found) == 10, text
 
 
 def test_the_checker_finds_cycles(fake_tree: Path) -> None:

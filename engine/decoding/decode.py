@@ -235,22 +235,23 @@ class Sequence:
         sl = where
         cur = self.middle[sl]
         masked = ~self.committed[sl]
-        # the bans below write into a copy: the forward's output may be an inference tensor (a
-        # view of the batch's logits), which takes no in-place update outside inference mode
-        logits = logits.clone()
-        if self.first_allowed is not None and sl.start == 0:
+        first = sl.start == 0
+        bans = loop_bans(self.middle.tolist(), self.committed.tolist(), sl.start, sl.start + cur.shape[0],
+                         self.loop_repeats) if self.loop_repeats else []
+        if bans or (first and (self.first_allowed is not None or self.names is not None)):
+            # the writes below go to a copy: the forward's output may be an inference tensor (a
+            # view of the batch's logits), which takes no in-place update outside inference
+            # mode; a step that writes nothing reads the forward's rows as they are
+            logits = logits.clone()
+        if self.first_allowed is not None and first:
             logits[0, ~self.first_allowed] = float("-inf")
-        if self.names is not None and sl.start == 0:
+        if self.names is not None and first:
             logits = self.names.apply(logits, self.middle.tolist(), self.committed.tolist())
-        if self.keep_first_logits and sl.start == 0 and self.first_logits is None and not edit_only:
+        if self.keep_first_logits and first and self.first_logits is None and not edit_only:
             ranked = self.names.first_scores if self.names is not None else None
             self.first_logits = (ranked if ranked is not None else logits[0]).detach().float().cpu().clone()
-        if self.loop_repeats:
-            n = cur.shape[0]
-            bans = loop_bans(self.middle.tolist(), self.committed.tolist(), sl.start, sl.start + n, self.loop_repeats)
-            if bans:
-                for j, t in bans:
-                    logits[j - sl.start, t] = float("-inf")
+        for j, t in bans:
+            logits[j - sl.start, t] = float("-inf")
         return Staged(logits, torch.where(masked, -1, cur).to(logits.device), sl, edit_only, multi)
 
     def _decide(self, st: Staged, conf: Confidence) -> TokenEvent:

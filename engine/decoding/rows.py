@@ -9,16 +9,13 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
 
 from engine.api import CompletionRequest, DoneReason, EngineEvent
 from engine.decoding.alternatives import fork_tokens, group_stats
 from engine.decoding.batch import new_slot_attrs
+from engine.decoding.host import Host
 from engine.decoding.jobs import Job, Key, fair_share_victim
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
-
-if TYPE_CHECKING:
-    from engine.service import TextEngine
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +23,7 @@ FINISHED_KEPT = 64  # finished requests a remask can still reach (their sequence
 
 
 class Rows:
-    def __init__(self, engine: TextEngine, max_batch: int, keep_finished: int = FINISHED_KEPT) -> None:
+    def __init__(self, engine: Host, max_batch: int, keep_finished: int = FINISHED_KEPT) -> None:
         self.engine, self.max_batch = engine, max_batch
         self.free_rows = list(range(max_batch - 1, -1, -1))
         self.running: dict[Key, Job] = {}

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Hashable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from torch import Tensor
 
@@ -40,15 +40,13 @@ from engine.api import CompletionRequest, decided
 from engine.decoding.alternatives import forks_budget
 from engine.decoding.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decoding.decode import Feed, Staged
+from engine.decoding.host import Host
 from engine.decoding.jobs import Command, Emit, Job, Key
 from engine.decoding.policies import POLICIES, PRESETS, Policy
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
 from engine.decoding.rows import FINISHED_KEPT, Rows
 from engine.decoding.stream import TextStream
 from kernels import Confidence
-
-if TYPE_CHECKING:
-    from engine.service import TextEngine
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +55,7 @@ __all__ = ["FINISHED_KEPT", "Job", "Scheduler"]
 
 
 class Scheduler(Rows):
-    def __init__(self, engine: TextEngine, max_batch: int = 8, deadline_s: float = 30.0,
+    def __init__(self, engine: Host, max_batch: int = 8, deadline_s: float = 30.0,
                  keep_finished: int = FINISHED_KEPT, prefill_split: int | None = None,
                  forward_cost_tokens: int | None = None, pack: bool | None = None) -> None:
         if max_batch < 1:
@@ -65,7 +63,7 @@ class Scheduler(Rows):
         super().__init__(engine, max_batch, keep_finished)
         self.deadline_s = deadline_s
         self._claim_cache()
-        b = engine.config.block_size
+        b = engine.model.config.block_size
         self.prefill_split = prefill_split if prefill_split is not None else 2 * b
         # a forward's fixed cost in fed tokens: ~3 ms of dispatch against ~0.08 ms a token on
         # a 2-core CPU; on an accelerator a forward's launch cost dwarfs a few padded tokens
@@ -281,7 +279,7 @@ class Scheduler(Rows):
         t0 = time.perf_counter()
         try:
             attrs = [j.attrs for j, _ in group if j.attrs is not None]
-            chunk = self.engine.config.block_size if self.pack and len(group) > 1 else 0
+            chunk = self.engine.model.config.block_size if self.pack and len(group) > 1 else 0
             logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
         except Exception as e:  # noqa: BLE001 - find the request that breaks the batch
             if len(group) == 1:

@@ -4,20 +4,18 @@ stats), for the step loop (`engine.decoding.scheduler`)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.api import CompletionRequest, EngineEvent, EventKind, diff_edits
 from engine.decoding.decode import Sequence, TokenEvent
-
-if TYPE_CHECKING:
-    from engine.service import TextEngine
+from engine.decoding.host import Host
 
 
 class TextStream:
     """One request's text view of its token events: drafts until the first complete draft of
-    the span, then edits, then done with timings. Shared by `TextEngine` and the scheduler."""
+    the span, then edits, then done with timings; the texts come from the loop's `Host`."""
 
-    def __init__(self, engine: TextEngine, req: CompletionRequest, seq: Sequence, partial: str,
+    def __init__(self, engine: Host, req: CompletionRequest, seq: Sequence, partial: str,
                  t0: float, reused: int, queue_ms: float) -> None:
         self.engine, self.req, self.seq, self.partial = engine, req, seq, partial
         self.t0, self.reused, self.queue_ms = t0, reused, queue_ms
@@ -26,7 +24,7 @@ class TextStream:
 
     def feed(self, ev: TokenEvent) -> EngineEvent | None:
         """The text event of one forward's token event, or None when the text did not change."""
-        text = self.engine._text(self.seq, self.req.plan, self.partial)
+        text = self.engine.text(self.seq, self.req.plan, self.partial)
         rid, prev = self.req.request_id, self.prev
         if self.first_draft_ms is None and ev.complete:
             self.first_draft_ms = (time.perf_counter() - self.t0) * 1000
@@ -41,7 +39,7 @@ class TextStream:
     def finish(self, ev: TokenEvent, extra: dict[str, Any] | None = None,
                forks: list[Sequence] | None = None) -> EngineEvent:
         seq = self.seq
-        text = self.engine._final_text(seq, self.req.plan, self.partial)
+        text = self.engine.final_text(seq, self.req.plan, self.partial)
         alts = self.engine.alternative_texts(self.req, forks, self.partial, text) \
             if forks and ev.reason != "cancelled" else ()
         total = (time.perf_counter() - self.t0) * 1000

@@ -124,10 +124,9 @@ def weight_files(path: Path) -> list[Path]:
 def _set(model: nn.Module, name: str, t: Tensor, is_param: bool) -> None:
     mod_name, _, leaf = name.rpartition(".")
     mod = model.get_submodule(mod_name) if mod_name else model
-    if is_param:
-        mod._parameters[leaf] = nn.Parameter(t, requires_grad=False)
-    else:
-        mod._buffers[leaf] = t
+    # nn.Module's own assignment: a Parameter replaces the parameter, a tensor the buffer
+    # (its persistence kept)
+    setattr(mod, leaf, nn.Parameter(t, requires_grad=False) if is_param else t)
 
 
 def assign_weights(model: AdapterModel, path: Path, device: torch.device, dtype: torch.dtype) -> None:

@@ -218,3 +218,25 @@ def test_the_preset_names_are_one_list() -> None:
     assert options.MODES is MODES and set(MODES) < set(PRESET_NAMES) and DEFAULT_PRESET in MODES
     assert options.Options().mode == DEFAULT_PRESET
     assert not any(name.endswith("_multi") for name in MODES)
+
+
+def test_a_step_copies_the_forwards_rows_only_to_write_into_them(tiny: Transformer) -> None:
+    """`stage` reads the forward's logits as they are when it bans nothing (every row of
+    every step goes through it), and writes a ban into a copy, never into the forward's output."""
+    cfg = tiny.config
+    prompt = prompt_of(cfg, list(range(10, 30)), list(range(40, 45)))
+
+    def staged(first_allowed: torch.Tensor | None) -> tuple[torch.Tensor, Staged]:
+        seq = Sequence(prompt, cfg.special, make_policy("speedy"), cfg.block_size, 8, False, max_len=512,
+                       first_allowed=first_allowed)
+        feed = seq.prepare()
+        logits = torch.randn(len(feed.logits_at), cfg.vocab_size, generator=torch.Generator().manual_seed(0))
+        return logits, seq.stage(logits)
+
+    logits, st = staged(None)
+    assert st.logits.data_ptr() == logits.data_ptr() and torch.equal(st.logits, logits)
+    allowed = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+    allowed[7] = True
+    logits, st = staged(allowed)
+    assert st.logits.data_ptr() != logits.data_ptr()
+    assert torch.isinf(st.logits[0, 8]) and torch.isfinite(logits[0]).all()  # the ban went to the copy

@@ -17,7 +17,7 @@ def test_tiny_run_compares_every_impl_and_accounts_the_bytes(capsys: pytest.Capt
     assert json.loads(last) == json.loads(json.dumps(record))  # the final JSON line is the record
     rows = record["rows"]
     assert [(r["impl"], r["routing"], r["batch"]) for r in rows] == [
-        (i, rt, b) for b in (1, 3) for rt in ("token", "block") for i in ("loop", "grouped", "reference")]
+        (i, rt, b) for b in (1, 3) for rt in ("token", "block") for i in ("loop", "eager", "reference")]
     cfg = gpu_llada2.TINY
     per_expert = 3 * cfg["hidden_size"] * cfg["moe_intermediate_size"] * 4  # fp32
     for r in rows:

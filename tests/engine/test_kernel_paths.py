@@ -1,11 +1,14 @@
-"""The engine produces the same tokens through every kernel path: reference, eager, Triton."""
+"""The engine produces the same tokens through every kernel path: reference, eager, Triton,
+chosen by the one variable `LLADA_KERNELS` (kernels.dispatch) for every kernel alike."""
 
 from __future__ import annotations
 
 import importlib
 
 import pytest
+import torch
 
+import kernels
 from engine.model.native import Transformer
 from tests.engine.test_decode import run
 
@@ -21,6 +24,8 @@ def test_same_tokens_with_every_kernel_path(tiny: Transformer, monkeypatch: pyte
     results = {}
     for backend in backends:
         monkeypatch.setenv("LLADA_KERNELS", backend)
+        # one value names the same implementation of every kernel (the MoE layers' too)
+        assert kernels.backend_name(torch.zeros(2, 8)) == kernels.moe_backend_name(torch.zeros(2, 8)) == backend
         seq, _ = run(tiny, "speedy", max_new=8)
         results[backend] = (seq.final_middle(), seq.forwards)
     for backend in backends[1:]:
@@ -32,8 +37,6 @@ def test_step_confidences_match_per_sequence_calls_and_isolate_a_broken_row(one_
     """`engine.decoding.batch.confidences` over ragged sequences (one call for the step, as on an
     accelerator, or one a sequence, as on the CPU) equals each sequence's own call; a sequence
     whose current ids do not match its rows gets an exception and the others their values."""
-    import torch
-
     from engine.decoding.batch import confidences
     from engine.decoding.decode import Staged
     from kernels import confidence

@@ -239,13 +239,13 @@ def test_pick_launch_covers_vocabulary() -> None:
 
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError):
-        kernels.reference_confidence(torch.zeros(2, 3, 4))
+        kernels.confidence(torch.zeros(2, 3, 4), backend="reference")
     with pytest.raises(TypeError):
-        kernels.reference_confidence(torch.zeros(2, 3, dtype=torch.int32))
+        kernels.confidence(torch.zeros(2, 3, dtype=torch.int32), backend="reference")
     with pytest.raises(ValueError):
-        kernels.reference_confidence(torch.zeros(2, 3), torch.zeros(3, dtype=torch.int64))
+        kernels.confidence(torch.zeros(2, 3), torch.zeros(3, dtype=torch.int64), backend="reference")
     with pytest.raises(TypeError):
-        kernels.reference_confidence(torch.zeros(2, 3), allowed=torch.ones(3))
+        kernels.confidence(torch.zeros(2, 3), allowed=torch.ones(3), backend="reference")
 
 
 def test_dispatch_backend_selection(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -273,7 +273,7 @@ def test_dispatch_forced(monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     assert kernels.backend_name(logits) == expected
     out = kernels.confidence(logits, current, want_margin=True)
     assert isinstance(out, kernels.Confidence)
-    ref = kernels.reference_confidence(logits, current, want_margin=True)
+    ref = kernels.confidence(logits, current, want_margin=True, backend="reference")
     assert_same(
         (out.top_id, out.top_prob, out.cur_prob, out.margin),
         (ref.top_id, ref.top_prob, ref.cur_prob, ref.margin),

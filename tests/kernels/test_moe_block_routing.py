@@ -1,6 +1,6 @@
 """LLaDA2.2's block routing on every MoE path: the routing (kernels.moe_reference.block_allowed)
-keeps each block's tokens inside its `expert_capacity` experts, and the reference, grouped
-(eager) and Triton expert compute (interpreted on the CPU) give the per-expert loop's output
+keeps each block's tokens inside its `expert_capacity` experts, and the reference, eager
+(grouped GEMMs) and Triton expert compute (interpreted on the CPU) give the per-expert loop's output
 on block-routed ids. Block routing reads fewer experts per block than token routing."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from kernels.moe_reference import block_allowed, experts_read, route_groups  # noqa: E402
+from tests.kernels.test_moe import tiny_moe  # noqa: E402
 
 try:
     INTERPRETED = bool(importlib.import_module("kernels.moe").INTERPRETED)
@@ -25,17 +26,8 @@ E, K, CAP, BLOCK = 64, 4, 12, 8
 
 
 def block_moe(capacity: int | None) -> torch.nn.Module:
-    from engine.model.adapters.llada2 import LLaDA2Config, SparseMoe
-
-    torch.manual_seed(0)
-    c = LLaDA2Config(hidden_size=40, moe_intermediate_size=24, num_experts=E, num_experts_per_tok=K,
-                     expert_capacity=capacity, block_size=BLOCK)
-    moe = SparseMoe(c)
-    with torch.no_grad():
-        for p in moe.parameters():
-            p.normal_(0.0, 0.3)
-        moe.gate.expert_bias.normal_(0.0, 0.1)
-    return moe.eval()
+    return tiny_moe(0, num_experts=E, num_experts_per_tok=K, expert_capacity=capacity, block_size=BLOCK,
+                    n_group=8, topk_group=4)  # LLaDA2Config's own group limit
 
 
 def test_block_allowed_keeps_each_group_inside_its_capacity() -> None:
@@ -51,7 +43,7 @@ def test_block_allowed_keeps_each_group_inside_its_capacity() -> None:
         assert set(rows[0].nonzero().flatten().tolist()) == set(best.topk(CAP).indices.tolist())
 
 
-@pytest.mark.parametrize("impl", ["grouped", "reference", "triton"])
+@pytest.mark.parametrize("impl", ["eager", "reference", "triton"])
 def test_every_expert_path_gives_the_loop_on_block_routed_ids(impl: str) -> None:
     if impl == "triton" and not INTERPRETED:
         pytest.skip("the Triton path on CPU tensors needs TRITON_INTERPRET=1 before kernels is imported")
@@ -76,7 +68,7 @@ def test_block_routing_reads_at_most_capacity_experts_a_block() -> None:
     assert float(per_block.float().mean()) < float(experts_read(ids_token, groups, E).float().mean())
 
 
-@pytest.mark.parametrize("impl", ["grouped", "reference", "triton"])
+@pytest.mark.parametrize("impl", ["eager", "reference", "triton"])
 def test_the_llada22_fixture_matches_its_reference_forward_on_every_path(impl: str, tmp_path: Path) -> None:
     """The whole tiny LLaDA2.2 model (block routing on) on each expert path against the
     independent reference forward of tests/adapters/reference_models.py, float32, <= 1e-4."""

@@ -56,6 +56,23 @@ def no_edits(view: BlockView) -> Tensor:
     return view.masked & False
 
 
+class CommitOnly:
+    """A policy of mask-to-token commits only (no edits, no edit-only passes): a subclass
+    says which of the live masked positions (`cand`) commit at this step."""
+
+    name = ""
+    edit_passes = 0
+
+    def decide(self, view: BlockView) -> Decision:
+        return Decision(self.commits(view, view.masked & view.live), no_edits(view))
+
+    def commits(self, view: BlockView, cand: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def edit_only(self, view: BlockView) -> Tensor:
+        return no_edits(view)
+
+
 def at_least_one(commit: Tensor, view: BlockView, fallback: str = "max") -> Tensor:
     """When nothing passed, force one live masked position so that a step never stalls:
     the most confident one ("max", Fast-dLLM's choice) or the leftmost ("leftmost": the

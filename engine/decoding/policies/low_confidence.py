@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from engine.decoding.policies.base import BlockView, Decision, no_edits
+from engine.decoding.policies.base import BlockView, CommitOnly
 
 
 @dataclass(frozen=True)
@@ -24,15 +24,13 @@ def tokens_per_step(n_masked: int, steps: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(steps)]
 
 
-class LowConfidence:
+class LowConfidence(CommitOnly):
     name = "low_confidence"
-    edit_passes = 0
 
     def __init__(self, config: LowConfidenceConfig | None = None) -> None:
         self.config = config or LowConfidenceConfig()
 
-    def decide(self, view: BlockView) -> Decision:
-        cand = view.masked & view.live
+    def commits(self, view: BlockView, cand: Tensor) -> Tensor:
         n_cand = int(cand.sum())
         sched = tokens_per_step(view.masked_at_start, self.config.steps)
         k = sched[view.step] if view.step < len(sched) else n_cand
@@ -41,7 +39,4 @@ class LowConfidence:
         if k:
             score = view.top_prob.masked_fill(~cand, -1.0)
             commit[score.topk(k).indices] = True
-        return Decision(commit, no_edits(view))
-
-    def edit_only(self, view: BlockView) -> Tensor:
-        return no_edits(view)
+        return commit

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from engine.decoding.policies.base import BlockView, Decision, no_edits
+from engine.decoding.policies.base import BlockView, CommitOnly
 
 
 @dataclass(frozen=True)
@@ -14,19 +14,14 @@ class OnePerStepConfig:
     pass
 
 
-class OnePerStep:
+class OnePerStep(CommitOnly):
     name = "one_per_step"
-    edit_passes = 0
 
     def __init__(self, config: OnePerStepConfig | None = None) -> None:
         self.config = config or OnePerStepConfig()
 
-    def decide(self, view: BlockView) -> Decision:
-        cand = view.masked & view.live
+    def commits(self, view: BlockView, cand: Tensor) -> Tensor:
         commit = cand & False
         if bool(cand.any()):
             commit[int(cand.nonzero()[0])] = True
-        return Decision(commit, no_edits(view))
-
-    def edit_only(self, view: BlockView) -> Tensor:
-        return no_edits(view)
+        return commit

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from engine.decoding.policies.base import BlockView, Decision, at_least_one, no_edits
+from engine.decoding.policies.base import BlockView, CommitOnly, at_least_one
 
 
 @dataclass(frozen=True)
@@ -15,16 +15,11 @@ class ThresholdConfig:
     fallback: str = "max"  # when nothing passes: "max" (Fast-dLLM) or "leftmost"
 
 
-class Threshold:
+class Threshold(CommitOnly):
     name = "threshold"
-    edit_passes = 0
 
     def __init__(self, config: ThresholdConfig | None = None) -> None:
         self.config = config or ThresholdConfig()
 
-    def decide(self, view: BlockView) -> Decision:
-        commit = view.masked & view.live & (view.top_prob >= self.config.threshold)
-        return Decision(at_least_one(commit, view, self.config.fallback), no_edits(view))
-
-    def edit_only(self, view: BlockView) -> Tensor:
-        return no_edits(view)
+    def commits(self, view: BlockView, cand: Tensor) -> Tensor:
+        return at_least_one(cand & (view.top_prob >= self.config.threshold), view, self.config.fallback)

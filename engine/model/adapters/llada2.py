@@ -176,7 +176,7 @@ class Gate(nn.Module):
         return idx, w * c.routed_scaling_factor
 
 
-MOE_IMPLS = ("auto", "triton", "grouped", "reference", "loop")
+MOE_IMPLS = (*kernels.BACKENDS, "loop")  # kernels.dispatch's values, and the old loop
 
 
 class SparseMoe(nn.Module):
@@ -186,8 +186,9 @@ class SparseMoe(nn.Module):
     (built once by `stack_experts`, again whenever the parameters were replaced or moved).
 
     `impl` picks the expert compute: "auto" (`kernels.moe_experts`: Triton on CUDA, grouped
-    GEMMs elsewhere), one of its backends by name, or "loop": the original per-expert loop,
-    which reads the routing back to the host every layer (kept as the bench's baseline)."""
+    GEMMs elsewhere), one of its implementations by name (`kernels.dispatch`: "triton",
+    "eager", "reference"), or "loop": the original per-expert loop, which reads the routing
+    back to the host every layer (kept as the bench's baseline)."""
 
     impl: str = "auto"
 
