@@ -243,8 +243,11 @@ class Workbench:
         self.page.keyboard.press("Control+P")
         self.page.wait_for_selector(".quick-input-widget input", state="visible")
         self.page.keyboard.type(name)
-        wait_for(f"{name} in quick open", lambda: self.page.query_selector(".quick-input-list .monaco-list-row"))
-        self.page.keyboard.press("Enter")
+        # the row of that very file (the list may still show the recent files, or a longer name first)
+        row = wait_for(f"{name} in quick open", lambda: next(
+            (r for r in self.page.query_selector_all(".quick-input-list .monaco-list-row")
+             if (label := r.query_selector(".label-name")) is not None and label.inner_text().strip() == name), None))
+        row.click()
         wait_for(f"{name} open", lambda: self.page.query_selector(f'.tab[data-resource-name="{name}"]'), timeout=30)
         self.page.click(".editor-instance .monaco-editor .view-lines")
 
