@@ -236,6 +236,10 @@ def test_statusline_shows_a_failed_start(tmp_path: Path, screens: list[Screen]) 
     assert "the server exited (code 3)" in row2 and row2.endswith(":LladaRestart"), row2
 
 
+# the real server with next edits on (the model's gate decides its fills: off for the embedded ones)
+NEXT_EDIT_SETUP = {"cmd": server_command(), "cmd_env": {"OMP_NUM_THREADS": "1"},
+                   "server": {"mode": "speedy", "nextEdit": {"enabled": True}},
+                   "next_edit": {"enabled": True, "debounce_ms": 50}}
 NE_LINES = ["def area(width, height):", "    double = width * 2", "    return double * height + width", "",
             "", "def main():", "    return area(2, 3)", ""]
 
@@ -246,10 +250,7 @@ def test_next_edit_overlay_is_drawn(tmp_path: Path, screens: list[Screen]) -> No
     """A parameter renamed at its def: each follow-up site is drawn (the old text in
     LladaNextEditOld's colours, the new name on screen), and accepting all puts the new name on
     every drawn row that had the old one."""
-    setup = {"cmd": server_command(), "cmd_env": {"OMP_NUM_THREADS": "1"},
-             "server": {"mode": "speedy", "nextEdit": {"enabled": True}},
-             "next_edit": {"enabled": True, "debounce_ms": 50}}
-    s = start(tmp_path, setup, "\n".join(NE_LINES), "ne.py")
+    s = start(tmp_path, NEXT_EDIT_SETUP, "\n".join(NE_LINES), "ne.py")
     screens.append(s)
     wait_ready(s)
     s.request("nvim_win_set_cursor", 0, [1, 9])  # on `width` in the def
@@ -400,10 +401,7 @@ def test_next_edit_placeholder_on_screen(tmp_path: Path, screens: list[Screen]) 
 def test_added_parameter_placeholders_from_the_server(tmp_path: Path, screens: list[Screen]) -> None:
     """The same with the real server's answers (its edit analysis: the embedded model's fills are
     gated off, so each call gets the parameter's name as a placeholder)."""
-    setup = {"cmd": server_command(), "cmd_env": {"OMP_NUM_THREADS": "1"},
-             "server": {"mode": "speedy", "nextEdit": {"enabled": True}},
-             "next_edit": {"enabled": True, "debounce_ms": 50}}
-    s = start(tmp_path, setup, "\n".join(CALLS), "calls.py")
+    s = start(tmp_path, NEXT_EDIT_SETUP, "\n".join(CALLS), "calls.py")
     screens.append(s)
     wait_ready(s)
     placeholder_session(tmp_path, s, scripted=False)

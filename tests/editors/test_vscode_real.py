@@ -278,31 +278,34 @@ def script_placeholders(control: Path, function: str, index: int, name: str, row
         {"kind": "param_added", "detail": f"{function}: +{name} at {index}", "suggestions": sites}))
 
 
+def placeholders_shown(vscode: dict[str, Any], file: str, function: str, line: int, rows: list[int], name: str,
+                       scripted: bool) -> None:
+    """In `file`, `name` added to the def of `function` at `line`: wait for its placeholders at
+    the calls on `rows` (from the server, or `scripted`)."""
+    wb, control = vscode["wb"], vscode["control"]
+    wb.open_file(file)
+    if scripted:
+        script_placeholders(control, function, 2, name, rows)
+    add_parameter(wb, vscode["page"], line, name)
+    wait_for(f"the placeholders at {function}'s calls", lambda: placeholders_drawn(wb, rows, name))
+    (control / "next-edit.json").unlink(missing_ok=True)
+
+
 def placeholder_session(vscode: dict[str, Any], files: tuple[str, str], scripted: bool) -> None:
     """A parameter added to a def: the placeholders show at both calls; Alt+Y accepts the first
     and selects its placeholder, typed over with a value. Then, in the second file, a parameter
     added to another def: Alt+Shift+Y accepts both calls, the placeholder's name left as text."""
-    wb, page, control = vscode["wb"], vscode["page"], vscode["control"]
+    wb, page = vscode["wb"], vscode["page"]
     (def1, rows1), (def2, rows2) = CONNECT, RETRY
     wait_for("the server ready", lambda: any(re.search(r"llada (ready|\d+ms)", s["text"]) for s in wb.status()), timeout=60)
-    wb.open_file(files[0])
-    if scripted:
-        script_placeholders(control, "connect", 2, "timeout", rows1)
-    add_parameter(wb, page, def1, "timeout")
-    wait_for("the placeholders at connect's calls", lambda: placeholders_drawn(wb, rows1, "timeout"))
-    (control / "next-edit.json").unlink(missing_ok=True)
+    placeholders_shown(vscode, files[0], "connect", def1, rows1, "timeout", scripted)
     page.keyboard.press("Alt+Y")
     wait_for("Alt+Y to insert the first call's argument", lambda: wb.lines()[rows1[0]] == with_argument(rows1[0], "timeout"))
     wait_for("the placeholder selected", lambda: wb.selections() > 0)
     page.keyboard.type("30", delay=30)
     wait_for("the placeholder typed over", lambda: wb.lines()[rows1[0]] == with_argument(rows1[0], "30"))
     assert wb.lines()[rows1[1]] == CALLS.split("\n")[rows1[1]], wb.lines()  # the other call as it was
-    wb.open_file(files[1])
-    if scripted:
-        script_placeholders(control, "retry", 2, "delay", rows2)
-    add_parameter(wb, page, def2, "delay")
-    wait_for("the placeholders at retry's calls", lambda: placeholders_drawn(wb, rows2, "delay"))
-    (control / "next-edit.json").unlink(missing_ok=True)
+    placeholders_shown(vscode, files[1], "retry", def2, rows2, "delay", scripted)
     page.keyboard.press("Alt+Shift+Y")
     wait_for("Alt+Shift+Y to insert both calls' arguments",
              lambda: [wb.lines()[r] for r in rows2] == [with_argument(r, "delay") for r in rows2])
