@@ -130,6 +130,11 @@ def screenshot_on_failure(page: Any, name: str) -> Iterator[None]:
         raise
 
 
+def wait_ready(wb: Workbench) -> None:
+    """The status item says the server is ready (or shows a latency: it has answered)."""
+    wait_for("the server ready", lambda: any(re.search(r"llada (ready|\d+ms)", s["text"]) for s in wb.status()), timeout=60)
+
+
 def ghost_is(wb: Workbench, text: str) -> Callable[[], bool]:
     return lambda: wb.ghost() == text
 
@@ -187,6 +192,7 @@ def test_next_edit_decorations_and_alt_y(vscode: dict[str, Any]) -> None:
     wb, page = vscode["wb"], vscode["page"]
     with screenshot_on_failure(page, "next-edit"):
         assert wb.lines()[0] == "def area(width, height):", wb.lines()
+        wait_ready(wb)  # (when run alone: next edits are asked for once the server says it can answer)
         page.keyboard.press("Control+Home")
         for _ in range(len("def area(")):
             page.keyboard.press("ArrowRight")
@@ -297,7 +303,7 @@ def placeholder_session(vscode: dict[str, Any], files: tuple[str, str], scripted
     added to another def: Alt+Shift+Y accepts both calls, the placeholder's name left as text."""
     wb, page = vscode["wb"], vscode["page"]
     (def1, rows1), (def2, rows2) = CONNECT, RETRY
-    wait_for("the server ready", lambda: any(re.search(r"llada (ready|\d+ms)", s["text"]) for s in wb.status()), timeout=60)
+    wait_ready(wb)
     placeholders_shown(vscode, files[0], "connect", def1, rows1, "timeout", scripted)
     page.keyboard.press("Alt+Y")
     wait_for("Alt+Y to insert the first call's argument", lambda: wb.lines()[rows1[0]] == with_argument(rows1[0], "timeout"))
