@@ -273,8 +273,8 @@ const PLACEHOLDER = { backgroundColor: INSERTED, fontStyle: "italic", border: "1
 /** The new text of a site with a placeholder, at one point: its parts as the decoration's `before`
  * and `after` (VS Code draws every `before` at a point ahead of every `after`). The analysis' sites
  * have text on one side of the placeholder at most; with both, the rest goes in the placeholder's box. */
-function placeholderOptions(p: NonNullable<NextEditDecoration["placeholder"]>): vscode.DecorationInstanceRenderOptions {
-  const margin = "0 0 0 0.5em"; // apart from the struck-out text
+function placeholderOptions(p: NonNullable<NextEditDecoration["placeholder"]>, replaces: boolean): vscode.DecorationInstanceRenderOptions {
+  const margin = replaces ? "0 0 0 0.5em" : "0"; // apart from the struck-out text; an insertion stays in place
   if (p.after === "") {
     return { before: { contentText: p.before, ...NEW_TEXT, margin }, after: { contentText: p.text, ...PLACEHOLDER } };
   }
@@ -296,7 +296,7 @@ function renderNextEdits(uri: string, decorations: NextEditDecoration[]): void {
     editor.setDecorations(placeholderDecoration, decorations.filter((d) => d.placeholder).map((d) => ({
       range: at(d),
       hoverMessage: d.hover,
-      renderOptions: placeholderOptions(d.placeholder!),
+      renderOptions: placeholderOptions(d.placeholder!, !toRange(d.range).isEmpty),
     })));
     editor.setDecorations(labelDecoration, decorations.map((d) => {
       const end = editor.document.lineAt(d.range.end.line).range.end;
