@@ -1,7 +1,8 @@
 """Next-edit suggestions in the Neovim plugin (editors/nvim/lua/llada/next_edit.lua): a real
 headless Neovim against the real server and embedded model, driven by nvim_next_edit_driver.lua:
 a parameter renamed (its uses follow as one labelled set, accepted all at once) and a parameter
-added (the call gets the model's argument, jumped to and accepted).
+added (the call gets the model's argument, jumped to and accepted). Placeholders (an added
+parameter's name to type over) are driven through the plugin's own answer handler, no server.
 
 The fill threshold is 1e-6 (`nextEdit.threshold`), so the model's argument is shown whatever its
 confidence: the assertions are about the set, the overlay and the accept, not the model's taste.

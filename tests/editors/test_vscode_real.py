@@ -1,7 +1,8 @@
 """The extension in real VS Code: code-server 4.100.3 (VS Code 1.100.3) with the packaged .vsix,
 in headless chromium driven by Playwright, against the real llada-lsp with a scripted engine
 (tests/editors/vscode_scripted_server.py). Everything is asserted on the editor's DOM: Monaco's
-ghost text, the editor's lines, the status bar item and the next-edit decorations. A failing
+ghost text, the editor's lines, the status bar item and the next-edit decorations (an added
+parameter's placeholders too: a scripted answer, and the real server's once it sends them). A failing
 case leaves a screenshot in $LLADA_TEST_ARTIFACTS (default test-artifacts/vscode-real/).
 Installing (editors/vscode/test-real/setup.sh: apt, npm, PyPI) happens once and is cached.
 The cases run in order on one workbench (each builds on the editor state the last left)."""
