@@ -18,17 +18,24 @@ training files), one edit each, the language server's own pipeline run on it
 - `param_removed`, `param_reordered` (two parameters swapped): the calls' arguments follow;
 - `noise`: a changed string or number, a comment line added, a use switched to another
   name: any suggestion is a false positive.
+- `field_added` (Python dataclass/NamedTuple, Go, Rust) and the JS/Go/Rust method-call rows
+  `param_* [lang]`: on sources written for this bench (`bench/next_edit_written.py`,
+  bench/data/next_edit: the held-out stdlib files hold no dataclass and no other language),
+  distinct tasks only, so their counts are smaller.
 
 Per kind: location precision and recall (a suggestion is located when it changes exactly the
 span of a true site's call argument list or identifier), content exact match at located
 sites (the site's text after the suggestion equals the truth), false-positive rate on noise
 (edits with any suggestion), p50 latency from the edit to the answer (analysis + fills +
 checks; the trees of the two texts are given, as the server holds them), and which part wrote
-the content (`analysis` or `model`). Intervals: Wilson 95%. Beside it the textual baseline (a
+the content (`analysis`, `model` or `placeholder`: an added argument or field no fill reaches
+is the name, marked for the user to type over, as the server shows it; its content is exact
+only where the name was the argument). Intervals: Wilson 95%. Beside it the textual baseline (a
 file-wide whole-word rename of a changed word; for parameter changes a comma split of each
 `name(` call's arguments: the parameter's name inserted, the argument removed or swapped).
 The gate: per model, the lowest confidence threshold on model fills with overall precision
->= 0.9, and the recall there (on by default only when >= 0.5). Also the analysis alone on a
+>= 0.9, and the recall there (on by default only when >= 0.5): analysis suggestions and fills
+count when exact, a placeholder when located (it claims a place, not content). Also the analysis alone on a
 `--analysis-lines` file (held-out files joined). Prints a table; ends with one JSON line.
 """
 
@@ -53,6 +60,7 @@ from tree_sitter import Language, Node, Parser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.next_edit_written import written_tasks  # noqa: E402
 from bench.tasks import parses  # noqa: E402
 from engine.train.corpus import heldout_files, read_text  # noqa: E402
 from llada_lsp.edit_analysis import analyze  # noqa: E402
@@ -64,14 +72,15 @@ from llada_lsp.edit_window import (  # noqa: E402
     fill_request,
     from_analysis,
     from_fill,
+    from_placeholder,
     keep,
 )
 from llada_lsp.positions import LineIndex  # noqa: E402
-from llada_lsp.syntax import count_errors  # noqa: E402
+from llada_lsp.syntax import count_errors, parser_for  # noqa: E402
 
 PY = Language(tree_sitter_python.language())
 PARSER = Parser(PY)
-KINDS = ("rename", "param_added", "param_removed", "param_reordered", "noise")
+KINDS = ("rename", "param_added", "param_removed", "param_reordered", "field_added", "noise")
 NEW_NAMES = ("v", "n", "res", "total", "entry", "node_value", "current_item_count", "parsed_result_list")
 SCOPES = ("function_definition", "lambda", "class_definition", "list_comprehension", "set_comprehension",
           "dictionary_comprehension", "generator_expression")
@@ -99,6 +108,17 @@ class Task:
     fname: str = ""
     param: str = ""
     index: int = 0
+    lang: str = "python"
+
+    @property
+    def key(self) -> str:
+        """The table's row: the kind, with the language when it is not Python."""
+        return self.kind if self.lang == "python" else f"{self.kind} [{self.lang}]"
+
+
+def make_task(kind: str, source: str, old: str, new: str, line: int, truth: list[tuple[int, int, str]],
+              **kw: Any) -> Task:
+    return Task(kind, source, old, new, line, [Truth(*x) for x in truth], **kw)
 
 
 def walk(n: Node) -> Iterator[Node]:
@@ -388,6 +408,8 @@ def make_tasks(per_kind: int, seed: int) -> list[Task]:
     rng = random.Random(seed)
     out: list[Task] = []
     for kind in KINDS:
+        if kind == "field_added":
+            continue  # no held-out stdlib file has a dataclass: written sources (bench.next_edit_written)
         got, tries = 0, 0
         while got < per_kind and tries < per_kind * 200:
             tries += 1
@@ -399,7 +421,10 @@ def make_tasks(per_kind: int, seed: int) -> list[Task]:
                     continue  # at least half the renames have distractors (while they can be found)
                 out.append(t)
                 got += 1
-    return out
+    out += written_tasks(per_kind, seed, make_task)
+    for t in out:  # a site that already reads right (two equal arguments swapped) is no follow-up
+        t.truth = [tr for tr in t.truth if t.new[tr.start:tr.end] != tr.text]
+    return [t for t in out if t.truth or t.kind == "noise"]
 
 
 # ------------------------------------------------------------------ systems
@@ -411,40 +436,39 @@ class Answer:
     analysis_ms: float = 0.0
     kind: str = ""
     fill_ms: float = 0.0  # the part of `ms` the masked fills took
+    placeholders: dict[tuple[int, int], Suggested] = field(default_factory=dict)  # per masked site, kept
 
 
-def server_pipeline(t: Task, fill: Callable[[list[Any]], list[tuple[str, float]]] | None, site_tokens: int,
-                    threshold: float = 0.0, prior_name: bool = False) -> Answer:
+def server_pipeline(t: Task, fill: Callable[[list[Any]], list[tuple[str, float]]] | None, site_tokens: int
+                    ) -> Answer:
     """What the language server does (llada_lsp.next_edit), synchronously: analysis, analysis
     suggestions, masked fills (`fill`: CompletionRequests -> (text, weakest confidence) each,
-    decoded together as rows of the step loop), checks. `prior_name`: an added argument is the
-    parameter's name (no model)."""
-    old_tree, new_tree = PARSER.parse(t.old.encode()), PARSER.parse(t.new.encode())
+    decoded together as rows of the step loop; None: fills off, the gated default), the
+    placeholder of each masked site no fill reaches, checks. Every fill is kept here whatever
+    its confidence; `gated` applies a threshold (a fill below it gives way to the placeholder)."""
+    parser = parser_for(t.lang)
+    assert parser is not None
+    old_tree, new_tree = parser.parse(t.old.encode()), parser.parse(t.new.encode())
     t0 = time.perf_counter()
-    a = analyze("python", t.old, t.new, old_tree, new_tree)
+    a = analyze(t.lang, t.old, t.new, old_tree, new_tree)
     t1 = time.perf_counter()
     found = [s for site in a.sites if (s := from_analysis(site)) is not None]
     definition = t.new[a.definition[0]:a.definition[1]] if a.definition else ""
     masked = [x for x in a.sites if x.prior is None]
     f0 = time.perf_counter()
-    if prior_name:
-        fills = [(site.hint, 1.0) for site in masked]
-    elif fill is not None and masked:
-        fills = fill([fill_request(f"b{k}", f"bench{k}", t.source, t.new, site, definition, FILL_PREFIX_CHARS,
-                                   FILL_SUFFIX_CHARS, site_tokens, None) for k, site in enumerate(masked)])
-    else:
-        fills = []
-    fill_ms = (time.perf_counter() - f0) * 1000
-    for site, (text, conf) in zip(masked, fills, strict=False):
+    fills = fill([fill_request(f"b{k}", f"bench{k}", t.source, t.new, site, definition, FILL_PREFIX_CHARS,
+                               FILL_SUFFIX_CHARS, site_tokens, None) for k, site in enumerate(masked)]) \
+        if fill is not None and masked else [("", 0.0)] * len(masked)
+    fill_ms = (time.perf_counter() - f0) * 1000 if fill is not None and masked else 0.0
+    holders = [p for site in masked if (p := from_placeholder(site)) is not None]
+    for site, (text, conf) in zip(masked, fills, strict=True):
         s = from_fill(site, text, conf)
-        if s is not None:
-            found.append(Suggested(s.start, s.end, s.text, s.confidence, "analysis" if prior_name else "model"))
-        elif (s := from_fill(site, site.hint, 0.0)) is not None:  # an empty fill: the parameter's name, at 0
-            found.append(Suggested(s.start, s.end, s.text, 0.0, "analysis"))
-    index = LineIndex.of(t.new)
-    out = keep("python", t.new, index, found, (t.line, t.line), count_errors(new_tree.root_node), new_tree)
-    out = [s for s in out if s.confidence >= threshold]
-    return Answer(out, (time.perf_counter() - t0) * 1000, (t1 - t0) * 1000, a.kind, fill_ms)
+        found.append(s if s is not None else from_placeholder(site))  # type: ignore[arg-type]
+    index, errors = LineIndex.of(t.new), count_errors(new_tree.root_node)
+    out = keep(t.lang, t.new, index, [s for s in found if s is not None], (t.line, t.line), errors, new_tree)
+    kept_holders = keep(t.lang, t.new, index, holders, (t.line, t.line), errors, new_tree)
+    return Answer(out, (time.perf_counter() - t0) * 1000, (t1 - t0) * 1000, a.kind, fill_ms,
+                  {(p.start, p.end): p for p in kept_holders})
 
 
 def textual(t: Task) -> Answer:
@@ -452,9 +476,20 @@ def textual(t: Task) -> Answer:
     each `name(` call by splitting its arguments at commas."""
     t0 = time.perf_counter()
     out: list[Suggested] = []
-    if t.kind in ("param_added", "param_removed", "param_reordered"):
-        for m in re.finditer(rf"(?<![\w.]){re.escape(t.fname)}\(([^()\n]*)\)", t.new):
-            if t.new.rfind("def ", 0, m.start()) == m.start() - 4:
+    if t.kind == "field_added":  # `Name(...)` / `Name{...}` / `Name { ... }` on one line: the name inserted
+        label = "" if t.lang == "python" else f"{t.param}: "
+        for m in re.finditer(rf"(?<![\w.]){re.escape(t.fname)}(\(|\s?\{{)([^(){{}}\n]*)([)}}])", t.new):
+            if t.new.count("\n", 0, m.start()) == t.line:
+                continue
+            args = [x.strip() for x in m.group(2).split(",") if x.strip()]
+            args.insert(min(t.index, len(args)), label + t.param)
+            pad = " " if m.group(1).endswith(" {") else ""
+            text = m.group(1)[-1] + pad + ", ".join(args) + pad + m.group(3)
+            out.append(Suggested(m.start(1) + len(m.group(1)) - 1, m.end(), text, 1.0, "textual"))
+    elif t.kind in ("param_added", "param_removed", "param_reordered"):
+        lead = r"(?<![\w.])" if t.lang == "python" else r"(?<!\w)"  # methods: `.name(` and `::name(` too
+        for m in re.finditer(rf"{lead}{re.escape(t.fname)}\(([^()\n]*)\)", t.new):
+            if t.new.rfind("def ", 0, m.start()) == m.start() - 4 or t.new.count("\n", 0, m.start()) == t.line:
                 continue
             args = [x.strip() for x in m.group(1).split(",")] if m.group(1).strip() else []
             if t.kind == "param_added":
@@ -491,6 +526,10 @@ class Tally:
     ms: list[float] = field(default_factory=list)
     analysis_ms: list[float] = field(default_factory=list)
     sources: dict[str, int] = field(default_factory=dict)
+    placeholders: int = 0  # suggestions that are placeholders
+    placeholders_located: int = 0
+    placeholders_right: int = 0  # located and exactly the truth (the name was the argument)
+    sites_placeholder_only: int = 0  # sites located by a placeholder that is not exactly right
 
 
 def score(t: Task, ans: Answer, tally: Tally) -> None:
@@ -504,21 +543,29 @@ def score(t: Task, ans: Answer, tally: Tally) -> None:
     tally.sites += len(t.truth)
     located: set[int] = set()
     right: set[int] = set()
+    held: set[int] = set()
     for s in ans.suggestions:
+        holder = s.source == "placeholder"
+        tally.placeholders += holder
         k = next((k for k, tr in enumerate(t.truth) if tr.start <= s.start and s.end <= tr.end
                   and (s.start < tr.end or s.start == s.end)), None)
         if k is None:
             continue
         tr = t.truth[k]
         tally.located += 1
+        tally.placeholders_located += holder
         located.add(k)
         got = t.new[tr.start:s.start] + s.text + t.new[s.end:tr.end]
         if got == tr.text:
             tally.right += 1
+            tally.placeholders_right += holder
             right.add(k)
             tally.sources[s.source] = tally.sources.get(s.source, 0) + 1
+        elif holder:
+            held.add(k)
     tally.sites_located += len(located)
     tally.sites_right += len(right)
+    tally.sites_placeholder_only += len(held - right)
 
 
 def wilson(k: int, n: int) -> tuple[float, float]:
@@ -546,7 +593,7 @@ def row(system: str, kind: str, tl: Tally) -> dict[str, Any]:
                recall_ci=wilson(tl.sites_located, tl.sites),
                content_em=round(tl.sites_right / tl.sites_located, 3) if tl.sites_located else 0.0,
                exact_precision=round(tl.right / tl.suggestions, 3) if tl.suggestions else 0.0,
-               sources=tl.sources)
+               sources=tl.sources, placeholders=tl.placeholders, placeholders_exact=tl.placeholders_right)
     return out
 
 
@@ -556,7 +603,7 @@ def evaluate(system: str, tasks: list[Task], answer: Callable[[Task], Answer]) -
     for t in tasks:
         ans = answer(t)
         answers.append(ans)
-        score(t, ans, tallies.setdefault(t.kind, Tally()))
+        score(t, ans, tallies.setdefault(t.key, Tally()))
         tallies.setdefault("all", Tally()).ms.append(ans.ms)
         if t.kind == "rename" and t.distractor:
             score(t, ans, tallies.setdefault("rename_distractor", Tally()))
@@ -567,9 +614,23 @@ OFF = 1.01  # a fill threshold no confidence reaches: the model's fills off
 
 
 def passes(s: Suggested, th: float) -> bool:
-    """What the server shows at fill threshold `th`: the analysis' own suggestions (1.0) always,
-    a fill (or the bench's 0.0 placeholder for an empty one) at or above `th`."""
-    return (s.source == "analysis" and s.confidence >= 1.0) or s.confidence >= th
+    """Whether the server shows `s` at fill threshold `th`: the analysis' own suggestions and
+    placeholders always, a model fill at or above `th` (below it, the site's placeholder)."""
+    return s.source in ("analysis", "placeholder") or s.confidence >= th
+
+
+def at_threshold(a: Answer, th: float) -> list[Suggested]:
+    """The answer as the server shows it at fill threshold `th`."""
+    if th > 1.0:  # fills off: no engine job, every masked site its placeholder
+        return sorted([s for s in a.suggestions if s.source == "analysis"] + list(a.placeholders.values()),
+                      key=lambda s: (s.start, s.end))
+    out = []
+    for s in a.suggestions:
+        if passes(s, th):
+            out.append(s)
+        elif (p := a.placeholders.get((s.start, s.end))) is not None:
+            out.append(p)
+    return out
 
 
 def gate(tasks: list[Task], answers: list[Answer]) -> dict[str, Any]:
@@ -580,7 +641,7 @@ def gate(tasks: list[Task], answers: list[Answer]) -> dict[str, Any]:
     def tally(th: float, model_only: bool) -> Tally:
         tl = Tally()
         for t, a in zip(tasks, answers, strict=True):
-            kept = [s for s in a.suggestions if passes(s, th) and (s.source == "model" or not model_only)]
+            kept = [s for s in at_threshold(a, th) if s.source == "model" or not model_only]
             score(t, Answer(kept, a.ms), tl)
         return tl
 
@@ -591,11 +652,16 @@ def gate(tasks: list[Task], answers: list[Answer]) -> dict[str, Any]:
             chosen = th
             break
     m, tl = tally(chosen, True), tally(chosen, False)
-    p = tl.right / tl.suggestions if tl.suggestions else 0.0
-    r = tl.sites_right / max(1, tl.sites)
+    # a placeholder claims a place, not content: it counts as right when it is located
+    good = tl.right + tl.placeholders_located - tl.placeholders_right
+    good_sites = tl.sites_right + tl.sites_placeholder_only
+    p = good / tl.suggestions if tl.suggestions else 0.0
+    r = good_sites / max(1, tl.sites)
     return {"threshold": chosen, "model_fills": m.suggestions, "model_fills_right": m.right,
-            "precision": round(p, 3), "precision_ci": wilson(tl.right, tl.suggestions), "recall": round(r, 3),
-            "recall_ci": wilson(tl.sites_right, tl.sites), "on": p >= 0.9 and r >= 0.5}
+            "precision": round(p, 3), "precision_ci": wilson(good, tl.suggestions), "recall": round(r, 3),
+            "recall_ci": wilson(good_sites, tl.sites), "on": p >= 0.9 and r >= 0.5,
+            "placeholders": tl.placeholders, "placeholders_located": tl.placeholders_located,
+            "placeholders_exact": tl.placeholders_right}
 
 
 def analysis_speed(lines: int) -> dict[str, Any]:
@@ -610,9 +676,14 @@ def analysis_speed(lines: int) -> dict[str, Any]:
     body = re.sub(r"(?m)^(if __name__.*)$", r"\1", body)
     head = "def helper_fn(a, b):\n    return a\n\n\n"
     tail = "\n\nx = helper_fn(1, 2)\ny = helper_fn(3, 4)\n"
+    head = "from dataclasses import dataclass\n\n\n@dataclass\nclass Rec:\n    a: int\n    b: int\n\n\n" + head
+    head += "def pair(x):\n    return x, x\n\n\n"
+    tail += "r = Rec(1, 2)\ns = Rec(a=3, b=4)\np, q = pair(1)\n"
     old = head + body + tail
     cases = {"rename": old.replace("def helper_fn(", "def helper(", 1),
-             "param_added": old.replace("def helper_fn(a, b)", "def helper_fn(a, b, c)", 1)}
+             "param_added": old.replace("def helper_fn(a, b)", "def helper_fn(a, b, c)", 1),
+             "field_added": old.replace("    b: int\n", "    b: int\n    c: str\n", 1),
+             "return_added": old.replace("    return x, x\n", "    return x, x, x\n", 1)}
     out: dict[str, Any] = {"lines": old.count("\n")}
     ot = PARSER.parse(old.encode())
     for name, new in cases.items():
@@ -632,7 +703,7 @@ def gated(answers: Iterator[Answer], th: float) -> Callable[[Task], Answer]:
         a = next(answers)
         # fills off: the server asks the engine nothing, so their time is not spent
         ms = a.ms - a.fill_ms if th > 1.0 else a.ms
-        return Answer([s for s in a.suggestions if passes(s, th)], ms, a.analysis_ms)
+        return Answer(at_threshold(a, th), ms, a.analysis_ms)
     return answer
 
 
@@ -679,10 +750,10 @@ def main() -> None:
     args = ap.parse_args()
     tasks = make_tasks(3 if args.quick else args.per_kind, args.seed)
     rows, _ = evaluate("textual", tasks, textual)
-    a_rows, a_answers = evaluate("analysis (added argument = the parameter's name)", tasks,
-                                 lambda t: server_pipeline(t, None, args.site_tokens, prior_name=True))
+    a_rows, a_answers = evaluate("server default (fills off: placeholders)", tasks,
+                                 lambda t: server_pipeline(t, None, args.site_tokens))
     rows += a_rows
-    gates: dict[str, Any] = {"analysis": gate(tasks, a_answers)}
+    gates: dict[str, Any] = {"default": gate(tasks, a_answers)}
     from engine.service import TextEngine
 
     for model in [m for m in args.models.split(",") if m]:
@@ -701,20 +772,20 @@ def main() -> None:
         # the default: what the server shows at the gated threshold
         rows += evaluate(f"model {model} @ gate {g['threshold']}", tasks, gated(iter(m_answers), float(g["threshold"])))[0]
     speed = analysis_speed(args.analysis_lines)
-    counts = {k: sum(1 for t in tasks if t.kind == k) for k in KINDS}
+    counts = {k: sum(1 for t in tasks if t.key == k) for k in dict.fromkeys(t.key for t in tasks)}
     counts["rename_distractor"] = sum(1 for t in tasks if t.kind == "rename" and t.distractor)
     print(f"next-edit: {len(tasks)} held-out tasks {counts}, site budget {args.site_tokens} tokens")
-    print(f"{'system':50} {'kind':18} {'sugg':>5} {'P':>6} {'P 95%':>13} {'R':>6} {'R 95%':>13} {'EM':>6} "
+    print(f"{'system':50} {'kind':30} {'sugg':>5} {'P':>6} {'P 95%':>13} {'R':>6} {'R 95%':>13} {'EM':>6} "
           f"{'FP':>6} {'p50 ms':>8}")
     for r in rows:
         if r["kind"] == "all":
-            print(f"{r['system']:50} {'all (latency)':18} {'':>5} {'':>6} {'':>13} {'':>6} {'':>13} {'':>6} {'':>6} "
+            print(f"{r['system']:50} {'all (latency)':30} {'':>5} {'':>6} {'':>13} {'':>6} {'':>13} {'':>6} {'':>6} "
                   f"{r['p50_ms']:8.1f}  p95 {r['p95_ms']:.1f}")
         elif r["kind"] == "noise":
-            print(f"{r['system']:50} {r['kind']:18} {r['suggestions']:5} {'':>6} {'':>13} {'':>6} {'':>13} {'':>6} "
+            print(f"{r['system']:50} {r['kind']:30} {r['suggestions']:5} {'':>6} {'':>13} {'':>6} {'':>13} {'':>6} "
                   f"{r['fp_rate']:6.3f} {r['p50_ms']:8.1f}")
         else:
-            print(f"{r['system']:50} {r['kind']:18} {r['suggestions']:5} {r['precision']:6.3f} "
+            print(f"{r['system']:50} {r['kind']:30} {r['suggestions']:5} {r['precision']:6.3f} "
                   f"{str(r['precision_ci']):>13} {r['recall']:6.3f} {str(r['recall_ci']):>13} {r['content_em']:6.3f} "
                   f"{'':>6} {r['p50_ms']:8.1f}")
     for name, g in gates.items():

@@ -7,8 +7,10 @@ the websocket daemon and the benches all speak these types (they are JSON-friend
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
+
+from engine.presets import PRESET_ALTERNATIVES
 
 StopKind = Literal["none", "line", "dedent", "brace", "blank_line"]
 EventKind = Literal["draft", "edit", "done", "error"]
@@ -36,7 +38,7 @@ class Plan:
     indent: str = ""
     max_lines: int = 0
     keep_closer: bool = False
-    preset: str | None = None  # a policy preset name ("speedy", "quality", ...); None = engine default
+    preset: str | None = None  # a preset of engine.presets.PRESET_NAMES; None = DEFAULT_PRESET
     first_token_prefix: str = ""  # token healing: the generated text must start with this
     # candidates decoded side by side from the most likely first tokens (engine.decoding.alternatives);
     # None: the preset's default (quality 4, others 1)
@@ -55,17 +57,22 @@ class Plan:
 
 
 MAX_ALTERNATIVES = 8  # Plan.alternatives at most
-# candidates a preset decodes when the plan does not say (engine.decoding.alternatives): Quality spends rows on them
-PRESET_ALTERNATIVES = {"quality": 4}
 
 
 def alternatives_for(plan: Plan, preset: str) -> int:
-    """How many candidates `plan` asks for (1: the primary alone); `preset`: the engine's
-    preset, for a plan without one. The one rule for it, on both sides: the engine decodes
-    this many; the language server asks once per plan (`llada_lsp.plans.make_plan`) and
-    sends the answer explicit in `Plan.alternatives`."""
+    """How many candidates `plan` asks for (1: the primary alone); `preset`: the default
+    preset, for a plan without one. The one rule for it, on both sides."""
     n = plan.alternatives if plan.alternatives is not None else PRESET_ALTERNATIVES.get(plan.preset or preset, 1)
     return max(1, min(MAX_ALTERNATIVES, n))
+
+
+def decided(plan: Plan, default: str) -> Plan:
+    """`plan` with its preset (`default` when it names none) and its candidate count decided,
+    once: the language server decides them per request (`llada_lsp.plans.make_plan`), the step
+    loop for a plan that comes without them (`Scheduler.submit`); from there they travel with
+    the request and nothing derives them again."""
+    preset = plan.preset or default
+    return replace(plan, preset=preset, alternatives=alternatives_for(plan, preset))
 
 
 @dataclass(frozen=True)

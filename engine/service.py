@@ -36,6 +36,7 @@ from engine.decoding.stops import stop_index
 from engine.model.checkpoint import EMBEDDED_DIR
 from engine.model.loader import generation_end_ids, load_model
 from engine.model.native import Transformer
+from engine.presets import DEFAULT_PRESET
 from engine.prompt.builder import PromptBuilder
 from engine.prompt.healing import HEALABLE, Healing
 from engine.prompt.name_trie import NamePaths
@@ -62,7 +63,7 @@ def default_prompt_budget(family: str, max_len: int) -> int:
 
 
 class TextEngine:
-    def __init__(self, model_dir: str | Path | None = None, *, preset: str = "speedy", device: str = "cpu",
+    def __init__(self, model_dir: str | Path | None = None, *, preset: str = DEFAULT_PRESET, device: str = "cpu",
                  max_len: int | None = None, prompt_cache_entries: int = 4,
                  max_prompt_tokens: int | None = None, threads: int | None = None,
                  trust_remote_code: bool = False, dtype: torch.dtype | None = None,
@@ -118,6 +119,9 @@ class TextEngine:
         self._loop: Scheduler | None = None
 
     def info(self) -> dict[str, Any]:
+        """The model and its budgets; "mode" is the engine's default preset (that of a plan
+        naming none, `--mode` of the engine CLI), not the last request's: each request's plan
+        names its own (the language server's always does)."""
         return {"model": self.model_dir.name, "path": str(self.model_dir), "family": self.loaded.family,
                 "prompt_format": self.format.kind, "prompt_template": self.format.source,
                 "max_len": self.max_len, "block_size": self.config.block_size,

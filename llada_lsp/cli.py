@@ -10,6 +10,7 @@ import logging
 import sys
 from typing import Any
 
+from engine.presets import MODES
 from llada_lsp import __version__
 
 
@@ -36,7 +37,7 @@ def engine_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine (defaults of the options of the same names, docs/lsp.md)")
     g.add_argument("--engine", help="inprocess | auto | ws://host:port | sglang")
     g.add_argument("--model", help="model directory or cached Hugging Face repo id (sglang: its tokenizer)")
-    g.add_argument("--mode", choices=("speedy", "quality"), help="the default preset")
+    g.add_argument("--mode", choices=MODES, help="the preset each request names")
     g.add_argument("--sglang-url", action="append", default=[], metavar="PRESET=URL",
                    help="an SGLang server of a preset, e.g. speedy=http://gpu1:30000 (repeat to load-balance)")
     g.add_argument("--sglang-router", metavar="URL", help="an sglang-router for the presets not given by --sglang-url")

@@ -25,6 +25,7 @@ from typing import Any
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException
 
+from engine.presets import DEFAULT_PRESET, MODES
 from llada_lsp.client import (
     SERVER,
     LladaClient,
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="1-based cursor positions to complete at")
     p.add_argument("--language", help="languageId (default: from the file extension)")
     p.add_argument("--model", help="model directory (default: $LLADA_MODEL or the embedded)")
-    p.add_argument("--mode", default="speedy", choices=["speedy", "quality"])
+    p.add_argument("--mode", default=DEFAULT_PRESET, choices=MODES)
     p.add_argument("--max-positions", type=int, default=3)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the final")
     p.add_argument("--log-file", help="server log file (-v)")

@@ -13,6 +13,11 @@ text after it (the trees are those of the two texts) and names the edit:
   the file: an insertion point for an added argument (its content is left to the model:
   `Site.prior` is None, `Site.hint` the parameter's name), the argument to delete, or the
   arguments in their new order.
+- `field_added` (`llada_lsp.edit_fields`): a field without a default added to a Python
+  dataclass or NamedTuple, a Go or Rust struct: the sites are its constructors in the file,
+  an insertion point each (`Site.hint` the field's name).
+- `return_added` (`llada_lsp.edit_fields`, Python): a value added to a returned tuple: the
+  calls unpacked into as many targets get a new target (`Site.hint`: the value's name or `_`).
 - `none`: anything else (a new statement, a changed literal, a use switched to another
   variable...): no follow-ups.
 
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 
 import tree_sitter as ts
 
+from llada_lsp.edit_fields import field_change, return_change
 from llada_lsp.edit_params import param_change
 from llada_lsp.edit_syntax import (
     BRACES,
@@ -50,7 +56,7 @@ from llada_lsp.edit_syntax import (
 
 @dataclass(frozen=True)
 class Analysis:
-    kind: str  # "rename" | "param_added" | "param_removed" | "param_reordered" | "none"
+    kind: str  # "rename" | "param_*" | "field_added" | "return_added" | "none"
     detail: str = ""
     sites: tuple[Site, ...] = ()
     edited: tuple[int, int] = (0, 0)  # the changed stretch of the new text
@@ -98,7 +104,9 @@ def analyze(language: str, old: str, new: str, old_tree: ts.Tree, new_tree: ts.T
         bo, bn = bo + 1, bn + 1
     edited = (p, len(new) - s)
     ot, nt = Text(old), Text(new)
-    got = _rename(lang, ot, nt, a, bo, bn, new_tree) or param_change(lang, ot, nt, a, bo, bn, old_tree, new_tree)
+    got = _rename(lang, ot, nt, a, bo, bn, new_tree) or param_change(lang, ot, nt, a, bo, bn, old_tree, new_tree) \
+        or field_change(lang, ot, nt, a, bo, bn, old_tree, new_tree) \
+        or return_change(lang, ot, nt, a, bo, bn, old_tree, new_tree)
     if got is None:
         return Analysis("none", "no follow-up kind", (), edited)
     kind, detail, sites, definition = got

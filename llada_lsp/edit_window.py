@@ -8,6 +8,8 @@ whose prefix ends at the site (plus its separator) and whose suffix starts after
 edited definition given as context, a one-line stop rule and a small per-site token budget
 (the end-of-middle token makes the length variable). Its fill is cut to one argument and its
 confidence is the weakest committed token's (`min_confidence` of the done event's stats).
+When no fill is run or none passes, the site gets a placeholder (`from_placeholder`): the
+parameter's or field's name, marked for the user to type over, confidence 0.
 
 Then every suggestion is checked: none may touch the kept lines (the line being typed and the
 edited range), none may equal the text it replaces, and none may add a parse error
@@ -21,7 +23,7 @@ from typing import Any
 
 from engine.api import CompletionRequest, ContextChunk, Plan
 from llada_lsp.edit_analysis import Site
-from llada_lsp.positions import Encoding, LineIndex
+from llada_lsp.positions import Encoding, LineIndex, units
 from llada_lsp.syntax import count_errors, parser_for
 
 
@@ -33,13 +35,24 @@ class Suggested:
     end: int
     text: str
     confidence: float
-    source: str = "analysis"  # "analysis" (the edit decides it) or "model" (a masked fill)
+    source: str = "analysis"  # "analysis" (the edit decides it), "model" (a masked fill) or "placeholder"
+    placeholder: tuple[int, int] | None = None  # character offsets in `text` of the name to type over
 
 
 def from_analysis(site: Site) -> Suggested | None:
     if site.prior is None:
         return None
     return Suggested(site.start, site.end, site.before + site.prior + site.after, 1.0)
+
+
+def from_placeholder(site: Site) -> Suggested | None:
+    """A site the model would fill, filled with its name (`Site.hint`) marked as a placeholder
+    for the user to type over: confidence 0, source "placeholder"."""
+    if site.prior is not None or not site.hint:
+        return None
+    a = len(site.before)
+    return Suggested(site.start, site.end, site.before + site.hint + site.after, 0.0, "placeholder",
+                     (a, a + len(site.hint)))
 
 
 def fill_request(rid: str, doc_key: str, path: str, text: str, site: Site, definition: str,
@@ -132,8 +145,15 @@ def keep(language: str, text: str, index: LineIndex, found: list[Suggested], kep
 
 
 def lsp_suggestion(text: str, index: LineIndex, s: Suggested, enc: Encoding) -> dict[str, Any]:
-    """The wire form: {range, newText, oldText, confidence, line, source}."""
+    """The wire form: {range, newText, oldText, confidence, line, source, placeholder?}; a
+    placeholder's offsets count `enc`'s code units of `newText`, as `range` characters do."""
     (l1, c1), (l2, c2) = index.position(s.start, enc), index.position(s.end, enc)
-    return {"range": {"start": {"line": l1, "character": c1}, "end": {"line": l2, "character": c2}},
-            "newText": s.text, "oldText": text[s.start:s.end], "confidence": round(s.confidence, 6),
-            "line": l1, "source": s.source}
+    out: dict[str, Any] = {
+        "range": {"start": {"line": l1, "character": c1}, "end": {"line": l2, "character": c2}},
+        "newText": s.text, "oldText": text[s.start:s.end], "confidence": round(s.confidence, 6),
+        "line": l1, "source": s.source}
+    if s.placeholder is not None:
+        a, b = s.placeholder
+        ua = units(s.text[:a], enc)
+        out["placeholder"] = {"start": ua, "end": ua + units(s.text[a:b], enc)}
+    return out

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from engine.api import CompletionRequest, EngineEvent
 from llada_lsp.engine_base import (
+    END_KINDS,
     TIMED_OUT,
     EngineClient,
     EngineJob,
@@ -34,19 +33,6 @@ __all__ = ["TIMED_OUT", "EngineClient", "EngineJob", "EngineUnavailable", "InPro
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class InProcessJob(EngineJob):
-    """A job of the in-process engine: cancelling it tells the engine's step loop."""
-
-    on_cancel: Callable[[str], None] | None = None
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        first = not self.cancel_event.is_set()
-        super().cancel(reason)
-        if first and not self.finished and self.on_cancel is not None:
-            self.on_cancel(self.request.request_id)
-
-
 class InProcessEngine(EngineClient):
     """engine.service.TextEngine's step loop (`TextEngine.loop()`, the daemon's scheduler with
     one owner) run in a worker thread of this process: the thread loads the model and runs
@@ -56,12 +42,11 @@ class InProcessEngine(EngineClient):
 
     OWNER = "\0inprocess"
 
-    def __init__(self, model_dir: str | None = None, mode: str = "speedy",
-                 device: str = "cpu", factory: Callable[..., Any] | None = None,
+    def __init__(self, model_dir: str | None = None, device: str = "cpu", factory: Callable[..., Any] | None = None,
                  max_prompt_tokens: int | None = None, prompt_template: str | None = None,
                  dtype: str = "auto", prompt_format: str = "auto") -> None:
         super().__init__()
-        self.model_dir, self.mode, self.device = model_dir, mode, device
+        self.model_dir, self.device = model_dir, device
         self.dtype = dtype  # "auto": the checkpoint's own (engine.model.loader.resolve_dtype)
         # the model's own prompt budget and format unless the options name others
         self.prompt_kwargs: dict[str, Any] = {k: v for k, v in (("max_prompt_tokens", max_prompt_tokens),
@@ -71,10 +56,6 @@ class InProcessEngine(EngineClient):
         self._factory = factory
         self._engine: Any = None
         self._loop: Any = None  # the engine's step loop (engine.decoding.scheduler.Scheduler)
-        self._latest: dict[str, EngineJob] = {}
-        self._running: dict[str, int] = {}
-        self._counted: set[int] = set()  # ids of the jobs counted in _running
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -106,8 +87,8 @@ class InProcessEngine(EngineClient):
 
             factory = TextEngine
         report("loading the model", 40)
-        # `mode` is the option's (user-facing) name of the engine's default preset
-        kwargs: dict[str, Any] = {"preset": self.mode, "device": self._device(), **self.prompt_kwargs}
+        # no preset: each request's plan names its own (the engine's default is for plans naming none)
+        kwargs: dict[str, Any] = {"device": self._device(), **self.prompt_kwargs}
         if self.dtype != "auto":  # auto: the loader's default, a real checkpoint's own dtype
             from engine.model.loader import resolve_dtype
 
@@ -147,69 +128,35 @@ class InProcessEngine(EngineClient):
         return self._enqueue("remask", job.request, spans)
 
     def _enqueue(self, op: str, request: CompletionRequest, spans: Any) -> EngineJob:
-        job = self.with_deadlines(InProcessJob(request, asyncio.get_running_loop(), on_cancel=self._cancel))
-        older = self._latest.get(job.doc_key)
-        if older is not None and not older.finished:
-            older.cancel_reason = "superseded"  # the loop supersedes it by document key
-            older.cancel_event.set()
-            self._count(older, False)
-        self._latest[job.doc_key] = job
-        self.counters["submitted"] += 1
+        job = self.new_job(request, EngineJob)  # the loop supersedes an older job by document key
         if self.state != "ready" or self._stop.is_set():
-            job.finished = True
-            job.push(EngineEvent("error", request.request_id, "", error="engine not ready"))
+            self.deliver(job, EngineEvent("error", request.request_id, "", error="engine not ready"))
             return job
-        self._run(op, job, spans)
-        return job
+        self.start_job(job)
 
-    def _run(self, op: str, job: EngineJob, spans: Any) -> None:
-        """Hand `job` to the step loop; its events come back through `_emitter`."""
-        self._count(job, True)
-        self.counters["engine_calls"] += 1
-        job.started_at = time.perf_counter()
-        job.ran = True
-        emit = self._emitter(job)
+        def emit(ev: EngineEvent, _why: Any) -> None:  # noqa: ANN401 - on the worker thread
+            self.deliver(job, ev)
+
         deadline_ms = max(1, int(job.deadline_s * 1000)) if job.deadline_s else None
         if op == "remask":
-            self._loop.remask(job.request.request_id, spans, self.OWNER, emit, deadline_ms)
+            self._loop.remask(request.request_id, spans, self.OWNER, emit, deadline_ms)
         else:
-            self._loop.submit(job.request, self.OWNER, emit, deadline_ms)
+            self._loop.submit(request, self.OWNER, emit, deadline_ms)
+        return job
 
-    def _emitter(self, job: EngineJob) -> Callable[[EngineEvent, Any], None]:
-        def emit(ev: EngineEvent, _why: Any) -> None:  # noqa: ANN401 - engine.decoding.rejections.Rejection
-            """On the worker thread, for each of the job's events."""
-            if ev.kind in ("done", "error"):
-                if ev.reason in ("cancelled", "superseded"):
-                    self.counters["cancelled"] += 1
-                self._count(job, False)
-                job.finished = True
-            job.push(ev)
-        return emit
+    def deliver(self, job: EngineJob, ev: EngineEvent) -> None:
+        """The step loop has no other word of a job than its events: the last releases it."""
+        super().deliver(job, ev)
+        if ev.kind in END_KINDS:
+            self.release(job)
 
-    def _cancel(self, request_id: str) -> None:
+    def send_cancel(self, job: EngineJob) -> None:
         if self._loop is not None:
-            self._loop.cancel(request_id, self.OWNER)
-
-    def _count(self, job: EngineJob, running: bool) -> None:
-        """Count `job` among its document's running requests (once), or stop counting it."""
-        key = job.doc_key
-        with self._lock:
-            if running and id(job) not in self._counted:
-                self._counted.add(id(job))
-                self._running[key] = self._running.get(key, 0) + 1
-                self.counters["max_running_per_doc"] = max(self.counters["max_running_per_doc"],
-                                                           self._running[key])
-            elif not running and id(job) in self._counted:
-                self._counted.discard(id(job))
-                self._running[key] -= 1
-
-    def running(self) -> int:
-        return sum(self._running.values())
+            self._loop.cancel(job.request.request_id, self.OWNER)
 
     async def close(self) -> None:
         self._stop.set()
-        for job in list(self._latest.values()):
-            job.cancel("shutdown")
+        self.cancel_all("shutdown")
         if self._loop is not None:
             self._loop.request_stop()
         if self._thread is not None and self._thread.is_alive():
@@ -229,6 +176,8 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
     runtime file's token when the URL is the user's own daemon) authenticates;
     "sglang": SGLang servers (`sglang`: the options' `SglangOptions`, urls per preset and/or a
     router), prompts tokenized here with the tokenizer of `model_dir` (`llada_lsp.sglang_engine`).
+    The preset travels with each request (`Plan.preset`, the `mode` option then); `mode` here
+    only routes SGLang requests whose preset no server serves (`SglangConfig.default_preset`).
     """
     if location == "sglang":
         from llada_lsp.sglang_engine import SglangEngineClient  # lazy: only when used
@@ -238,12 +187,12 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
         return SglangEngineClient(SglangConfig(urls=urls, router=getattr(sglang, "router", None), model=model_dir,
                                                max_prompt_tokens=max_prompt_tokens or 2048, default_preset=mode))
     if location == "inprocess":
-        return InProcessEngine(model_dir, mode=mode, device=device, max_prompt_tokens=max_prompt_tokens,
+        return InProcessEngine(model_dir, device=device, max_prompt_tokens=max_prompt_tokens,
                                prompt_template=prompt_template, dtype=dtype, prompt_format=prompt_format)
     from llada_lsp.ws_engine import WsEngineClient  # lazy: websockets only when used
 
     if location == "auto":
-        return WsEngineClient(None, token=token, model=model_dir, mode=mode, device=device)
+        return WsEngineClient(None, token=token, model=model_dir, device=device)
     if location.startswith(("ws://", "wss://")):
         return WsEngineClient(location, token=token)
     raise ValueError(f"unknown engine location {location!r}: 'inprocess', 'auto', 'sglang' or a ws:// URL")

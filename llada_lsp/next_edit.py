@@ -5,7 +5,9 @@ A request compares the base with the current text (`llada_lsp.edit_analysis`): t
 and its follow-up sites. Sites whose content the edit decides become suggestions at once; the
 others (an added parameter's argument at each call) are masked infills, one completion request
 per site, submitted together (the daemon's step loop decodes them as rows of one batch; the
-in-process engine one after another), with the edited definition as context. Every suggestion
+in-process engine one after another), with the edited definition as context; a site no fill
+reaches (fills off, or below the threshold) gets a placeholder, its name to type over
+(`nextEdit.placeholders`). Every suggestion
 is checked (`llada_lsp.edit_window.keep`: off the kept lines, changes something, adds no parse
 error), and model fills below `nextEdit.threshold` (the weakest token's confidence) are
 dropped. The base moves to the current text when a request finds nothing left to do and the
@@ -37,6 +39,7 @@ from llada_lsp.edit_window import (
     fill_request,
     from_analysis,
     from_fill,
+    from_placeholder,
     keep,
     lsp_suggestion,
 )
@@ -131,8 +134,9 @@ class Base:
 # (FILLS_OFF: at no threshold), for the models whose suggestions then reach precision >= 0.9
 # with recall >= 0.5 over every edit kind and noise edits. `nextEdit.enabled` unset means: on
 # for these models, off for the others (not measured). Both embedded models pass on the
-# analysis' suggestions alone (precision 1.000, recall 0.744); neither one's fills reach 0.9
-# (best: mini-code, 0.237 exact at every threshold tried), so fills stay off by default.
+# analysis' suggestions and placeholders (precision 1.000, recall 0.995, a placeholder counted
+# by its place); neither one's fills reach 0.9 (best: mini-code, 0.231 exact on added
+# parameters), so fills stay off by default.
 FILLS_OFF = 1.01  # above any confidence: no masked fill is run
 GATED: dict[str, float] = {"tiny-code": FILLS_OFF, "mini-code": FILLS_OFF}
 
@@ -197,15 +201,20 @@ class NextEditService:
         self.counters[f"kind_{analysis.kind}"] += 1
         found = [s for site in analysis.sites if (s := from_analysis(site)) is not None]
         masked = [site for site in analysis.sites if site.prior is None]
+        fills: list[Suggested | None] = [None] * len(masked)
         if masked and self._threshold() <= 1.0:  # fills off (the gate's default): the engine is not asked
             got = await self._fill(doc, analysis, masked, serial)
             if isinstance(got, str):
                 return self._empty(version, got)
-            found.extend(got)
+            fills = got
             if self.latest.get(p.uri) != serial:
                 return self._empty(version, "superseded")
             if self.store.docs.get(p.uri) is not doc or doc.version != version or doc.revision != revision:
                 return self._empty(version, "document changed")
+        for site, filled in zip(masked, fills, strict=True):  # a fill that passed, else the name to type over
+            s = filled if filled is not None or not self.options.next_edit.placeholders else from_placeholder(site)
+            if s is not None:
+                found.append(s)
         kept = (p.line, p.line)
         if p.edited is not None:
             kept = (min(p.line, p.edited[0]), max(p.line, p.edited[1]))
@@ -218,9 +227,9 @@ class NextEditService:
                       analysis.kind, analysis.detail)
 
     async def _fill(self, doc: Document, analysis: Analysis, sites: list[Site], serial: int
-                    ) -> list[Suggested] | str:
-        """The model's fills of `sites` (one job each, submitted together), those at or above
-        the confidence threshold."""
+                    ) -> list[Suggested | None] | str:
+        """The model's fills of `sites` (one job each, submitted together), in site order: each
+        one at or above the confidence threshold, None for the others."""
         o = self.options.next_edit
         definition = doc.text[analysis.definition[0]:analysis.definition[1]] if analysis.definition else ""
         done: list[tuple[str, float] | str] = []
@@ -242,17 +251,17 @@ class NextEditService:
                     del self.jobs[doc.uri]
             if self.latest.get(doc.uri) != serial:
                 return "superseded"
-        out: list[Suggested] = []
+        out: list[Suggested | None] = []
         threshold = self._threshold()
         for site, got in zip(sites, done, strict=True):
             if isinstance(got, str):
                 if got.startswith("engine error"):
-                    continue  # this site goes unfilled (a busy engine refused it); the others stand
+                    out.append(None)  # this site goes unfilled (a busy engine refused it); the others stand
+                    continue
                 return got
             text, conf = got
             s = from_fill(site, text, conf)  # an empty fill suggests nothing
-            if s is not None and conf >= threshold:
-                out.append(s)
+            out.append(s if s is not None and conf >= threshold else None)
         return out
 
     def _refusal(self, doc: Document, p: NextEditParams) -> str | None:

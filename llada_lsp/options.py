@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from engine.api import MAX_ALTERNATIVES
+from engine.presets import DEFAULT_PRESET, MODES
 
-Mode = Literal["speedy", "quality"]
-MODES: tuple[str, ...] = ("speedy", "quality")
+Mode = str  # a preset of engine.presets.MODES (the names' one list; checked when options are read)
 MAX_CONTEXT_TOKENS = 65536
 
 
@@ -67,6 +67,7 @@ class NextEditOptions:
     enabled: bool | None = None  # None: on only for a model that passed the precision gate (next_edit.GATED)
     site_tokens: int = 12  # a model-filled site's token budget (an added argument)
     threshold: float | None = None  # fill threshold in (0, 1]; None: the model's gated one
+    placeholders: bool = True  # an added argument or field no fill reaches: its name, to type over
 
 
 @dataclass
@@ -110,7 +111,7 @@ NESTED_SECTION = "llada"  # a section inside the section: refused from the works
 
 @dataclass
 class Options:
-    mode: Mode = "speedy"
+    mode: Mode = DEFAULT_PRESET  # the preset each request names (llada_lsp.plans.make_plan)
     max_tokens: MaxTokens = field(default_factory=MaxTokens)
     context: ContextOptions = field(default_factory=ContextOptions)
     next_edit: NextEditOptions = field(default_factory=NextEditOptions)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.api import Plan, StopKind, alternatives_for
+from engine.api import Plan, StopKind, decided
 from llada_lsp.context import Context, indentation, trim_context
 from llada_lsp.options import Options
 from llada_lsp.positions import LineIndex
@@ -41,8 +41,8 @@ class InfillPlan:
     context: Context | None = None
     indent: str = ""  # lines of the result indented less than this end it (dedent)
     brace: bool = False  # the language delimits blocks with braces
-    # how many candidates the engine decodes for `plan` (engine.api.alternatives_for, decided
-    # once here and sent explicit in `plan.alternatives`, so the server never re-derives it)
+    # how many candidates the engine decodes for `plan` (engine.api.decided: decided once here
+    # with the preset and sent explicit in `plan`, so neither side derives them again)
     candidates: int = 1
 
     @property
@@ -200,7 +200,6 @@ def make_plan(text: str, offset: int, language_id: str, options: Options, *, tre
     if kind == "block" and brace:
         nxt = ctx.suffix.lstrip()
         keep_closer = not nxt.startswith("}")
-    plan = Plan(max_tokens=budget, stop=stop, indent=indent, max_lines=max_lines,
-                keep_closer=keep_closer, preset=options.mode, alternatives=options.alternatives or None)
-    n = alternatives_for(plan, options.mode)  # the one place the server asks
-    return InfillPlan(kind, reason, replace(plan, alternatives=n), ctx, indent, brace, n)
+    plan = decided(Plan(max_tokens=budget, stop=stop, indent=indent, max_lines=max_lines, keep_closer=keep_closer,
+                        preset=options.mode, alternatives=options.alternatives or None), options.mode)
+    return InfillPlan(kind, reason, plan, ctx, indent, brace, plan.alternatives or 1)  # the one place the server asks

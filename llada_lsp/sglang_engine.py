@@ -20,7 +20,6 @@ No torch here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import secrets
@@ -59,7 +58,6 @@ def _resolve_model(model: str | None) -> Path:
 
 @dataclass
 class SglangJob(EngineJob):
-    on_cancel: Callable[[SglangJob], None] | None = None
     rid: str = ""  # the SGLang request id
     server: Server | None = None
     phase: str = "queued"  # queued | sending | streaming | ended
@@ -68,28 +66,11 @@ class SglangJob(EngineJob):
     task: asyncio.Task[None] | None = None
     aborts: list[float] = field(default_factory=list)  # perf_counter of each abort sent
 
-    def cancel(self, reason: str = "cancelled") -> None:
-        first = not self.cancel_event.is_set()
-        super().cancel(reason)
-        if not first or self.finished or self.on_cancel is None:
-            return
-        try:
-            on_loop = asyncio.get_running_loop() is self.loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop:
-            self.on_cancel(self)
-        else:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nothing to cancel
-                self.loop.call_soon_threadsafe(self.on_cancel, self)
-
-    @property
-    def done_reason(self) -> str:
-        return "superseded" if self.cancel_reason == "superseded" else "cancelled"
-
 
 class SglangEngineClient(EngineClient):
     """EngineClient over SGLang servers (see the module docstring)."""
+
+    engine_supersedes = False  # SGLang knows no documents: an older request is aborted here
 
     def __init__(self, cfg: SglangConfig, builder_factory: BuilderFactory | None = None) -> None:
         super().__init__()
@@ -99,8 +80,6 @@ class SglangEngineClient(EngineClient):
         self._builder_factory = builder_factory or PromptBuilder.from_dir
         self._session = secrets.token_hex(4)
         self._serial = itertools.count(1)
-        self._latest: dict[str, SglangJob] = {}
-        self._jobs: dict[int, SglangJob] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.counters.update(aborts_sent=0, lost=0, http_errors=0, degraded=0)
@@ -175,15 +154,7 @@ class SglangEngineClient(EngineClient):
 
     # -- requests -------------------------------------------------------------------------------
     def submit(self, request: CompletionRequest) -> EngineJob:
-        loop = asyncio.get_running_loop()
-        job = SglangJob(request, loop, on_cancel=self._cancel, rid=f"llada-{self._session}-{next(self._serial):010d}")
-        self.with_deadlines(job)
-        older = self._latest.get(request.doc_key)
-        if older is not None and not older.finished:
-            older.cancel("superseded")
-        self._latest[request.doc_key] = job
-        self.counters["submitted"] += 1
-        self._jobs[id(job)] = job
+        job = self.new_job(request, SglangJob, rid=f"llada-{self._session}-{next(self._serial):010d}")
         job.task = self._spawn(self._run(job))
         return job
 
@@ -193,7 +164,7 @@ class SglangEngineClient(EngineClient):
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _cancel(self, job: SglangJob) -> None:
+    def send_cancel(self, job: EngineJob) -> None:
         """On the loop. One abort per rid, sent only once the server surely holds the rid.
         SGLang 0.5.23 forwards one abort per rid (`TokenizerManager.abort_request`,
         `abort_sent`), and an abort that reaches its scheduler before the request does (the
@@ -203,12 +174,13 @@ class SglangEngineClient(EngineClient):
         has not waits for its first chunk (then the same), at most FIRST_CHUNK_WAIT_S, after
         which the rid is long dispatched (queued behind others) and the abort finds it. The
         editor hears the request's end at once either way."""
+        assert isinstance(job, SglangJob)
         if job.phase in ("queued", "ended"):
             return  # `_run` sees the cancel before it sends anything
         if job.seen_chunk:
             self._let_go(job)
         else:
-            job.push(EngineEvent("done", job.request.request_id, "", reason=job.done_reason))  # type: ignore[arg-type]
+            self.end_cancelled(job)
             job.loop.call_later(FIRST_CHUNK_WAIT_S, self._give_up, job)
 
     def _give_up(self, job: SglangJob) -> None:
@@ -239,20 +211,18 @@ class SglangEngineClient(EngineClient):
             log.info("abort of %s at %s failed: %s", rid, url, e)
 
     async def _run(self, job: SglangJob) -> None:
-        rid = job.request.request_id
         server: Server | None = None
         try:
             if job.cancelled:
-                self.counters["skipped"] += 1
-                job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+                self.skip(job)
                 return
             if self.builder is None or self.pool is None:
-                job.push(EngineEvent("error", rid, "", error=f"the SGLang backend is not ready: {self.error or self.state}"))
+                self.fail(job, f"the SGLang backend is not ready: {self.error or self.state}")
                 return
             try:
                 server = self.pool.pick(job.completion.plan.preset)
             except NoServer as e:
-                job.push(EngineEvent("error", rid, "", error=str(e)))
+                self.fail(job, str(e))
                 return
             server.outstanding += 1
             job.server = server
@@ -260,16 +230,15 @@ class SglangEngineClient(EngineClient):
         except asyncio.CancelledError:
             if not job.cancelled:
                 raise
-            job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+            self.end_cancelled(job)
         except Exception as e:  # noqa: BLE001 - an answer not foreseen ends its request at once, never at the deadline
             log.exception("SGLang request %s failed", job.rid)
-            job.push(EngineEvent("error", rid, "", error=f"the SGLang backend failed on this request: {e!r}"[:500]))
+            self.fail(job, f"the SGLang backend failed on this request: {e!r}"[:500])
         finally:
             if server is not None:
                 server.outstanding -= 1
             job.phase = "ended"
-            job.finished = True
-            self._jobs.pop(id(job), None)
+            self.release(job)
             if job.response is not None:
                 job.response.close()
 
@@ -286,10 +255,10 @@ class SglangEngineClient(EngineClient):
         return body, layout.ids, tail
 
     async def _send(self, job: SglangJob, server: Server) -> None:
-        rid, url = job.request.request_id, server.url
+        url = server.url
         body, prompt, tail = self._body(job)
-        self.counters["engine_calls"] += 1
-        job.ran, job.started_at, job.phase = True, time.perf_counter(), "sending"
+        self.start_job(job)
+        job.phase = "sending"
         try:
             resp = await http.request(url, "POST", "/generate", body, connect_timeout=self.cfg.connect_timeout_s,
                                       read_timeout=self.cfg.stream_read_timeout_s, accept="text/event-stream")
@@ -302,8 +271,7 @@ class SglangEngineClient(EngineClient):
             err = http.HttpError(f"HTTP {resp.status}", resp.status, raw, url)
             self.counters["http_errors"] += 1
             what = "is starting or overloaded" if resp.status == 503 else "refused the request"
-            job.push(EngineEvent("error", rid, "", error=f"the SGLang server at {url} {what} "
-                                 f"(HTTP {resp.status}): {err.detail()}"))
+            self.fail(job, f"the SGLang server at {url} {what} (HTTP {resp.status}): {err.detail()}")
             if resp.status == 503 and self.pool is not None:
                 self.pool.mark_lost(server, f"{url}: HTTP 503")
             return
@@ -313,19 +281,18 @@ class SglangEngineClient(EngineClient):
             self._failed(job, server, e)
         except BadChunk as e:
             if job.cancelled:
-                job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+                self.end_cancelled(job)
                 return
             self.counters["http_errors"] += 1
-            job.push(EngineEvent("error", rid, "", error=f"the SGLang server at {url} sent a bad answer: {e}"))
+            self.fail(job, f"the SGLang server at {url} sent a bad answer: {e}")
 
     def _failed(self, job: SglangJob, server: Server, e: http.HttpError) -> None:
-        rid = job.request.request_id
         if job.cancelled:
-            job.push(EngineEvent("done", rid, "", reason=job.done_reason))  # type: ignore[arg-type]
+            self.end_cancelled(job)
             return
         if e.unreachable and self.pool is not None:
             self.pool.mark_lost(server, str(e))
-        job.push(EngineEvent("error", rid, "", error=f"lost the SGLang server at {server.url}: {e}"))
+        self.fail(job, f"lost the SGLang server at {server.url}: {e}")
 
     async def _stream(self, job: SglangJob, resp: http.Response, prompt: list[int], tail: str) -> None:
         """Chunks -> draft events and one done (or error)."""
@@ -341,14 +308,14 @@ class SglangEngineClient(EngineClient):
             c = parse_event(data)  # BadChunk: an error at once (`_send`)
             if c.error is not None:
                 self.counters["http_errors"] += 1
-                job.push(EngineEvent("error", rid, text, error=f"the SGLang server refused the request: {c.error}"))
+                self.fail(job, f"the SGLang server refused the request: {c.error}", text)
                 return
             job.seen_chunk = True
             if job.server is not None:
                 job.server.last_data_at = time.monotonic()
             if job.cancelled:  # the rid is known now: its one abort
                 self._abort(job)
-                job.push(EngineEvent("done", rid, text, reason=job.done_reason))  # type: ignore[arg-type]
+                self.end_cancelled(job, text)
                 return
             meta = c
             out, n = c.output_ids, c.completion_tokens
@@ -361,19 +328,19 @@ class SglangEngineClient(EngineClient):
                 blocks += 1
                 first_at = first_at or time.perf_counter()
             new, fired = cut_text(b.answer(ids, loose, "", tail), plan)
-            job.push(EngineEvent("draft", rid, new, edits=diff_edits(text, new), step=blocks, draft_complete=True))
+            self.deliver(job, EngineEvent("draft", rid, new, edits=diff_edits(text, new), step=blocks, draft_complete=True))
             text = new
             if fired or finish is not None:
                 if finish is None:
                     self._abort(job)  # the server would go on to the budget
                 reason = self._reason(finish, fired, ids)
-                job.push(EngineEvent("done", rid, text, step=blocks, reason=reason,  # type: ignore[arg-type]
-                                     stats=self._stats(job, ids, prompt, meta, blocks, first_at)))
+                self.deliver(job, EngineEvent("done", rid, text, step=blocks, reason=reason,  # type: ignore[arg-type]
+                                              stats=self._stats(job, ids, prompt, meta, blocks, first_at)))
                 return
         if job.cancelled:
-            job.push(EngineEvent("done", rid, text, reason=job.done_reason))  # type: ignore[arg-type]
+            self.end_cancelled(job, text)
             return
-        job.push(EngineEvent("error", rid, text, error="the SGLang stream ended without a finish reason"))
+        self.fail(job, "the SGLang stream ended without a finish reason", text)
 
     def _reason(self, finish: dict[str, Any] | None, fired: bool, ids: list[int]) -> str:
         assert self.builder is not None
@@ -402,16 +369,12 @@ class SglangEngineClient(EngineClient):
                 "total_ms": (now - job.submitted_at) * 1000,
                 "server": job.server.url if job.server else None, "rid": job.rid}
 
-    def running(self) -> int:
-        return len(self._jobs)
-
     async def close(self) -> None:
         self._closing = True
-        jobs = list(self._jobs.values())
+        jobs = self.live()
+        self.cancel_all("shutdown")  # aborts on the server
         for job in jobs:
-            job.cancel("shutdown")  # aborts on the server
-        for job in jobs:
-            if job.task is not None:
+            if isinstance(job, SglangJob) and job.task is not None:
                 job.task.cancel()
         if self.pool is not None:
             await self.pool.close()

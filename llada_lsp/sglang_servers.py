@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.presets import DEFAULT_PRESET
 from llada_lsp import http_client as http
 from llada_lsp import reconnect
 from llada_lsp.engine_base import EngineUnavailable
@@ -44,7 +45,9 @@ class SglangConfig:
     router: str | None = None
     model: str | None = None  # the local tokenizer: a directory or a cached HF repo id
     max_prompt_tokens: int = 2048
-    default_preset: str = "speedy"
+    # routing, not decoding: its servers take a request whose preset no server serves (the
+    # `mode` option; a router serves it when `urls` does not list it)
+    default_preset: str = DEFAULT_PRESET
     start_timeout_s: float = 120.0  # waiting out HTTP 503 (the server is loading its model)
     connect_timeout_s: float = 2.0
     probe_timeout_s: float = 5.0

@@ -156,9 +156,10 @@ class WsConnection:
             await self._reader
 
 
-async def connect_or_start(model: str | None = None, mode: str | None = None, device: str | None = None,
+async def connect_or_start(model: str | None = None, device: str | None = None,
                            timeout: float = 180.0, explicit: bool = False) -> WsConnection:
     """The user's daemon (from the runtime file), started detached first when none runs (not
-    after `llada-engine stop` unless `explicit`: runtime.DaemonHeld)."""
-    info = await asyncio.to_thread(runtime.ensure_daemon, model, mode, device, (), timeout, None, explicit)
+    after `llada-engine stop` unless `explicit`: runtime.DaemonHeld), with the engine's default
+    preset: each request names its own."""
+    info = await asyncio.to_thread(runtime.ensure_daemon, model, None, device, (), timeout, None, explicit)
     return await WsConnection.open(str(info["url"]), info.get("token"))

@@ -11,10 +11,9 @@ No torch is imported here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from engine.api import CompletionRequest, EngineEvent
@@ -26,30 +25,21 @@ from llada_lsp.ws_connection import WsConnection, connect_or_start
 __all__ = ["WsConnection", "WsEngineClient", "connect_or_start"]
 
 log = logging.getLogger(__name__)
-_END = ("done", "error")
 
 
 @dataclass
 class WsJob(EngineJob):
-    on_cancel: Callable[[str], None] | None = None
     streaming: asyncio.Task[None] | None = None  # its task, while it streams from the daemon
-    counted: bool = False  # counted among its document's running requests
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        first = not self.cancel_event.is_set()
-        super().cancel(reason)
-        if first and not self.finished and self.on_cancel is not None:
-            with contextlib.suppress(RuntimeError):  # from any thread; a closed loop: nothing to cancel
-                self.loop.call_soon_threadsafe(self.on_cancel, self.request.request_id)
 
 
 class WsEngineClient(EngineClient):
     """EngineClient over the daemon. `url=None` means "auto": find or start the user's daemon."""
 
     def __init__(self, url: str | None = None, *, token: str | None = None, model: str | None = None,
-                 mode: str | None = None, device: str | None = None, start_timeout: float = 180.0) -> None:
+                 device: str | None = None, start_timeout: float = 180.0) -> None:
         super().__init__()
-        self.url, self.model, self.mode, self.device = url, model, mode, device
+        # no preset: each request names its own; a daemon started here keeps the engine's default
+        self.url, self.model, self.device = url, model, device
         self.token = token if token is not None else os.environ.get("LLADA_ENGINE_TOKEN")
         self.start_timeout = start_timeout
         # the editor restarted the server on the user's request: start the daemon even after
@@ -57,12 +47,9 @@ class WsEngineClient(EngineClient):
         self.explicit = os.environ.get("LLADA_ENGINE_RESTART") == "1"
         self.connect_timeout = 5.0  # a daemon that accepts but never answers the hello: retry later
         self.conn: WsConnection | None = None
-        self._latest: dict[str, WsJob] = {}
-        self._jobs: dict[int, WsJob] = {}  # by id(): jobs are unhashable dataclasses
         self._tasks: set[asyncio.Task[None]] = set()
         self._connecting: asyncio.Lock | None = None
         self._retry: asyncio.Task[None] | None = None  # the reconnection loop, while one runs
-        self._per_doc: dict[str, int] = {}  # requests streaming from the daemon, by document
         self._closing = False
 
     async def _connect(self) -> WsConnection:
@@ -72,7 +59,7 @@ class WsEngineClient(EngineClient):
             if self.conn is not None and self.conn.open_:
                 return self.conn
             if self.url is None:
-                self.conn = await connect_or_start(self.model, self.mode, self.device, self.start_timeout,
+                self.conn = await connect_or_start(self.model, self.device, self.start_timeout,
                                                    self.explicit)
                 self.explicit = False
             else:
@@ -169,36 +156,28 @@ class WsEngineClient(EngineClient):
         return self._spawn(job.request, spans)
 
     def _spawn(self, request: CompletionRequest, spans: list[tuple[int, int]] | None) -> WsJob:
-        loop = asyncio.get_running_loop()
-        job = WsJob(request, loop, on_cancel=self._send_cancel)
-        self.with_deadlines(job)
-        older = self._latest.get(job.doc_key)
-        if older is not None and not older.finished:
-            older.cancel_reason = "superseded"  # the daemon supersedes it by document key
-            older.cancel_event.set()
-            if isinstance(older, WsJob) and older.streaming is not None:
-                older.streaming.cancel()  # ends here at once: one stream per document
-                self._count_running(older, False)
-        self._latest[job.doc_key] = job
-        self.counters["submitted"] += 1
-        self._jobs[id(job)] = job
-        task = loop.create_task(self._run(job, spans))
+        job = self.new_job(request, WsJob)  # the daemon supersedes an older job by document key
+        task = asyncio.get_running_loop().create_task(self._run(job, spans))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job
 
-    def _send_cancel(self, request_id: str) -> None:
+    def supersede(self, older: EngineJob) -> None:
+        super().supersede(older)
+        if isinstance(older, WsJob) and older.streaming is not None:
+            older.streaming.cancel()  # ends here at once: one stream per document
+
+    def send_cancel(self, job: EngineJob) -> None:
         """On the event loop: tell the daemon (it stops the request before its next forward)."""
         if self.conn is not None:
-            task = asyncio.get_running_loop().create_task(self.conn.cancel(request_id))
+            task = asyncio.get_running_loop().create_task(self.conn.cancel(job.request.request_id))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _run(self, job: WsJob, spans: list[tuple[int, int]] | None) -> None:
-        rid = job.request.request_id
         try:
             if self._retry is not None:  # reconnecting: fail at once, the loop reports
-                job.push(EngineEvent("error", rid, "", error=self.error or "engine unavailable"))
+                self.fail(job, self.error or "engine unavailable")
                 return
             try:
                 conn = await self._connect()
@@ -206,38 +185,26 @@ class WsEngineClient(EngineClient):
                 self.counters["connect_errors"] = self.counters.get("connect_errors", 0) + 1
                 self.set_state("error", f"{e}; retrying")
                 self._start_retry()
-                job.push(EngineEvent("error", rid, "", error=str(e)))
+                self.fail(job, str(e))
                 return
             if job.cancelled:
-                self.counters["skipped"] += 1
-                job.push(EngineEvent("done", rid, "", reason="superseded" if job.cancel_reason == "superseded"
-                                     else "cancelled"))
+                self.skip(job)
                 return
-            self.counters["engine_calls"] += 1
-            job.ran = True
-            self._count_running(job, True)
+            self.start_job(job)
             await self._stream(job, conn, spans)
         finally:
-            self._count_running(job, False)
-            job.finished = True
-            self._jobs.pop(id(job), None)
+            self.release(job)
 
     async def _stream(self, job: WsJob, conn: WsConnection, spans: list[tuple[int, int]] | None) -> None:
         """Pass the daemon's events on; a newer request for the document ends it at once."""
-        rid = job.request.request_id
         job.streaming = asyncio.current_task()
         try:
             async for ev in self._events_of(job, conn, spans):
-                if job.started_at is None:
-                    job.started_at = job.submitted_at
-                job.push(ev)
-                if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
-                    self.counters["cancelled"] += 1
+                self.deliver(job, ev)
         except asyncio.CancelledError:
             if job.cancel_reason != "superseded":
                 raise
-            self.counters["cancelled"] += 1
-            job.push(EngineEvent("done", rid, "", reason="superseded"))
+            self.end_cancelled(job)
         finally:
             job.streaming = None
 
@@ -247,18 +214,6 @@ class WsEngineClient(EngineClient):
         if spans is not None:
             return conn.remask(job.request.request_id, spans)
         return conn.complete(job.request)
-
-    def _count_running(self, job: WsJob, running: bool) -> None:
-        if job.counted == running:
-            return
-        job.counted, key = running, job.doc_key
-        n = self._per_doc[key] = self._per_doc.get(key, 0) + (1 if running else -1)
-        if n <= 0:
-            del self._per_doc[key]
-        self.counters["max_running_per_doc"] = max(self.counters["max_running_per_doc"], n)
-
-    def running(self) -> int:
-        return len(self._jobs)
 
     async def complete(self, req: CompletionRequest, cancel: asyncio.Event | None = None
                        ) -> AsyncIterator[EngineEvent]:
@@ -281,8 +236,7 @@ class WsEngineClient(EngineClient):
         self._closing = True
         if self._retry is not None:
             self._retry.cancel()
-        for job in list(self._jobs.values()):
-            job.cancel("shutdown")
+        self.cancel_all("shutdown")
         if self.conn is not None:
             await self.conn.close()
         for task in list(self._tasks):

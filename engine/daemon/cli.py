@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.api import CompletionRequest, Plan
+from engine.presets import DEFAULT_PRESET
 
 if TYPE_CHECKING:
     import torch
@@ -233,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--line", type=int, required=True, help="1-based line")
     c.add_argument("--col", type=int, help="0-based column (default: end of line)")
     c.add_argument("--model", help="model directory (default: the embedded model)")
-    c.add_argument("--mode", default="speedy", help="speedy | quality | a policy preset")
+    c.add_argument("--mode", default=DEFAULT_PRESET, help="speedy | quality | a policy preset")
     c.add_argument("--max-tokens", type=int, default=64)
     c.add_argument("--stop", default="none", choices=["none", "line", "dedent", "brace", "blank_line"])
     c.add_argument("--trust-remote-code", action="store_true",
@@ -250,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "missing; default: the runtime dir's `token`, which clients read from there)")
     s.add_argument("--no-token", action="store_true", help="serve loopback without a token: any local "
                    "process (not a web page: browser origins are always refused) may use the daemon")
-    s.add_argument("--mode", default="speedy", help="default preset: speedy | quality | a policy preset")
+    s.add_argument("--mode", default=DEFAULT_PRESET, help="the preset of a request whose plan names none: "
+                   "speedy | quality | a policy preset")
     s.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     s.add_argument("--threads", type=int, help="torch CPU threads (default on the CPU: all cores for float32, all but one for bfloat16)")
     s.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: a real "

@@ -12,7 +12,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from engine.api import CompletionRequest, DoneReason, EngineEvent
-from engine.decoding.alternatives import alternatives_for, fork_tokens, group_stats
+from engine.decoding.alternatives import fork_tokens, group_stats
 from engine.decoding.batch import new_slot_attrs
 from engine.decoding.jobs import Job, Key, fair_share_victim
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
@@ -41,7 +41,7 @@ class Rows:
     # -- alternatives --------------------------------------------------------------------------
     def _spawn_forks(self, job: Job) -> None:
         assert job.seq is not None and isinstance(job.req, CompletionRequest)
-        n = alternatives_for(job.req.plan, self.engine.preset)
+        n = job.req.plan.alternatives or 1  # decided when it entered the loop (engine.api.decided)
         if job.seq.first_logits is None or n < 2:
             return
         for i, tok in enumerate(fork_tokens(job.seq.first_logits, n)):

@@ -31,12 +31,13 @@ import queue
 import threading
 import time
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from torch import Tensor
 
-from engine.api import CompletionRequest
-from engine.decoding.alternatives import alternatives_for, forks_budget
+from engine.api import CompletionRequest, decided
+from engine.decoding.alternatives import forks_budget
 from engine.decoding.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decoding.decode import Feed, Staged
 from engine.decoding.jobs import Command, Emit, Job, Key
@@ -89,6 +90,7 @@ class Scheduler(Rows):
                policy: Policy | None = None) -> None:
         """Queue a request; `policy` overrides its plan's preset (benches compare policies)."""
         limit = self.deadline_s if deadline_ms is None else min(self.deadline_s, deadline_ms / 1000)
+        req = replace(req, plan=decided(req.plan, self.engine.preset))  # its preset and candidates, once
         job = Job(req, owner, emit, time.perf_counter() + limit, op=op, spans=list(spans or []), policy=policy)
         self.inbox.put(Command("submit", job=job))
 
@@ -229,7 +231,7 @@ class Scheduler(Rows):
             return self._reject(job, rejection_of(e))
         job.seq, job.row = seq, row
         queue_ms = (time.perf_counter() - job.submitted) * 1000
-        seq.keep_first_logits = job.op == "complete" and alternatives_for(job.req.plan, self.engine.preset) > 1
+        seq.keep_first_logits = job.op == "complete" and (job.req.plan.alternatives or 1) > 1
         job.stream = TextStream(self.engine, job.req, seq, job.partial, job.submitted, reused, queue_ms)
         job.attrs = new_slot_attrs(self.engine.max_len, seq.clean_len)
         self.running[job.key] = job

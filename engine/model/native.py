@@ -81,6 +81,9 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
 
 
 class RMSNorm(nn.Module):
+    """Normalise in fp32, scale in fp32, cast back (`scale`; the adapters' Hugging Face
+    variant casts back before it scales: engine.model.adapters.common.RMSNorm)."""
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
@@ -88,7 +91,10 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.scale(xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps), x)
+
+    def scale(self, y: Tensor, x: Tensor) -> Tensor:
+        """y: the normalised fp32 input; x: the input (its dtype is the output's)."""
         return (y * self.weight.float()).type_as(x)
 
 
@@ -99,10 +105,14 @@ def rope_tables(head_dim: int, max_len: int, base: float) -> tuple[Tensor, Tenso
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x: [B, T, H, D]; cos/sin: [B, T, D/2] gathered at each token's position."""
-    x1, x2 = x.float().chunk(2, dim=-1)
+    """x: [B, T, H, D]; cos/sin: [B, T, R/2] gathered at each token's position. Rotates the
+    first R channels in the half-split layout (Hugging Face's `rotate_half`) and passes the
+    rest (partial rotary, R < D: LLaDA2)."""
+    r = 2 * cos.shape[-1]
+    x1, x2 = (x if r == x.shape[-1] else x[..., :r]).float().chunk(2, dim=-1)
     c, s = cos[:, :, None, :], sin[:, :, None, :]
-    return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).type_as(x)
+    rot = torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).type_as(x)
+    return rot if r == x.shape[-1] else torch.cat([rot, x[..., r:]], dim=-1)
 
 
 class KVCache(nn.Module):
@@ -231,7 +241,46 @@ class Block(nn.Module):
         return x + self.feed_forward(self.ffn_norm(x))
 
 
-class Transformer(nn.Module):
+class CachedModel(nn.Module):
+    """The KV-cache half of the decoder's model contract, shared with the checkpoint adapters
+    (engine.model.adapters.common.AdapterModel): one `KVCache` per attention module, which
+    `attentions()` lists; `head_dims()` gives (kv heads, head dim); `output` names the device."""
+
+    config: ModelConfig
+    cache_batch: int = 0
+
+    def attentions(self) -> list[Any]:
+        raise NotImplementedError
+
+    def head_dims(self) -> tuple[int, int]:
+        return self.config.n_kv_head, self.config.head_dim
+
+    def setup_cache(self, batch: int, max_len: int | None = None) -> None:
+        n_kv, hd = self.head_dims()
+        w: Tensor = self.output.weight  # type: ignore[assignment,union-attr]
+        for a in self.attentions():
+            a.kv_cache = KVCache(batch, max_len or self.config.max_seq_len, n_kv, hd, w.dtype, w.device)
+        self.cache_batch = batch
+
+    def kv_caches(self) -> list[KVCache]:
+        out: list[KVCache] = []
+        for a in self.attentions():
+            if not isinstance(a.kv_cache, KVCache):
+                raise RuntimeError("setup_cache() first")
+            out.append(a.kv_cache)
+        return out
+
+    @property
+    def cache_len(self) -> int:
+        return int(self.kv_caches()[0].k.shape[1])
+
+    def drop_cache(self) -> None:
+        for a in self.attentions():
+            a.kv_cache = None
+        self.cache_batch = 0
+
+
+class Transformer(CachedModel):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = c = config
@@ -269,30 +318,8 @@ class Transformer(nn.Module):
         for layer in self.blocks():
             layer.attention.gqa = mode
 
-    def setup_cache(self, batch: int, max_len: int | None = None) -> None:
-        c = self.config
-        dev, dt = self.output.weight.device, self.output.weight.dtype
-        for layer in self.blocks():
-            layer.attention.kv_cache = KVCache(batch, max_len or c.max_seq_len, c.n_kv_head, c.head_dim, dt, dev)
-        self.cache_batch = batch
-
-    def kv_caches(self) -> list[KVCache]:
-        out: list[KVCache] = []
-        for layer in self.blocks():
-            c = layer.attention.kv_cache
-            if c is None:
-                raise RuntimeError("setup_cache() first")
-            out.append(c)
-        return out
-
-    @property
-    def cache_len(self) -> int:
-        return int(self.kv_caches()[0].k.shape[1])
-
-    def drop_cache(self) -> None:
-        for layer in self.blocks():
-            layer.attention.kv_cache = None
-        self.cache_batch = 0
+    def attentions(self) -> list[Any]:
+        return [layer.attention for layer in self.blocks()]
 
     def forward(self, idx: Tensor, pos: Tensor, mask: Tensor | None = None, *,
                 rows: Tensor | None = None, slots: Tensor | None = None, kv_len: int | None = None,

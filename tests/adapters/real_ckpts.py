@@ -25,7 +25,14 @@ import torch
 from safetensors.torch import save_file
 
 from tests.adapters import published as pub
-from tests.adapters.tiny_ckpts import CODE_CHARS, CODE_WORDS, LLADA2_CHAT_TEMPLATE
+from tests.adapters.tiny_ckpts import (
+    CODE_CHARS,
+    CODE_WORDS,
+    LLADA2_CHAT_TEMPLATE,
+    checkpoint_shapes,
+    random_weight,
+    save_code_tokenizer,
+)
 
 NAMES = ("llada2-mini", "llada-8b-base", "llada-8b-instruct", "dream-base", "dream-instruct")
 
@@ -69,63 +76,11 @@ def config_of(name: str) -> dict[str, Any]:
 
 
 def write_tokenizer(out: Path, size: int, special: dict[int, str]) -> None:
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-
     low = [*CODE_CHARS, "<unk>", *CODE_WORDS]
     vocab = {t: i for i, t in enumerate(low)}
     for i in range(len(low), size):
         vocab[special.get(i, f"<unused_{i}>")] = i
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    words = "|".join(sorted(CODE_WORDS, key=len, reverse=True))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(f"{words}|[\\s\\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens([special[i] for i in sorted(special)])
-    tok.save(str(out / "tokenizer.json"))
-
-
-def _shapes(family: str, c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    if family == "llada2":
-        D, H, KV, HD, V = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["vocab_size"]
-        FF, MI, E = c["intermediate_size"], c["moe_intermediate_size"], c["num_experts"]
-        s: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (V, D), "model.norm.weight": (D,),
-                                         "lm_head.weight": (V, D)}
-        for i in range(c["num_hidden_layers"]):
-            p = f"model.layers.{i}."
-            s |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-                  p + "attention.query_key_value.weight": ((H + 2 * KV) * HD, D),
-                  p + "attention.query_layernorm.weight": (HD,), p + "attention.key_layernorm.weight": (HD,),
-                  p + "attention.dense.weight": (D, H * HD)}
-            if i < c["first_k_dense_replace"]:
-                s |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
-                continue
-            s |= {p + "mlp.gate.weight": (E, D), p + "mlp.gate.expert_bias": (E,)}
-            for e, mi in [*((f"experts.{j}", MI) for j in range(E)), ("shared_experts", MI * c["num_shared_experts"])]:
-                s |= {p + f"mlp.{e}.gate_proj.weight": (mi, D), p + f"mlp.{e}.up_proj.weight": (mi, D),
-                      p + f"mlp.{e}.down_proj.weight": (D, mi)}
-        return s
-    if family == "llada":
-        D, FF, V = c["d_model"], c["mlp_hidden_size"], c["embedding_size"]
-        kv = D // c["n_heads"] * c["n_kv_heads"]
-        s = {"model.transformer.wte.weight": (V, D), "model.transformer.ln_f.weight": (D,),
-             "model.transformer.ff_out.weight": (V, D)}
-        for i in range(c["n_layers"]):
-            p = f"model.transformer.blocks.{i}."
-            s |= {p + "attn_norm.weight": (D,), p + "ff_norm.weight": (D,), p + "q_proj.weight": (D, D),
-                  p + "k_proj.weight": (kv, D), p + "v_proj.weight": (kv, D), p + "attn_out.weight": (D, D),
-                  p + "ff_proj.weight": (FF, D), p + "up_proj.weight": (FF, D), p + "ff_out.weight": (D, FF)}
-        return s
-    D, FF, V, H, KV = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_attention_heads"], c["num_key_value_heads"]
-    hd = D // H
-    s = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,), "lm_head.weight": (V, D)}
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        s |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-              p + "self_attn.q_proj.weight": (H * hd, D), p + "self_attn.q_proj.bias": (H * hd,),
-              p + "self_attn.k_proj.weight": (KV * hd, D), p + "self_attn.k_proj.bias": (KV * hd,),
-              p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.v_proj.bias": (KV * hd,),
-              p + "self_attn.o_proj.weight": (D, H * hd), p + "mlp.gate_proj.weight": (FF, D),
-              p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
-    return s
+    save_code_tokenizer(out, vocab, special)
 
 
 def write_sharded(out: Path, shapes: dict[str, tuple[int, ...]], seed: int, shards: int = 2,
@@ -138,16 +93,7 @@ def write_sharded(out: Path, shapes: dict[str, tuple[int, ...]], seed: int, shar
     for k in range(shards):
         part: dict[str, torch.Tensor] = {}
         for n in names[k::shards]:
-            shape = shapes[n]
-            if n.endswith(("norm.weight", "layernorm.weight")):
-                t = 1.0 + 0.1 * torch.randn(shape, generator=g)
-            elif n.endswith("expert_bias"):
-                t = 0.05 * torch.randn(shape, generator=g)
-            elif n.endswith(("embeddings.weight", "wte.weight", "embed_tokens.weight")):
-                t = torch.randn(shape, generator=g)
-            else:
-                t = torch.randn(shape, generator=g) * (1.5 / shape[-1] ** 0.5)
-            part[n] = t.to(dtype)
+            part[n] = random_weight(n, shapes[n], g).to(dtype)
             total += part[n].numel() * part[n].element_size()
         fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
         save_file(part, str(out / fname), metadata={"format": "pt"})
@@ -168,7 +114,7 @@ def write(name: str, out: Path, seed: int = 0) -> Path:
     if s["template"]:
         tc["chat_template"] = s["template"]
     (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=1))
-    write_sharded(out, _shapes(s["family"], cfg), seed)
+    write_sharded(out, checkpoint_shapes(s["family"], cfg), seed)
     return out
 
 

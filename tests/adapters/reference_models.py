@@ -247,6 +247,25 @@ def llada2_block(cfg: Config, state: State, x: list[int], P: int, end: int, bloc
             return forwards
 
 
+# -- LLaDA-8B and Dream: the same pre-norm block under other names -------------------------------
+def prenorm_layer(x: Tensor, state: State, names: list[str], heads: tuple[int, int, int], cos: Tensor,
+                  sin: Tensor, eps: float) -> Tensor:
+    """One bidirectional pre-norm block, as LLaDA's "llama" block and Qwen2's decoder layer (Dream)
+    compute it: x + o(attention(rotary q, rotary k, v)) over the normed x, then x + SwiGLU over the
+    normed x. names: attention norm, q, k, v, o, feed-forward norm, gate, up, down; heads:
+    (query heads, key/value heads, head dim)."""
+    attn_norm, q_name, k_name, v_name, o_name, ff_norm, gate, up, down = names
+    H, KV, hd = heads
+    t = x.shape[0]
+    h = rms_norm(x, state[attn_norm], eps)
+    q = linear(h, state, q_name).view(t, H, hd).transpose(0, 1)
+    k = linear(h, state, k_name).view(t, KV, hd).transpose(0, 1)
+    v = linear(h, state, v_name).view(t, KV, hd).transpose(0, 1)
+    x = x + linear(attention(rotary(q, cos, sin), rotary(k, cos, sin), v, None), state, o_name)
+    h = rms_norm(x, state[ff_norm], eps)
+    return x + swiglu(h, state, gate, up, down)
+
+
 # -- LLaDA-8B (llada) --------------------------------------------------------------------------
 def llada_logits(cfg: Config, state: State, ids: list[int]) -> Tensor:
     """LLaDAModelLM.forward with no attention bias (fully bidirectional): logits [T, E]."""
@@ -259,13 +278,9 @@ def llada_logits(cfg: Config, state: State, ids: list[int]) -> Tensor:
         x = x * D ** 0.5
     for i in range(cfg["n_layers"]):
         p = f"model.transformer.blocks.{i}."
-        h = rms_norm(x, state[p + "attn_norm.weight"], eps)
-        q = linear(h, state, p + "q_proj").view(t, H, hd).transpose(0, 1)
-        k = linear(h, state, p + "k_proj").view(t, KV, hd).transpose(0, 1)
-        v = linear(h, state, p + "v_proj").view(t, KV, hd).transpose(0, 1)
-        x = x + linear(attention(rotary(q, cos, sin), rotary(k, cos, sin), v, None), state, p + "attn_out")
-        h = rms_norm(x, state[p + "ff_norm.weight"], eps)
-        x = x + swiglu(h, state, p + "ff_proj", p + "up_proj", p + "ff_out")
+        names = ("attn_norm.weight", "q_proj", "k_proj", "v_proj", "attn_out", "ff_norm.weight", "ff_proj",
+                 "up_proj", "ff_out")
+        x = prenorm_layer(x, state, [p + n for n in names], (H, KV, hd), cos, sin, eps)
     x = rms_norm(x, state["model.transformer.ln_f.weight"], eps)
     if cfg.get("weight_tying"):
         logits = x @ state["model.transformer.wte.weight"].T
@@ -284,13 +299,9 @@ def dream_logits(cfg: Config, state: State, ids: list[int]) -> Tensor:
     x = state["model.embed_tokens.weight"][torch.tensor(ids)]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        h = rms_norm(x, state[p + "input_layernorm.weight"], eps)
-        q = linear(h, state, p + "self_attn.q_proj").view(t, H, hd).transpose(0, 1)
-        k = linear(h, state, p + "self_attn.k_proj").view(t, KV, hd).transpose(0, 1)
-        v = linear(h, state, p + "self_attn.v_proj").view(t, KV, hd).transpose(0, 1)
-        x = x + linear(attention(rotary(q, cos, sin), rotary(k, cos, sin), v, None), state, p + "self_attn.o_proj")
-        h = rms_norm(x, state[p + "post_attention_layernorm.weight"], eps)
-        x = x + swiglu(h, state, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj")
+        names = ("input_layernorm.weight", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                 "self_attn.o_proj", "post_attention_layernorm.weight", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+        x = prenorm_layer(x, state, [p + n for n in names], (H, KV, hd), cos, sin, eps)
     x = rms_norm(x, state["model.norm.weight"], eps)
     head = "model.embed_tokens.weight" if cfg.get("tie_word_embeddings") else "lm_head.weight"
     return x @ state[head].T

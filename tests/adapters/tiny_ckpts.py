@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -28,21 +28,97 @@ def _tokenizer(out: Path, mask_role: bool) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(tc))
 
 
+def random_weight(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """A float32 random tensor for the checkpoint tensor `name`, drawn from `g`."""
+    if name.endswith(("norm.weight", "layernorm.weight")):
+        return 1.0 + 0.1 * torch.randn(shape, generator=g)
+    if name.endswith("expert_bias"):
+        return 0.05 * torch.randn(shape, generator=g)
+    if name.endswith(("embeddings.weight", "wte.weight", "embed_tokens.weight")):
+        return torch.randn(shape, generator=g)
+    # projections: sharp enough that confidences spread over (0, 1)
+    return torch.randn(shape, generator=g) * (1.5 / shape[-1] ** 0.5)
+
+
+def checkpoint_shapes(family: str, c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape of a `family` ("llada2", "llada", "dream") checkpoint with config.json
+    `c`, as the published modeling code names them (tied heads omit the head tensor, as tied
+    checkpoints do). The order is the writers' draw order."""
+    if family == "llada2":
+        return _llada2_shapes(c)
+    if family == "llada":
+        return _llada_shapes(c)
+    return _dream_shapes(c)
+
+
+def _llada2_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    D, H, KV, HD, V = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["vocab_size"]
+    FF, MI, E = c["intermediate_size"], c["moe_intermediate_size"], c["num_experts"]
+    s: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (V, D), "model.norm.weight": (D,)}
+    if not c.get("tie_word_embeddings", False):
+        s["lm_head.weight"] = (V, D)
+    qkv = (H + 2 * KV) * HD
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        s |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+              p + "attention.query_key_value.weight": (qkv, D)}
+        if c.get("use_qkv_bias", False):
+            s[p + "attention.query_key_value.bias"] = (qkv,)
+        s |= {p + "attention.query_layernorm.weight": (HD,), p + "attention.key_layernorm.weight": (HD,),
+              p + "attention.dense.weight": (D, H * HD)}
+        if c.get("use_bias", False):
+            s[p + "attention.dense.bias"] = (D,)
+        if i < c["first_k_dense_replace"]:
+            s |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
+            continue
+        s |= {p + "mlp.gate.weight": (E, D), p + "mlp.gate.expert_bias": (E,)}
+        for e, mi in [*((f"experts.{j}", MI) for j in range(E)), ("shared_experts", MI * c["num_shared_experts"])]:
+            s |= {p + f"mlp.{e}.gate_proj.weight": (mi, D), p + f"mlp.{e}.up_proj.weight": (mi, D),
+                  p + f"mlp.{e}.down_proj.weight": (D, mi)}
+    return s
+
+
+def _llada_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    D, FF, V = c["d_model"], c["mlp_hidden_size"], c.get("embedding_size") or c["vocab_size"]
+    kv = D // c["n_heads"] * (c.get("n_kv_heads") or c["n_heads"])
+    qkv_bias = c.get("include_bias", False) or c.get("include_qkv_bias", False)
+    s: dict[str, tuple[int, ...]] = {"model.transformer.wte.weight": (V, D), "model.transformer.ln_f.weight": (D,)}
+    if not c.get("weight_tying", False):
+        s["model.transformer.ff_out.weight"] = (V, D)
+    for i in range(c["n_layers"]):
+        p = f"model.transformer.blocks.{i}."
+        s |= {p + "attn_norm.weight": (D,), p + "ff_norm.weight": (D,)}
+        for proj, rows in (("q_proj", D), ("k_proj", kv), ("v_proj", kv)):
+            s[p + proj + ".weight"] = (rows, D)
+            if qkv_bias:
+                s[p + proj + ".bias"] = (rows,)
+        s |= {p + "attn_out.weight": (D, D), p + "ff_proj.weight": (FF, D), p + "up_proj.weight": (FF, D),
+              p + "ff_out.weight": (D, FF)}
+    return s
+
+
+def _dream_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    D, FF, V, H, KV = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    hd = D // H
+    s: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
+    if not c.get("tie_word_embeddings", False):
+        s["lm_head.weight"] = (V, D)
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        s |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+              p + "self_attn.q_proj.weight": (H * hd, D), p + "self_attn.q_proj.bias": (H * hd,),
+              p + "self_attn.k_proj.weight": (KV * hd, D), p + "self_attn.k_proj.bias": (KV * hd,),
+              p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.v_proj.bias": (KV * hd,),
+              p + "self_attn.o_proj.weight": (D, H * hd), p + "mlp.gate_proj.weight": (FF, D),
+              p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
+    return s
+
+
 def _save(out: Path, cfg: dict, shapes: dict[str, tuple[int, ...]], seed: int, shards: int = 1) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     g = torch.Generator().manual_seed(seed)
-    state: dict[str, torch.Tensor] = {}
-    for name, shape in shapes.items():
-        if name.endswith(("norm.weight", "layernorm.weight")):
-            t = 1.0 + 0.1 * torch.randn(shape, generator=g)
-        elif name.endswith("expert_bias"):
-            t = 0.05 * torch.randn(shape, generator=g)
-        elif name.endswith(("embeddings.weight", "wte.weight", "embed_tokens.weight")):
-            t = torch.randn(shape, generator=g)
-        else:  # projections: sharp enough that confidences spread over (0, 1)
-            t = torch.randn(shape, generator=g) * (1.5 / shape[-1] ** 0.5)
-        state[name] = t.to(torch.bfloat16)
+    state = {name: random_weight(name, shape, g).to(torch.bfloat16) for name, shape in shapes.items()}
     names = sorted(state)
     if shards == 1:
         save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
@@ -57,9 +133,10 @@ def _save(out: Path, cfg: dict, shapes: dict[str, tuple[int, ...]], seed: int, s
     return out
 
 
-def write_llada2(out: Path, seed: int = 0, shards: int = 2) -> Path:
+def llada2_config(**keys: Any) -> dict[str, Any]:
+    """`write_llada2`'s config.json keys (LLaDA2.0-mini's, sizes shrunk) with `keys` replaced."""
     D, H, KV, HD, L, FF, E, MI = 32, 4, 2, 16, 3, 64, 8, 16
-    cfg = {
+    return {
         "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "vocab_size": VOCAB,
         "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": H,
         "num_key_value_heads": KV, "head_dim": HD, "hidden_act": "silu", "use_qkv_bias": False,
@@ -69,32 +146,20 @@ def write_llada2(out: Path, seed: int = 0, shards: int = 2) -> Path:
         "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "routed_scaling_factor": 2.5,
         "moe_intermediate_size": MI, "first_k_dense_replace": 1, "score_function": "sigmoid",
         "norm_topk_prob": True, "moe_router_enable_expert_bias": True, "pad_token_id": PAD,
-        "output_router_logits": False, "dtype": "bfloat16",
-    }
-    shapes: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (VOCAB, D), "model.norm.weight": (D,),
-                                          "lm_head.weight": (VOCAB, D)}
-    for i in range(L):
-        p = f"model.layers.{i}."
-        shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-                   p + "attention.query_key_value.weight": ((H + 2 * KV) * HD, D),
-                   p + "attention.query_layernorm.weight": (HD,), p + "attention.key_layernorm.weight": (HD,),
-                   p + "attention.dense.weight": (D, H * HD)}
-        if i < int(cast(int, cfg["first_k_dense_replace"])):
-            shapes |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D),
-                       p + "mlp.down_proj.weight": (D, FF)}
-            continue
-        shapes |= {p + "mlp.gate.weight": (E, D), p + "mlp.gate.expert_bias": (E,)}
-        for e in [*(f"experts.{j}" for j in range(E)), "shared_experts"]:
-            shapes |= {p + f"mlp.{e}.gate_proj.weight": (MI, D), p + f"mlp.{e}.up_proj.weight": (MI, D),
-                       p + f"mlp.{e}.down_proj.weight": (D, MI)}
-    _save(out, cfg, shapes, seed, shards)
+    } | keys
+
+
+def write_llada2(out: Path, seed: int = 0, shards: int = 2) -> Path:
+    cfg = llada2_config(output_router_logits=False, dtype="bfloat16")
+    _save(out, cfg, checkpoint_shapes("llada2", cfg), seed, shards)
     _tokenizer(out, mask_role=True)
     return out
 
 
-def write_llada(out: Path, seed: int = 1) -> Path:
+def llada_config(**keys: Any) -> dict[str, Any]:
+    """`write_llada`'s config.json keys (LLaDA-8B's, sizes shrunk) with `keys` replaced."""
     D, H, L, FF = 32, 4, 2, 64
-    cfg = {
+    return {
         "architectures": ["LLaDAModelLM"], "model_type": "llada", "activation_type": "silu",
         "alibi": False, "attention_layer_norm": False, "block_type": "llama", "d_model": D,
         "embedding_size": VOCAB, "vocab_size": VOCAB, "eos_token_id": EOS, "pad_token_id": EOS,
@@ -102,41 +167,31 @@ def write_llada(out: Path, seed: int = 1) -> Path:
         "max_sequence_length": 512, "mlp_hidden_size": FF, "mlp_ratio": 2, "n_heads": H, "n_kv_heads": H,
         "n_layers": L, "rms_norm_eps": 1e-5, "rope": True, "rope_full_precision": True, "rope_theta": 500000.0,
         "scale_logits": False, "weight_tying": False, "flash_attention": False, "use_cache": False,
-    }
-    shapes: dict[str, tuple[int, ...]] = {"model.transformer.wte.weight": (VOCAB, D),
-                                          "model.transformer.ln_f.weight": (D,),
-                                          "model.transformer.ff_out.weight": (VOCAB, D)}
-    for i in range(L):
-        p = f"model.transformer.blocks.{i}."
-        shapes |= {p + "attn_norm.weight": (D,), p + "ff_norm.weight": (D,), p + "q_proj.weight": (D, D),
-                   p + "k_proj.weight": (D, D), p + "v_proj.weight": (D, D), p + "attn_out.weight": (D, D),
-                   p + "ff_proj.weight": (FF, D), p + "up_proj.weight": (FF, D), p + "ff_out.weight": (D, FF)}
-    _save(out, cfg, shapes, seed)
+    } | keys
+
+
+def write_llada(out: Path, seed: int = 1) -> Path:
+    cfg = llada_config()
+    _save(out, cfg, checkpoint_shapes("llada", cfg), seed)
     _tokenizer(out, mask_role=False)
     return out
 
 
-def write_dream(out: Path, seed: int = 2) -> Path:
+def dream_config(**keys: Any) -> dict[str, Any]:
+    """`write_dream`'s config.json keys (Dream-v0-7B's, sizes shrunk) with `keys` replaced."""
     D, H, KV, L, FF = 32, 4, 2, 2, 64
-    cfg = {
+    return {
         "architectures": ["DreamModel"], "model_type": "Dream", "hidden_act": "silu", "hidden_size": D,
         "intermediate_size": FF, "num_attention_heads": H, "num_key_value_heads": KV, "num_hidden_layers": L,
         "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
         "tie_word_embeddings": False, "vocab_size": VOCAB, "mask_token_id": MASK, "pad_token_id": PAD,
         "bos_token_id": EOS, "eos_token_id": EOS, "use_sliding_window": False, "attention_dropout": 0.0,
-    }
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB, D), "model.norm.weight": (D,),
-                                          "lm_head.weight": (VOCAB, D)}
-    for i in range(L):
-        p = f"model.layers.{i}."
-        hd = D // H
-        shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-                   p + "self_attn.q_proj.weight": (H * hd, D), p + "self_attn.q_proj.bias": (H * hd,),
-                   p + "self_attn.k_proj.weight": (KV * hd, D), p + "self_attn.k_proj.bias": (KV * hd,),
-                   p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.v_proj.bias": (KV * hd,),
-                   p + "self_attn.o_proj.weight": (D, H * hd), p + "mlp.gate_proj.weight": (FF, D),
-                   p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
-    _save(out, cfg, shapes, seed)
+    } | keys
+
+
+def write_dream(out: Path, seed: int = 2) -> Path:
+    cfg = dream_config()
+    _save(out, cfg, checkpoint_shapes("dream", cfg), seed)
     _tokenizer(out, mask_role=False)
     return out
 
@@ -174,22 +229,29 @@ LLADA2_CHAT_TEMPLATE = (
 )
 
 
-def write_code_tokenizer(out: Path) -> Path:
-    """Characters and a few words (ids 0..89), the specials of CODE_SPECIALS at the end (90..95)."""
+def save_code_tokenizer(out: Path, vocab: dict[str, int], special: dict[int, str]) -> None:
+    """tokenizer.json of a word-level tokenizer over `vocab` (characters, "<unk>" and CODE_WORDS
+    at its low ids) that splits text into CODE_WORDS and single characters; `special`: the
+    special tokens {id: text}, also in `vocab`."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    words = "|".join(sorted(CODE_WORDS, key=len, reverse=True))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(f"{words}|[\\s\\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([special[i] for i in sorted(special)])
+    tok.save(str(out / "tokenizer.json"))
+
+
+def write_code_tokenizer(out: Path) -> Path:
+    """Characters and a few words (ids 0..89), the specials of CODE_SPECIALS at the end (90..95)."""
     vocab = {c: i for i, c in enumerate(CODE_CHARS)}
     vocab["<unk>"] = len(vocab)
     for w in CODE_WORDS:
         vocab[w] = len(vocab)
     assert len(vocab) == min(CODE_SPECIALS)
     vocab |= {t: i for i, t in CODE_SPECIALS.items()}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    words = "|".join(sorted(CODE_WORDS, key=len, reverse=True))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(f"{words}|[\\s\\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens([CODE_SPECIALS[i] for i in sorted(CODE_SPECIALS)])
-    tok.save(str(out / "tokenizer.json"))
+    save_code_tokenizer(out, vocab, CODE_SPECIALS)
     return out
 
 
@@ -207,42 +269,18 @@ def write_llada2_chat(out: Path, seed: int = 0, context: int = 2048) -> Path:
 
 
 # -- parity variants: the options the first checkpoints leave at their defaults --------------------
-# Read by tests/adapters/test_parity.py. Each spells out its shapes from the published configs and
-# weight names, as above (tied heads omit the head tensor, as tied checkpoints do).
+# Read by tests/adapters/test_parity.py. Each spells out its config from the published ones; its
+# tensors are named by `checkpoint_shapes`, as above (tied heads omit the head tensor).
 def write_llada2_variant(out: Path, seed: int = 3) -> Path:
     """Tied embeddings, q/k/v and output biases, an explicit head_dim != hidden/heads, partial
     rotary over 6 of 12 channels, 3 groups of which 1 is kept, 3 experts per token, 2 shared
     experts, 2 dense layers, a scaling factor other than LLaDA2's."""
-    D, H, KV, HD, L, FF, E, MI = 32, 4, 1, 12, 4, 48, 12, 8
-    dense = 2  # first_k_dense_replace
-    cfg = {
-        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "vocab_size": VOCAB,
-        "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": H,
-        "num_key_value_heads": KV, "head_dim": HD, "hidden_act": "silu", "use_qkv_bias": True,
-        "use_qk_norm": True, "use_bias": True, "norm_head": False, "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": True, "max_position_embeddings": 512, "rope_theta": 10000.0,
-        "rope_scaling": None, "partial_rotary_factor": 0.5, "num_experts": E, "num_shared_experts": 2,
-        "num_experts_per_tok": 3, "n_group": 3, "topk_group": 1, "routed_scaling_factor": 1.7,
-        "moe_intermediate_size": MI, "first_k_dense_replace": dense, "score_function": "sigmoid",
-        "norm_topk_prob": True, "moe_router_enable_expert_bias": True, "pad_token_id": PAD,
-    }
-    shapes: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (VOCAB, D), "model.norm.weight": (D,)}
-    for i in range(L):
-        p = f"model.layers.{i}."
-        shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-                   p + "attention.query_key_value.weight": ((H + 2 * KV) * HD, D),
-                   p + "attention.query_key_value.bias": ((H + 2 * KV) * HD,),
-                   p + "attention.query_layernorm.weight": (HD,), p + "attention.key_layernorm.weight": (HD,),
-                   p + "attention.dense.weight": (D, H * HD), p + "attention.dense.bias": (D,)}
-        if i < dense:
-            shapes |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D),
-                       p + "mlp.down_proj.weight": (D, FF)}
-            continue
-        shapes |= {p + "mlp.gate.weight": (E, D), p + "mlp.gate.expert_bias": (E,)}
-        for e, mi in [*((f"experts.{j}", MI) for j in range(E)), ("shared_experts", 2 * MI)]:
-            shapes |= {p + f"mlp.{e}.gate_proj.weight": (mi, D), p + f"mlp.{e}.up_proj.weight": (mi, D),
-                       p + f"mlp.{e}.down_proj.weight": (D, mi)}
-    _save(out, cfg, shapes, seed)
+    cfg = llada2_config(
+        intermediate_size=48, num_hidden_layers=4, num_key_value_heads=1, head_dim=12, use_qkv_bias=True,
+        use_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=True, rope_theta=10000.0, num_experts=12,
+        num_shared_experts=2, num_experts_per_tok=3, n_group=3, topk_group=1, routed_scaling_factor=1.7,
+        moe_intermediate_size=8, first_k_dense_replace=2)
+    _save(out, cfg, checkpoint_shapes("llada2", cfg), seed)
     _tokenizer(out, mask_role=True)
     return out
 
@@ -250,51 +288,18 @@ def write_llada2_variant(out: Path, seed: int = 3) -> Path:
 def write_llada_variant(out: Path, seed: int = 4) -> Path:
     """Grouped-query attention (6 heads over 2), q/k/v biases, an embedding wider than the
     vocabulary, scaled input embeddings, a tied head and scaled logits."""
-    D, H, KV, L, FF, EMB = 48, 6, 2, 2, 40, 128
-    cfg = {
-        "architectures": ["LLaDAModelLM"], "model_type": "llada", "activation_type": "silu",
-        "alibi": False, "attention_layer_norm": False, "block_type": "llama", "d_model": D,
-        "embedding_size": EMB, "vocab_size": VOCAB, "eos_token_id": EOS, "pad_token_id": EOS,
-        "mask_token_id": MASK, "include_bias": False, "include_qkv_bias": True, "layer_norm_type": "rms",
-        "max_sequence_length": 512, "mlp_hidden_size": FF, "n_heads": H, "n_kv_heads": KV, "n_layers": L,
-        "rms_norm_eps": 1e-5, "rope": True, "rope_full_precision": True, "rope_theta": 10000.0,
-        "scale_logits": True, "weight_tying": True, "input_emb_norm": True, "block_group_size": 1,
-    }
-    hd = D // H
-    shapes: dict[str, tuple[int, ...]] = {"model.transformer.wte.weight": (EMB, D),
-                                          "model.transformer.ln_f.weight": (D,)}
-    for i in range(L):
-        p = f"model.transformer.blocks.{i}."
-        shapes |= {p + "attn_norm.weight": (D,), p + "ff_norm.weight": (D,), p + "q_proj.weight": (D, D),
-                   p + "q_proj.bias": (D,), p + "k_proj.weight": (KV * hd, D), p + "k_proj.bias": (KV * hd,),
-                   p + "v_proj.weight": (KV * hd, D), p + "v_proj.bias": (KV * hd,), p + "attn_out.weight": (D, D),
-                   p + "ff_proj.weight": (FF, D), p + "up_proj.weight": (FF, D), p + "ff_out.weight": (D, FF)}
-    _save(out, cfg, shapes, seed)
+    cfg = llada_config(
+        d_model=48, embedding_size=128, include_qkv_bias=True, mlp_hidden_size=40, n_heads=6, n_kv_heads=2,
+        rope_theta=10000.0, scale_logits=True, weight_tying=True, input_emb_norm=True, block_group_size=1)
+    _save(out, cfg, checkpoint_shapes("llada", cfg), seed)
     _tokenizer(out, mask_role=False)
     return out
 
 
 def write_dream_variant(out: Path, seed: int = 5) -> Path:
     """Dream with a tied head and one key/value head for four query heads."""
-    D, H, KV, L, FF = 32, 4, 1, 2, 48
-    cfg = {
-        "architectures": ["DreamModel"], "model_type": "Dream", "hidden_act": "silu", "hidden_size": D,
-        "intermediate_size": FF, "num_attention_heads": H, "num_key_value_heads": KV, "num_hidden_layers": L,
-        "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None,
-        "tie_word_embeddings": True, "vocab_size": VOCAB, "mask_token_id": MASK, "pad_token_id": PAD,
-        "bos_token_id": EOS, "eos_token_id": EOS, "use_sliding_window": False, "attention_dropout": 0.0,
-    }
-    hd = D // H
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB, D), "model.norm.weight": (D,)}
-    for i in range(L):
-        p = f"model.layers.{i}."
-        shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-                   p + "self_attn.q_proj.weight": (H * hd, D), p + "self_attn.q_proj.bias": (H * hd,),
-                   p + "self_attn.k_proj.weight": (KV * hd, D), p + "self_attn.k_proj.bias": (KV * hd,),
-                   p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.v_proj.bias": (KV * hd,),
-                   p + "self_attn.o_proj.weight": (D, H * hd), p + "mlp.gate_proj.weight": (FF, D),
-                   p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
-    _save(out, cfg, shapes, seed)
+    cfg = dream_config(num_key_value_heads=1, intermediate_size=48, rope_theta=10000.0, tie_word_embeddings=True)
+    _save(out, cfg, checkpoint_shapes("dream", cfg), seed)
     _tokenizer(out, mask_role=False)
     return out
 

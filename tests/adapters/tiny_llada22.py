@@ -27,6 +27,7 @@ from tests.adapters.tiny_ckpts import (
     SPECIALS,
     VOCAB,
     _save,
+    checkpoint_shapes,
     write_code_tokenizer,
 )
 
@@ -55,26 +56,7 @@ def llada22_config(vocab: int = VOCAB, delete: int = DELETE, split: int = SPLIT,
 
 def write_llada22(out: Path, seed: int = 7, **shape: int) -> Path:
     cfg = llada22_config(**shape)
-    V = cfg["vocab_size"]
-    D, H, KV, HD = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    FF, E, MI = cfg["intermediate_size"], cfg["num_experts"], cfg["moe_intermediate_size"]
-    shapes: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (V, D), "model.norm.weight": (D,),
-                                          "lm_head.weight": (V, D)}
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        shapes |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-                   p + "attention.query_key_value.weight": ((H + 2 * KV) * HD, D),
-                   p + "attention.query_layernorm.weight": (HD,), p + "attention.key_layernorm.weight": (HD,),
-                   p + "attention.dense.weight": (D, H * HD)}
-        if i < cfg["first_k_dense_replace"]:
-            shapes |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D),
-                       p + "mlp.down_proj.weight": (D, FF)}
-            continue
-        shapes |= {p + "mlp.gate.weight": (E, D), p + "mlp.gate.expert_bias": (E,)}
-        for e in [*(f"experts.{j}" for j in range(E)), "shared_experts"]:
-            shapes |= {p + f"mlp.{e}.gate_proj.weight": (MI, D), p + f"mlp.{e}.up_proj.weight": (MI, D),
-                       p + f"mlp.{e}.down_proj.weight": (D, MI)}
-    _save(out, cfg, shapes, seed, shards=2)
+    _save(out, cfg, checkpoint_shapes("llada2", cfg), seed, shards=2)
     added = [{"id": i, "content": c, "special": True} for i, c in sorted((SPECIALS | EDIT_SPECIALS).items())]
     (out / "tokenizer.json").write_text(json.dumps({"version": "1.0", "added_tokens": added}))
     (out / "tokenizer_config.json").write_text(json.dumps(

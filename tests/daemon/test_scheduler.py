@@ -194,13 +194,21 @@ def test_busy_fair_rows_drop_owner_and_deadline(engine: TextEngine) -> None:
     assert s.counters["busy"] == 1 and s.counters["preempted"] == 1 and s.counters["deadline"] == 1
 
 
-def test_crash_fails_only_that_request_and_remask(engine: TextEngine) -> None:
+def ok_and_long_bad(engine: TextEngine) -> tuple[Scheduler, Sink]:
+    """A scheduler of 3 rows one step into a short request "ok" and a long one "bad" (owner "o")."""
     s, sink = Scheduler(engine, max_batch=3), Sink()
     emit = sink.emit_for("o")
     pre, suf, plan = PROMPTS[0]
     s.submit(CompletionRequest("ok", "d1", pre, suf, plan), "o", emit)
     s.submit(long_req("bad", "d2"), "o", emit)
     s.step()
+    return s, sink
+
+
+def test_crash_fails_only_that_request_and_remask(engine: TextEngine) -> None:
+    s, sink = ok_and_long_bad(engine)
+    emit = sink.emit_for("o")
+    pre, suf, _ = PROMPTS[0]
     job = s.running[("o", "bad")]
 
     def boom(staged: object, conf: object) -> None:
@@ -281,12 +289,7 @@ def test_a_fork_that_fails_to_start_leaves_its_request_alone(engine: TextEngine,
 def test_a_row_that_breaks_the_steps_confidence_call_fails_alone(engine: TextEngine) -> None:
     """The confidences of a step's rows come from one `confidences` call; a row whose staged
     rows break it is found by calling per row, and fails alone."""
-    s, sink = Scheduler(engine, max_batch=3), Sink()
-    emit = sink.emit_for("o")
-    pre, suf, plan = PROMPTS[0]
-    s.submit(CompletionRequest("ok", "d1", pre, suf, plan), "o", emit)
-    s.submit(long_req("bad", "d2"), "o", emit)
-    s.step()
+    s, sink = ok_and_long_bad(engine)
     seq = s.running[("o", "bad")].seq
     assert seq is not None
     orig = seq.stage

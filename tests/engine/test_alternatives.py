@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan
+from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan, decided
 from engine.decoding import local
 from engine.decoding.alternatives import (
     PRESET_ALTERNATIVES,
@@ -21,6 +21,7 @@ from engine.decoding.alternatives import (
 )
 from engine.decoding.decode import Sequence
 from engine.decoding.policies import Policy, make_policy
+from engine.presets import DEFAULT_PRESET
 from engine.service import TextEngine
 from tests.engine.conftest import decode_alone
 
@@ -41,6 +42,15 @@ def test_alternatives_for_follows_the_preset_unless_the_plan_says() -> None:
     assert alternatives_for(Plan(preset="speedy"), "quality") == 1
     assert alternatives_for(Plan(alternatives=2), "speedy") == 2
     assert alternatives_for(Plan(alternatives=99), "speedy") == MAX_ALTERNATIVES
+
+
+def test_a_plan_is_decided_once_with_its_preset_and_its_candidates() -> None:
+    assert decided(Plan(), "quality") == Plan(preset="quality", alternatives=PRESET_ALTERNATIVES["quality"])
+    assert decided(Plan(preset="speedy", alternatives=99), "quality") == \
+        Plan(preset="speedy", alternatives=MAX_ALTERNATIVES)
+    once = decided(Plan(), DEFAULT_PRESET)
+    assert once.preset == DEFAULT_PRESET and once.alternatives == 1
+    assert decided(once, "quality") == once  # another default later changes nothing: it travels decided
 
 
 @pytest.fixture(scope="module")

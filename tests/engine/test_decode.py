@@ -9,6 +9,7 @@ import torch
 from engine.decoding.decode import Sequence, Staged, TokenEvent
 from engine.decoding.policies import PRESETS, make_policy
 from engine.model.native import Transformer
+from engine.presets import DEFAULT_PRESET, MODES, PRESET_NAMES
 from tests.engine.conftest import decode_alone, prompt_of
 
 
@@ -206,3 +207,14 @@ def test_mask_id_is_never_committed(tiny: Transformer) -> None:
             assert all(new != mask for ev in evs for _, _, new in ev.edits)
     finally:
         handle.remove()
+
+
+def test_the_preset_names_are_one_list() -> None:
+    """The engine's presets are the torch-free list's names, in its order; the language server's
+    `mode` option offers its MODES (not the *_multi variants nor the baselines) and the default."""
+    from llada_lsp import options
+
+    assert tuple(PRESETS) == PRESET_NAMES
+    assert options.MODES is MODES and set(MODES) < set(PRESET_NAMES) and DEFAULT_PRESET in MODES
+    assert options.Options().mode == DEFAULT_PRESET
+    assert not any(name.endswith("_multi") for name in MODES)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.next_edit import Answer, Tally, Task, Truth, row, score, textual
+from bench.next_edit import OFF, Answer, Tally, Task, Truth, at_threshold, gate, row, score, textual
 from llada_lsp.edit_window import Suggested
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +29,31 @@ def test_quick_run_reports_every_kind_and_gate() -> None:
             assert lo <= r["recall"] <= hi
         if r["kind"] == "noise" and r["system"] != "textual":
             assert r["fp_rate"] == 0.0  # the analysis names no follow-up kind for these edits
-    assert set(res["gates"]) == {"analysis", "tiny-code"}
+    assert set(res["gates"]) == {"default", "tiny-code"}
     assert res["analysis_speed"]["rename"]["kind"] == "rename"
+    assert res["analysis_speed"]["field_added"]["kind"] == "field_added"
+    # the default (fills off): an added parameter or field is located by a placeholder the server shows
+    default = {r["kind"]: r for r in res["rows"] if r["system"].startswith("server default")}
+    for kind in ("param_added", "field_added", "field_added [go]", "field_added [rust]"):
+        assert default[kind]["placeholders"] == default[kind]["suggestions"] > 0, default[kind]
+        assert default[kind]["recall"] > 0.5
+    assert res["gates"]["default"]["placeholders_located"] <= res["gates"]["default"]["placeholders"]
+
+
+def test_a_placeholder_counts_by_its_place_in_the_gate_and_gives_way_to_a_fill() -> None:
+    old = "def f(a):\n    return a\n\n\nf(1)\n"
+    new = old.replace("def f(a)", "def f(a, b)")
+    at = new.index("1)") + 1
+    t = Task("param_added", "f.py", old, new, 0, [Truth(at - 2, at + 1, "(1, 2)")])
+    holder = Suggested(at, at, ", b", 0.0, "placeholder", (2, 3))
+    fill = Suggested(at, at, ", 2", 0.4, "model")
+    a = Answer([fill], 1.0, placeholders={(at, at): holder})
+    assert at_threshold(a, 0.3) == [fill] and at_threshold(a, 0.5) == [holder] and at_threshold(a, OFF) == [holder]
+    g = gate([t], [Answer([holder], 1.0, placeholders={(at, at): holder})])
+    assert g["precision"] == 1.0 and g["recall"] == 1.0 and g["placeholders_exact"] == 0
+    tl = Tally()
+    score(t, Answer([holder], 1.0), tl)
+    assert row("x", "param_added", tl)["content_em"] == 0.0  # the name is not the argument
 
 
 def test_scoring_rule() -> None:

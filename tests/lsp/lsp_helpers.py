@@ -8,9 +8,11 @@ part); tests in a module share it and open their own documents.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +151,26 @@ def position_of(text: str, needle: str, *, end: bool = True, delta: int = 0) -> 
 async def final_refine(client: Recorder, cid: str) -> dict[str, Any]:
     """The final `llada/refine` of completion `cid` (waits for it)."""
     return await client.final_refine(cid, 60)
+
+
+@contextlib.asynccontextmanager
+async def recording_daemon(done_text: str = "") -> AsyncIterator[tuple[str, list[str]]]:
+    """A websocket server on 127.0.0.1 that answers like an engine daemon (a hello, then
+    `done_text` for every completion) and records every message it receives: (url, messages)."""
+    from websockets.asyncio.server import ServerConnection, serve
+
+    received: list[str] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        async for raw in ws:
+            received.append(str(raw))
+            m = json.loads(raw)
+            if m.get("type") == "hello":
+                await ws.send(json.dumps({"type": "hello", "ref": m.get("ref"), "protocol": 1, "pid": 1,
+                                          "model": {"model": "recorder"}}))
+            elif m.get("type") == "complete":
+                await ws.send(json.dumps({"type": "done", "id": m["id"], "text": done_text, "step": 1}))
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        yield f"ws://127.0.0.1:{port}", received

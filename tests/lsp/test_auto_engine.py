@@ -15,6 +15,7 @@ import pytest
 from lsp_helpers import (
     DATA,
     debug_info,
+    first_text,
     inline,
     needs_model,
     open_doc,
@@ -45,11 +46,7 @@ def _kill_strays(run: Path) -> None:
                 os.kill(int(proc.name), signal.SIGTERM)
 
 
-def _text(res: Any) -> str:
-    if not res or not res.items:
-        return ""
-    ins = res.items[0].insert_text
-    return ins if isinstance(ins, str) else ins.value
+_text = first_text  # the first item's text, "" when there is none
 
 
 async def test_two_servers_share_one_auto_started_daemon(tmp_path: Path) -> None:

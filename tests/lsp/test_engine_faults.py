@@ -37,7 +37,7 @@ from lsprotocol import types as t
 
 from engine.api import CompletionRequest, EngineEvent, Plan
 from engine.daemon import runtime
-from llada_lsp.engine_client import TIMED_OUT, EngineJob
+from llada_lsp.engine_client import TIMED_OUT, EngineClient, EngineJob, Progress
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 BASE = {"maxTokens": {"line": 8, "statements": 8, "block": 8}, "speculative": False,
@@ -125,6 +125,63 @@ async def test_a_job_with_a_first_event_still_has_an_overall_deadline() -> None:
     job.push(EngineEvent("draft", "r2", "1"))
     events = [ev.kind async for ev, _ in job.events()]
     assert events == ["draft", "error"] and job.cancel_reason == "timeout"
+
+
+class Unwired(EngineClient):
+    """A transport that sends nothing and records its cancels: the bookkeeping alone, which
+    every client (in-process, daemon, SGLang) shares."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wire: list[str] = []
+
+    async def start(self, progress: Progress) -> None:
+        self.state = "ready"
+
+    def submit(self, request: CompletionRequest) -> EngineJob:
+        job = self.new_job(request, EngineJob)
+        self.start_job(job)
+        return job
+
+    def send_cancel(self, job: EngineJob) -> None:
+        self.wire.append(job.request.request_id)
+
+    async def close(self) -> None:
+        self.cancel_all()
+
+
+def _req(rid: str, doc: str = "file:///x.py") -> CompletionRequest:
+    return CompletionRequest(rid, doc, "a = ", "", Plan())
+
+
+async def test_one_bookkeeping_supersedes_counts_and_ends_a_job_once() -> None:
+    eng = Unwired()
+    old = eng.submit(_req("a"))
+    new = eng.submit(_req("b"))
+    # the engine supersedes by document: nothing on the wire, the older no longer runs
+    assert old.cancel_reason == "superseded" and eng.wire == [] and eng.running() == 1
+    eng.deliver(old, EngineEvent("done", "a", "", reason="superseded"))
+    eng.deliver(old, EngineEvent("done", "a", "", reason="superseded"))  # a second end is dropped
+    assert [ev.reason async for ev, _ in old.events()] == ["superseded"] and eng.counters["cancelled"] == 1
+    new.cancel()
+    new.cancel()  # once on the wire
+    eng.end_cancelled(new, "a = 1")
+    assert eng.wire == ["b"] and [(ev.reason, ev.text) async for ev, _ in new.events()] == [("cancelled", "a = 1")]
+    assert eng.running() == 0 and eng.counters["max_running_per_doc"] == 1
+    assert (eng.counters["submitted"], eng.counters["engine_calls"], eng.counters["cancelled"]) == (2, 2, 2)
+    # a transport whose engine knows no documents (SGLang) cancels the older job on the wire
+    eng.engine_supersedes = False
+    eng.submit(_req("c"))
+    eng.submit(_req("d"))
+    assert eng.wire == ["b", "c"]
+    # a job cancelled before it reached the engine ends at once, skipped and not cancelled
+    early = eng.new_job(_req("e", "file:///y.py"), EngineJob)
+    early.cancel()
+    eng.skip(early)
+    assert [ev.reason async for ev, _ in early.events()] == ["cancelled"]
+    assert (eng.counters["skipped"], eng.counters["cancelled"]) == (1, 2)
+    await eng.close()
+    assert eng.wire == ["b", "c", "e", "d"]  # shutdown cancels what is still live, on the wire
 
 
 # -- a daemon at a URL ----------------------------------------------------------------------------

@@ -19,44 +19,21 @@ must be answered within HANG_S, and the process must live to the end.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import random
 import secrets
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hostile_workspace import GOOD_NAME, app_text, make_secret, make_workspace, remove
-from lsp_helpers import ROOT
+from lsp_helpers import ROOT, recording_daemon
 from raw_lsp import Raw, msg, notification, request
-from websockets.asyncio.server import ServerConnection, serve
 
 HANG_S = 30.0
-
-
-@contextlib.asynccontextmanager
-async def recording_engine() -> AsyncIterator[tuple[str, list[str]]]:
-    """A websocket server that answers like an engine daemon and records every message."""
-    received: list[str] = []
-
-    async def handler(ws: ServerConnection) -> None:
-        async for raw in ws:
-            received.append(str(raw))
-            m = json.loads(raw)
-            if m.get("type") == "hello":
-                await ws.send(json.dumps({"type": "hello", "ref": m.get("ref"), "protocol": 1, "pid": 1,
-                                          "model": {"model": "recorder"}}))
-            elif m.get("type") == "complete":
-                await ws.send(json.dumps({"type": "done", "id": m["id"], "text": "", "step": 1}))
-
-    async with serve(handler, "127.0.0.1", 0) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        yield f"ws://127.0.0.1:{port}", received
 
 
 class Fuzz:
@@ -145,7 +122,7 @@ async def run(n: int, seed: int, base: Path) -> dict[str, Any]:
     make_secret(outside, marker)
     rng = random.Random(seed)
     t0 = time.monotonic()
-    async with recording_engine() as (url, received):
+    async with recording_daemon() as (url, received):
         r = await spawn(marker)
         f = Fuzz(r, received, marker)
         try:

@@ -12,7 +12,15 @@ import pytest
 from engine.api import CompletionRequest, EngineEvent
 from llada_lsp.documents import DocumentStore
 from llada_lsp.edit_analysis import Site
-from llada_lsp.edit_window import Suggested, from_fill, keep, lsp_suggestion, one_argument, touches
+from llada_lsp.edit_window import (
+    Suggested,
+    from_fill,
+    from_placeholder,
+    keep,
+    lsp_suggestion,
+    one_argument,
+    touches,
+)
 from llada_lsp.engine_base import EngineClient, EngineJob, Progress
 from llada_lsp.next_edit import NextEditParams, NextEditParamsError, NextEditService, parse_params
 from llada_lsp.options import parse_options
@@ -62,6 +70,22 @@ def test_lsp_suggestion_counts_utf16_units() -> None:
     d = lsp_suggestion(text, index, Suggested(at, at + 4, "typo", 0.25, "model"), "utf-16")
     assert d == {"range": {"start": {"line": 1, "character": 12}, "end": {"line": 1, "character": 16}},
                  "newText": "typo", "oldText": "tyop", "confidence": 0.25, "line": 1, "source": "model"}
+
+
+def test_a_placeholder_marks_the_name_in_code_units() -> None:
+    text = "s = '😀é'; f(a)\n"
+    index = LineIndex.of(text)
+    at = text.index("a)") + 1
+    assert from_placeholder(Site(at, at, "x")) is None and from_placeholder(Site(at, at, None, ", ", "")) is None
+    s = from_placeholder(Site(at, at, None, ", größe=", "", "größe"))
+    assert s == Suggested(at, at, ", größe=größe", 0.0, "placeholder", (8, 13))
+    for enc, (a, b) in (("utf-16", (8, 13)), ("utf-8", (10, 17)), ("utf-32", (8, 13))):
+        d = lsp_suggestion(text, index, s, enc)
+        assert d["placeholder"] == {"start": a, "end": b} and d["source"] == "placeholder" and d["confidence"] == 0
+    d = lsp_suggestion(text, index, s, "utf-16")
+    assert d["range"]["start"]["character"] == len("s = '😀é'; f(a") + 1  # 😀: two UTF-16 units
+    emoji = from_placeholder(Site(at, at, None, "😀=", "", "v"))
+    assert emoji is not None and lsp_suggestion(text, index, emoji, "utf-16")["placeholder"] == {"start": 3, "end": 4}
 
 
 def test_parse_params() -> None:
@@ -149,10 +173,21 @@ async def test_an_added_parameter_is_filled_by_the_model_per_call() -> None:
     assert first.prefix.endswith("a = area(width, height, ") and first.suffix.startswith(")\n")
     assert "def area(w, h, scale)" in first.prefix and first.context == ()  # the definition is visible
     eng.finish(0, "2.0, 1)", 0.8)  # cut to one argument
-    eng.finish(1, "1", 0.3)  # below the threshold
+    eng.finish(1, "1", 0.3)  # below the threshold: the placeholder stays
     ans = (await task).to_json()
     assert ans["kind"] == "param_added"
-    assert [(s["newText"], s["confidence"], s["source"]) for s in ans["suggestions"]] == [(", 2.0", 0.8, "model")]
+    assert [(s["newText"], s["confidence"], s["source"], s.get("placeholder")) for s in ans["suggestions"]] == [
+        (", 2.0", 0.8, "model", None), (", scale", 0.0, "placeholder", {"start": 2, "end": 7})]
+
+
+async def test_placeholders_off_leave_an_unfilled_site_out() -> None:
+    svc, store, eng = service(threshold=0.5, placeholders=False)
+    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
+    task = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
+    await until(lambda: len(eng.jobs) == 2)
+    eng.finish(0, "2.0", 0.8)
+    eng.finish(1, "1", 0.3)
+    assert [s["newText"] for s in (await task).suggestions] == [", 2.0"]
 
 
 async def test_a_fill_that_adds_a_parse_error_is_dropped() -> None:
@@ -204,7 +239,13 @@ async def test_the_gated_default_asks_no_fill_but_keeps_the_analysis(monkeypatch
     svc = NextEditService(store, eng, parse_options({})[0], lambda: "utf-16")  # tiny-code: fills off
     edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
     ans = await svc.suggest(NextEditParams(URI, 2, 0, 20))
-    assert ans.kind == "param_added" and ans.suggestions == [] and eng.jobs == []
-    edit(svc, store, "def main(width, height)", "def main(wide, height)", 3)
-    ans = await svc.suggest(NextEditParams(URI, 3, 4, 12))
+    assert ans.kind == "param_added" and eng.jobs == []  # no fill asked: each call gets the placeholder
+    assert [(s["line"], s["newText"], s["source"], s["placeholder"]) for s in ans.suggestions] == [
+        (5, ", scale", "placeholder", {"start": 2, "end": 7}), (6, ", scale", "placeholder", {"start": 2, "end": 7})]
+    # the placeholders are pending follow-ups: the base stays until they are taken
+    edit(svc, store, "area(width, height)", "area(width, height, 1.0)", 3)
+    edit(svc, store, "area(2, 3)", "area(2, 3, 2.0)", 4)
+    assert (await svc.suggest(NextEditParams(URI, 4, 6, 12))).suggestions == []
+    edit(svc, store, "def main(width, height)", "def main(wide, height)", 5)
+    ans = await svc.suggest(NextEditParams(URI, 5, 4, 12))
     assert ans.kind == "rename" and [s["newText"] for s in ans.suggestions] == ["wide"]

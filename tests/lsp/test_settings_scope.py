@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,34 +21,15 @@ from lsp_helpers import (
     needs_model,
     open_doc,
     position_of,
+    recording_daemon,
     server_config,
     start_session,
 )
 from lsprotocol import types as t
-from websockets.asyncio.server import ServerConnection, serve
 
 from llada_lsp.options import MACHINE_SCOPED, workspace_settings
 
 SECRET = "secret-token-of-the-user"
-
-
-@contextlib.asynccontextmanager
-async def fake_daemon() -> AsyncIterator[tuple[str, list[str]]]:
-    """A websocket server that answers a hello like a daemon and records every message."""
-    received: list[str] = []
-
-    async def handler(ws: ServerConnection) -> None:
-        async for raw in ws:
-            received.append(str(raw))
-            msg = json.loads(raw)
-            if msg.get("type") == "hello":
-                await ws.send(json.dumps({"type": "hello", "protocol": 1, "pid": 1, "model": {}}))
-            elif msg.get("type") == "complete":
-                await ws.send(json.dumps({"type": "done", "id": msg["id"], "text": "EVIL()", "step": 1}))
-
-    async with serve(handler, "127.0.0.1", 0) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        yield f"ws://127.0.0.1:{port}", received
 
 
 def test_workspace_settings_drop_every_machine_scoped_key() -> None:
@@ -65,7 +44,7 @@ def test_workspace_settings_drop_every_machine_scoped_key() -> None:
 @needs_model
 @pytest.mark.asyncio(loop_scope="function")
 async def test_a_workspace_cannot_point_the_engine_elsewhere(tmp_path: Path) -> None:
-    async with fake_daemon() as (url, received):
+    async with recording_daemon("EVIL()") as (url, received):
         client = await server_config(LLADA_ENGINE_TOKEN=SECRET, LLADA_RUNTIME_DIR=str(tmp_path)).start()
         try:
             client.set_configuration({"llada": {"engine": url, "model": str(tmp_path), "device": "cuda",

@@ -13,6 +13,7 @@ import pytest
 from lsp_helpers import (
     DATA,
     debug_info,
+    first_text,
     inline,
     needs_model,
     open_doc,
@@ -30,13 +31,6 @@ INIT = {"maxTokens": {"line": 12, "statements": 16, "block": 24}, "speculative":
 
 
 client = session_fixture(INIT, LAUNCHER)
-
-
-def _text(res: Any) -> str:
-    if not res or not res.items:
-        return ""
-    ins = res.items[0].insert_text
-    return ins if isinstance(ins, str) else ins.value
 
 
 # multi-line plans (python): after each, the corrupted draft adds a parse error unless the
@@ -65,7 +59,7 @@ async def test_invalid_drafts_are_remasked_before_they_are_shown(client: Any) ->
             return c1.get(name, 0) - c0.get(name, 0)
 
         remasks = grew("syntax_remasks")
-        shown = _text(res)
+        shown = first_text(res)
         assert " = :" not in shown  # the corrupted draft is never shown
         i = text.index(needle) + len(needle)
         if shown:

@@ -4,6 +4,8 @@ model) with a fake LLaDA2 checkpoint directory (bench.fake_checkpoint) for the l
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,27 @@ def client(tok: Path, urls: dict[str, list[str]] | None = None, router: str | No
     return SglangEngineClient(cfg)
 
 
+async def started(eng: SglangEngineClient) -> SglangEngineClient:
+    await asyncio.wait_for(eng.start(lambda m, p: None), 20)
+    assert eng.state == "ready", eng.error
+    return eng
+
+
+@contextlib.asynccontextmanager
+async def serving(tok: Path, server: FakeSglang | None = None, **kw: Any
+                  ) -> AsyncIterator[tuple[Any, SglangEngineClient]]:
+    """`server` (else `fake(tok, **kw)`) started and a started client with it as the speedy
+    preset's server; both stopped afterwards, whatever happens."""
+    server = server if server is not None else fake(tok, **kw)
+    url = await server.start()
+    eng = client(tok, {"speedy": [url]})
+    try:
+        yield server, await started(eng)
+    finally:
+        await eng.close()
+        await server.stop()
+
+
 def request(rid: str = "1", doc: str = "file:///a.py", plan: Plan | None = None, prefix: str = PREFIX) -> CompletionRequest:
     return CompletionRequest(rid, doc, prefix, "", plan or Plan(max_tokens=64))
 
@@ -53,4 +76,5 @@ async def first_draft(job: EngineJob, timeout: float = 10.0) -> EngineEvent:
     return await asyncio.wait_for(run(), timeout)
 
 
-__all__ = ["PREFIX", "REPLY", "client", "collect", "fake", "first_draft", "llada2_dir", "request"]
+__all__ = ["PREFIX", "REPLY", "client", "collect", "fake", "first_draft", "llada2_dir", "request", "serving",
+           "started"]

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sglang_helpers import client, collect, llada2_dir, request
+from sglang_helpers import collect, request, serving
 
 from bench.fake_http import Request, Responder
 from bench.fake_sglang import FakeSglang
 from llada_lsp import http_client as http
-from llada_lsp.sglang_engine import SglangEngineClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 
@@ -95,31 +94,14 @@ class Hostile(FakeSglang):
         await req.reader.read()  # until the client closes: no end of stream from this side
 
 
-@pytest.fixture
-def tok(tmp_path: Path) -> Path:
-    return llada2_dir(tmp_path / "llada2")
-
-
-async def started(eng: SglangEngineClient) -> SglangEngineClient:
-    await asyncio.wait_for(eng.start(lambda m, p: None), 20)
-    assert eng.state == "ready", eng.error
-    return eng
-
-
 @pytest.mark.parametrize("name", sorted(BAD_EVENTS))
 async def test_each_malformed_event_is_an_error_at_once(tok: Path, name: str) -> None:
-    server = Hostile(OK_HEAD + BAD_EVENTS[name])
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    try:
+    async with serving(tok, Hostile(OK_HEAD + BAD_EVENTS[name])) as (server, eng):
         # the request's own deadlines are the defaults (seconds); the error must come first
         evs = await collect(eng.submit(request()), timeout=3)
         assert evs[-1].kind == "error", (name, evs[-1])
         assert "bad answer" in (evs[-1].error or "") or "bad event" in (evs[-1].error or ""), evs[-1].error
         assert eng.state == "ready"  # a bad answer is not a lost server
-    finally:
-        await eng.close()
-        await server.stop()
 
 
 @pytest.mark.parametrize("name", sorted(BAD_FRAMING))
@@ -141,39 +123,27 @@ async def test_bad_framing_is_an_http_error_at_once(name: str) -> None:
 
 
 async def test_a_redirected_generate_is_an_error_event_naming_it(tok: Path) -> None:
-    server = Hostile(BAD_FRAMING["a redirect"])
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    try:
+    async with serving(tok, Hostile(BAD_FRAMING["a redirect"])) as (server, eng):
         ev = (await collect(eng.submit(request()), timeout=3))[-1]
         assert ev.kind == "error" and "redirect" in (ev.error or "") and "refused" in (ev.error or "")
-    finally:
-        await eng.close()
-        await server.stop()
 
 
 async def test_recovery_survives_garbage_answers(tok: Path) -> None:
-    server = Hostile(bad_ready=BAD_FRAMING["status line with a superscript digit"])
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    states: list[str] = []
-    back = asyncio.Event()
+    async with serving(tok, Hostile(bad_ready=BAD_FRAMING["status line with a superscript digit"])) as (server, eng):
+        states: list[str] = []
+        back = asyncio.Event()
 
-    def heard(state: str, _msg: str) -> None:
-        states.append(state)
-        if state == "ready":
-            back.set()
+        def heard(state: str, _msg: str) -> None:
+            states.append(state)
+            if state == "ready":
+                back.set()
 
-    eng.on_state = heard
-    try:
+        eng.on_state = heard
         assert eng.pool is not None
         server.bad_ready_times = 3  # the next three probes read a bad status line
         eng.pool.mark_lost(eng.pool.servers[0], "test: lost")
         await asyncio.wait_for(back.wait(), 10)
         assert states == ["error", "ready"] and server.bad_ready_times == 0
-    finally:
-        await eng.close()
-        await server.stop()
 
 
 class Endless(FakeSglang):

@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sglang_helpers import PREFIX, REPLY, client, collect, fake, first_draft, llada2_dir, request
+from sglang_helpers import (
+    PREFIX,
+    REPLY,
+    client,
+    collect,
+    fake,
+    first_draft,
+    request,
+    serving,
+    started,
+)
 
 from bench.fake_sglang import FakeRouter, FakeSglang
 from engine.api import Plan, apply_edits
@@ -22,11 +32,6 @@ from llada_lsp.sglang_engine import SglangEngineClient
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 
 
-@pytest.fixture
-def tok(tmp_path: Path) -> Path:
-    return llada2_dir(tmp_path / "llada2")
-
-
 def aborted_at(server: FakeSglang, rid: str) -> bool:
     return any(r.rid == rid for r in server.abort_log)
 
@@ -35,17 +40,8 @@ def progress(msgs: list[str]) -> Any:
     return lambda m, _pct: msgs.append(m)
 
 
-async def started(eng: SglangEngineClient) -> SglangEngineClient:
-    await asyncio.wait_for(eng.start(lambda m, p: None), 20)
-    assert eng.state == "ready", eng.error
-    return eng
-
-
 async def test_blocks_stream_as_draft_events_then_done(tok: Path) -> None:
-    server = fake(tok)
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    try:
+    async with serving(tok) as (server, eng):
         evs = await collect(eng.submit(request()))
         drafts, done = evs[:-1], evs[-1]
         assert len(drafts) >= 3 and all(e.kind == "draft" and e.draft_complete for e in drafts)
@@ -65,32 +61,20 @@ async def test_blocks_stream_as_draft_events_then_done(tok: Path) -> None:
         assert eng.info["backend"] == "sglang" and eng.info["edits"] is False and eng.info["alternatives"] == 1
         caps = Capabilities.of(eng.info)  # LLaDA2.2: SGLang routes per token and streams no in/del edits
         assert not caps.block_routing and not caps.indel and Capabilities().indel
-    finally:
-        await eng.close()
-        await server.stop()
 
 
 async def test_stop_rule_cuts_locally_and_aborts_on_the_server(tok: Path) -> None:
-    server = fake(tok, block_delay_ms=20.0)
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    try:
+    async with serving(tok, block_delay_ms=20.0) as (server, eng):
         evs = await collect(eng.submit(request(plan=Plan(max_tokens=64, stop="line"))))
         done = evs[-1]
         assert done.reason == "stop_rule" and done.text == "    return a + b"
         rid = server.received_rids[0]
         await server.wait_for(lambda: rid in server.aborted_rids)  # the row ended by our abort
         assert [r.rid for r in server.abort_log] == [rid]
-    finally:
-        await eng.close()
-        await server.stop()
 
 
 async def test_newer_request_supersedes_and_aborts_the_older(tok: Path) -> None:
-    server = fake(tok, block_delay_ms=30.0, reply=REPLY * 4)
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    try:
+    async with serving(tok, block_delay_ms=30.0, reply=REPLY * 4) as (server, eng):
         old = eng.submit(request("1", plan=Plan(max_tokens=200)))
         assert (await first_draft(old)).kind == "draft"
         new = eng.submit(request("2", plan=Plan(max_tokens=8)))
@@ -107,9 +91,6 @@ async def test_newer_request_supersedes_and_aborts_the_older(tok: Path) -> None:
         assert (await collect(third))[-1].reason == "cancelled"
         rid3 = server.received_rids[-1]
         await server.wait_for(lambda: rid3 in server.aborted_rids)
-    finally:
-        await eng.close()
-        await server.stop()
 
 
 class RejectedKey(SglangEngineClient):
@@ -180,19 +161,17 @@ async def test_wrong_family_is_refused_naming_both(tok: Path) -> None:
 
 
 async def test_lost_server_reported_once_then_recovered_on_the_same_port(tok: Path) -> None:
-    server = fake(tok, block_delay_ms=20.0, reply=REPLY * 4)
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    states: list[tuple[str, str]] = []
-    back = asyncio.Event()
+    async with serving(tok, block_delay_ms=20.0, reply=REPLY * 4) as (server, eng):
+        url = eng.cfg.urls["speedy"][0]
+        states: list[tuple[str, str]] = []
+        back = asyncio.Event()
 
-    def heard(state: str, msg: str) -> None:
-        states.append((state, msg))
-        if state == "ready":
-            back.set()
+        def heard(state: str, msg: str) -> None:
+            states.append((state, msg))
+            if state == "ready":
+                back.set()
 
-    eng.on_state = heard
-    try:
+        eng.on_state = heard
         job = eng.submit(request(plan=Plan(max_tokens=200)))
         assert (await first_draft(job)).kind == "draft"
         await server.stop()  # killed mid-stream
@@ -206,9 +185,6 @@ async def test_lost_server_reported_once_then_recovered_on_the_same_port(tok: Pa
         await asyncio.wait_for(back.wait(), 10)
         assert [s for s, _ in states] == ["error", "ready"]
         assert (await collect(eng.submit(request("20", plan=Plan(max_tokens=16)))))[-1].kind == "done"
-    finally:
-        await eng.close()
-        await server.stop()
 
 
 async def test_least_outstanding_balances_two_servers(tok: Path) -> None:

@@ -9,20 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sglang_helpers import REPLY, client, collect, fake, first_draft, llada2_dir, request
+from sglang_helpers import REPLY, client, collect, fake, first_draft, request, serving, started
 
 from bench.fake_checkpoint import END_OF_MIDDLE
 from bench.fake_http import Request, Responder
 from bench.fake_sglang import FakeSglang
 from engine.api import Plan
-from llada_lsp.sglang_engine import SglangEngineClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
-
-
-@pytest.fixture
-def tok(tmp_path: Path) -> Path:
-    return llada2_dir(tmp_path / "llada2")
 
 
 async def test_a_server_not_listening_yet_is_loading_then_ready_without_an_error(tok: Path) -> None:
@@ -69,10 +63,7 @@ async def test_a_server_that_never_listens_is_lost_after_the_start_timeout(tok: 
 async def test_a_cancel_before_the_first_chunk_sends_one_abort_that_lands(tok: Path) -> None:
     # the rid is registered at once but reaches the scheduler 0.3 s later: an abort in that
     # window would be forwarded, match nothing, and use up the rid's one abort
-    server = fake(tok, reply="q" * 400, dispatch_delay_s=0.3, max_running_requests=1, block_delay_ms=10.0)
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    try:
+    async with serving(tok, reply="q" * 400, dispatch_delay_s=0.3, max_running_requests=1, block_delay_ms=10.0) as (server, eng):
         old = eng.submit(request("1", plan=Plan(max_tokens=300)))
         await server.wait_for(lambda: len(server.received_rids) == 1)
         new = eng.submit(request("2", plan=Plan(max_tokens=8)))  # supersedes `old` in the window
@@ -83,16 +74,10 @@ async def test_a_cancel_before_the_first_chunk_sends_one_abort_that_lands(tok: P
         assert len(sent) == 1 and sent[0].matched == [old_rid] and not sent[0].dropped
         assert server.timings[old_rid].finished is not None
         assert (await collect(new))[-1].kind == "done"  # the only running slot was let go
-    finally:
-        await eng.close()
-        await server.stop()
 
 
 async def test_a_cancel_after_the_first_chunk_aborts_once_at_once(tok: Path) -> None:
-    server = fake(tok, reply="q" * 400, block_delay_ms=20.0)
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    try:
+    async with serving(tok, reply="q" * 400, block_delay_ms=20.0) as (server, eng):
         job = eng.submit(request(plan=Plan(max_tokens=300)))
         assert (await first_draft(job)).kind == "draft"
         rounds = server.rounds
@@ -102,16 +87,10 @@ async def test_a_cancel_after_the_first_chunk_aborts_once_at_once(tok: Path) -> 
         await server.wait_for(lambda: rid in server.aborted_rids)
         assert server.rounds <= rounds + 1  # ended at once, not at the budget
         assert [r.rid for r in server.abort_log] == [rid] and eng.counters["aborts_sent"] == 1
-    finally:
-        await eng.close()
-        await server.stop()
 
 
 async def test_a_busy_server_that_streams_is_not_marked_lost(tok: Path) -> None:
-    server = fake(tok, reply="s" * 400, block_delay_ms=20.0)
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    try:
+    async with serving(tok, reply="s" * 400, block_delay_ms=20.0) as (server, eng):
         assert eng.pool is not None
         s = eng.pool.servers[0]
         busy = eng.submit(request("1", plan=Plan(max_tokens=300)))
@@ -123,15 +102,6 @@ async def test_a_busy_server_that_streams_is_not_marked_lost(tok: Path) -> None:
         await collect(busy)
         await eng.check(s)  # nothing streams any more: the failed probe counts
         assert not s.healthy and "HTTP 503" in (s.lost or "")
-    finally:
-        await eng.close()
-        await server.stop()
-
-
-async def started(eng: SglangEngineClient) -> SglangEngineClient:
-    await asyncio.wait_for(eng.start(lambda m, p: None), 20)
-    assert eng.state == "ready", eng.error
-    return eng
 
 
 class OlderServer(FakeSglang):
@@ -169,10 +139,7 @@ async def test_model_info_first_then_the_deprecated_route_and_health_as_the_fall
 
 
 async def test_a_request_superseded_before_its_first_chunk_ends_for_the_editor_at_once(tok: Path) -> None:
-    server = fake(tok, reply="q" * 400, dispatch_delay_s=0.5, block_delay_ms=10.0)
-    url = await server.start()
-    eng = await started(client(tok, {"speedy": [url]}))
-    try:
+    async with serving(tok, reply="q" * 400, dispatch_delay_s=0.5, block_delay_ms=10.0) as (server, eng):
         old = eng.submit(request("1", plan=Plan(max_tokens=300)))
         await server.wait_for(lambda: len(server.received_rids) == 1)
         eng.submit(request("2", plan=Plan(max_tokens=8)))
@@ -182,6 +149,3 @@ async def test_a_request_superseded_before_its_first_chunk_ends_for_the_editor_a
         old_rid = server.received_rids[0]
         await server.wait_for(lambda: old_rid in server.aborted_rids)
         assert [r.rid for r in server.abort_log].count(old_rid) == 1
-    finally:
-        await eng.close()
-        await server.stop()

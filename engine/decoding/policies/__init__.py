@@ -12,6 +12,7 @@ from engine.decoding.policies.indel import InDel, InDelConfig
 from engine.decoding.policies.low_confidence import LowConfidence, LowConfidenceConfig
 from engine.decoding.policies.one_per_step import OnePerStep, OnePerStepConfig
 from engine.decoding.policies.threshold import Threshold, ThresholdConfig
+from engine.presets import PRESET_NAMES
 
 # name -> (config class, factory)
 POLICIES: dict[str, tuple[type, Callable[[Any], Policy]]] = {
@@ -22,7 +23,8 @@ POLICIES: dict[str, tuple[type, Callable[[Any], Policy]]] = {
     "indel": (InDelConfig, InDel),  # LLaDA2.2's insert/delete rule: models with edit tokens only
 }
 
-# preset name -> (policy name, config)
+# preset name -> (policy name, config): one entry per name of engine.presets.PRESET_NAMES, in its
+# order (the names' one list; tests/engine/test_decode.py checks that they agree)
 PRESETS: dict[str, tuple[str, Any]] = {
     "speedy": ("draft_edit", SPEEDY),
     "quality": ("draft_edit", QUALITY),
@@ -50,4 +52,5 @@ def make_policy(preset: str, **overrides: Any) -> Policy:
     return POLICIES[policy_name][1](cfg)
 
 
-__all__ = ["BlockView", "Decision", "DraftEdit", "InDel", "InDelConfig", "Policy", "POLICIES", "PRESETS", "make_policy"]
+__all__ = ["BlockView", "Decision", "DraftEdit", "InDel", "InDelConfig", "Policy", "POLICIES", "PRESETS", "PRESET_NAMES",
+           "make_policy"]

@@ -13,27 +13,25 @@ adapter exposes what the decoder drives (the same contract as `engine.model.nati
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.model.native import KVCache, ModelConfig
+from engine.model import native
+from engine.model.native import KVCache, ModelConfig, SpecialTokens
+from engine.model.native import apply_rope as apply_rope  # re-exported (partial rotary too)
 
 # (rows [B], slots [B, T], kv_len, rows[0] when the rows are consecutive, else None)
 CacheAt = tuple[Tensor, Tensor, int, int | None] | None
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(native.RMSNorm):
     """Hugging Face's RMSNorm: normalise in fp32, cast back, then scale (parameter `weight`)."""
 
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+    def scale(self, y: Tensor, x: Tensor) -> Tensor:
         return self.weight * y.to(x.dtype)
 
 
@@ -57,16 +55,6 @@ class Rope:
             self.cos, self.sin = torch.cos(ang), torch.sin(ang)
         assert self.sin is not None
         return self.cos[pos], self.sin[pos]
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x: [B, T, H, D]; cos/sin: [B, T, R/2]. Rotates the first R channels, passes the rest."""
-    r = 2 * cos.shape[-1]
-    xr, xp = x[..., :r].float(), x[..., r:]
-    x1, x2 = xr.chunk(2, dim=-1)
-    c, s = cos[:, :, None, :], sin[:, :, None, :]
-    rot = torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).to(x.dtype)
-    return torch.cat([rot, xp], dim=-1) if xp.shape[-1] else rot
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, cache: KVCache | None,
@@ -98,7 +86,7 @@ def consecutive_from(rows: Tensor) -> int | None:
     return int(r0) if ok else None
 
 
-class AdapterModel(nn.Module):
+class AdapterModel(native.CachedModel):
     """Engine-facing base: subclasses build the checkpoint's module tree and implement
     `embed`, `decoder_layers`, `final` (norm + head) and `head_dims` (kv heads, head dim)."""
 
@@ -134,31 +122,8 @@ class AdapterModel(nn.Module):
     def layers(self) -> nn.ModuleList:
         return self.decoder_layers()
 
-    def setup_cache(self, batch: int, max_len: int | None = None) -> None:
-        n_kv, hd = self.head_dims()
-        w: Tensor = self.output.weight  # type: ignore[assignment]
-        for layer in self.decoder_layers():
-            layer.attention.kv_cache = KVCache(batch, max_len or self.config.max_seq_len, n_kv, hd,  # type: ignore[union-attr]
-                                               w.dtype, w.device)
-        self.cache_batch = batch
-
-    def kv_caches(self) -> list[KVCache]:
-        out: list[KVCache] = []
-        for layer in self.decoder_layers():
-            c = layer.attention.kv_cache  # type: ignore[union-attr]
-            if not isinstance(c, KVCache):
-                raise RuntimeError("setup_cache() first")
-            out.append(c)
-        return out
-
-    @property
-    def cache_len(self) -> int:
-        return int(self.kv_caches()[0].k.shape[1])
-
-    def drop_cache(self) -> None:
-        for layer in self.decoder_layers():
-            layer.attention.kv_cache = None  # type: ignore[union-attr]
-        self.cache_batch = 0
+    def attentions(self) -> list[Any]:
+        return [layer.attention for layer in self.decoder_layers()]
 
     def forward(self, idx: Tensor, pos: Tensor, mask: Tensor | None = None, *,
                 rows: Tensor | None = None, slots: Tensor | None = None, kv_len: int | None = None,
@@ -178,3 +143,78 @@ class AdapterModel(nn.Module):
         if logits_at is not None:
             x = torch.gather(x, 1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))
         return self.final(x).float()
+
+
+def known_keys(config_cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a config.json `d` that name fields of the dataclass `config_cls`."""
+    names = {f.name for f in fields(config_cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+def check_silu_unscaled(family: str, hidden_act: str, rope_scaling: dict[str, Any] | None) -> None:
+    """Refuse what the Qwen2-shaped adapters (Dream, LLaDA2) do not implement: an activation
+    other than SiLU, scaled rotary positions."""
+    if hidden_act != "silu":
+        raise ValueError(f"{family}: hidden_act {hidden_act!r} is not supported (silu only)")
+    if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) not in (None, "default"):
+        raise ValueError(f"{family}: rope_scaling {rope_scaling} is not supported")
+
+
+class MLP(nn.Module):
+    """The SwiGLU feed-forward of Qwen2-shaped checkpoints (`gate_proj`, `up_proj`, `down_proj`)."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class HeadedModel(AdapterModel):
+    """An adapter laid out as Qwen2-shaped checkpoints are (Dream, LLaDA2): `model` holds the
+    embedding (`embedding()`), `layers` and the final `norm`; `lm_head` projects; `args` is the
+    config dataclass with the Hugging Face names (`num_key_value_heads`, `hd`,
+    `tie_word_embeddings`, ...)."""
+
+    args: Any
+    model: Any  # the checkpoint's `model` module
+    lm_head: nn.Linear
+
+    def embedding(self) -> nn.Embedding:
+        raise NotImplementedError
+
+    def model_config(self, *, attention: str, shift_logits: bool, special: SpecialTokens) -> ModelConfig:
+        """The engine's `ModelConfig` view of `args`."""
+        c = self.args
+        return ModelConfig(
+            vocab_size=c.vocab_size, n_layer=c.num_hidden_layers, n_head=c.num_attention_heads,
+            n_kv_head=c.num_key_value_heads, dim=c.hidden_size, intermediate_size=c.intermediate_size,
+            rope_base=c.rope_theta, norm_eps=c.rms_norm_eps, max_seq_len=c.max_position_embeddings,
+            block_size=c.block_size, attention=attention, shift_logits=shift_logits,
+            tie_embeddings=c.tie_word_embeddings, special=special)
+
+    def tie_head(self) -> None:
+        if self.args.tie_word_embeddings:
+            self.lm_head.weight = self.embedding().weight
+
+    def tie_weights(self) -> None:
+        self.tie_head()
+
+    def embed(self, idx: Tensor) -> Tensor:
+        return self.embedding()(idx)
+
+    def decoder_layers(self) -> nn.ModuleList:
+        return self.model.layers  # type: ignore[return-value]
+
+    def final(self, x: Tensor) -> Tensor:
+        return self.lm_head(self.model.norm(x))
+
+    def head_dims(self) -> tuple[int, int]:
+        return self.args.num_key_value_heads, self.args.hd
+
+    @property
+    def output(self) -> nn.Module:
+        return self.lm_head

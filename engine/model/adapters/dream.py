@@ -13,14 +13,14 @@ Checkpoint names: `model.embed_tokens.weight`, `model.layers.N.self_attn.{q,k,v,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.model.adapters.common import AdapterModel, CacheAt, RMSNorm, Rope, apply_rope, attend
-from engine.model.native import KVCache, ModelConfig, SpecialTokens
+from engine.model.adapters import common
+from engine.model.adapters.common import CacheAt, HeadedModel, RMSNorm, Rope, apply_rope, attend
+from engine.model.native import KVCache, SpecialTokens
 
 MODEL_TYPES = ("dream",)
 ARCHITECTURES = ("DreamModel",)
@@ -46,12 +46,8 @@ class DreamConfig:
 
     @classmethod
     def from_hf(cls, d: dict[str, Any]) -> DreamConfig:
-        known = {f.name for f in fields(cls)}
-        cfg = cls(**{k: v for k, v in d.items() if k in known})
-        if cfg.hidden_act != "silu":
-            raise ValueError(f"Dream: hidden_act {cfg.hidden_act!r} is not supported (silu only)")
-        if cfg.rope_scaling and cfg.rope_scaling.get("rope_type", cfg.rope_scaling.get("type")) not in (None, "default"):
-            raise ValueError(f"Dream: rope_scaling {cfg.rope_scaling} is not supported")
+        cfg = cls(**common.known_keys(cls, d))
+        common.check_silu_unscaled("Dream", cfg.hidden_act, cfg.rope_scaling)
         return cfg
 
     @property
@@ -77,22 +73,11 @@ class SelfAttention(nn.Module):
         return self.o_proj(attend(q, k, v, mask, self.kv_cache, cache_at))
 
 
-class MLP(nn.Module):
-    def __init__(self, c: DreamConfig) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class DecoderLayer(nn.Module):
     def __init__(self, c: DreamConfig) -> None:
         super().__init__()
         self.self_attn = SelfAttention(c)
-        self.mlp = MLP(c)
+        self.mlp = common.MLP(c.hidden_size, c.intermediate_size)
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
@@ -113,41 +98,19 @@ class DreamBackbone(nn.Module):
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
-class DreamLM(AdapterModel):
+class DreamLM(HeadedModel):
     def __init__(self, c: DreamConfig, special: SpecialTokens) -> None:
         super().__init__()
         self.args = c
         self.model = DreamBackbone(c)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
-        self.tie_weights()
+        self.tie_head()
         self.rope = Rope(c.hd, c.rope_theta)
         self.cache_batch = 0
-        self.config = ModelConfig(
-            vocab_size=c.vocab_size, n_layer=c.num_hidden_layers, n_head=c.num_attention_heads,
-            n_kv_head=c.num_key_value_heads, dim=c.hidden_size, intermediate_size=c.intermediate_size,
-            rope_base=c.rope_theta, norm_eps=c.rms_norm_eps, max_seq_len=c.max_position_embeddings,
-            block_size=c.block_size, attention="bidirectional", shift_logits=True,
-            tie_embeddings=c.tie_word_embeddings, special=special)
+        self.config = self.model_config(attention="bidirectional", shift_logits=True, special=special)
 
-    def tie_weights(self) -> None:
-        if self.args.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-
-    def embed(self, idx: Tensor) -> Tensor:
-        return self.model.embed_tokens(idx)
-
-    def decoder_layers(self) -> nn.ModuleList:
-        return self.model.layers
-
-    def final(self, x: Tensor) -> Tensor:
-        return self.lm_head(self.model.norm(x))
-
-    def head_dims(self) -> tuple[int, int]:
-        return self.args.num_key_value_heads, self.args.hd
-
-    @property
-    def output(self) -> nn.Module:
-        return self.lm_head
+    def embedding(self) -> nn.Embedding:
+        return self.model.embed_tokens
 
 
 def build(hf: dict[str, Any], special: SpecialTokens) -> DreamLM:

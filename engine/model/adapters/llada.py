@@ -14,13 +14,21 @@ Checkpoint names: `model.transformer.wte.weight`, `model.transformer.blocks.N.q_
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engine.model.adapters.common import AdapterModel, CacheAt, RMSNorm, Rope, apply_rope, attend
+from engine.model.adapters.common import (
+    AdapterModel,
+    CacheAt,
+    RMSNorm,
+    Rope,
+    apply_rope,
+    attend,
+    known_keys,
+)
 from engine.model.native import KVCache, ModelConfig, SpecialTokens
 
 MODEL_TYPES = ("llada",)
@@ -60,8 +68,7 @@ class LLaDAConfig:
 
     @classmethod
     def from_hf(cls, d: dict[str, Any]) -> LLaDAConfig:
-        known = {f.name for f in fields(cls)}
-        cfg = cls(**{k: v for k, v in d.items() if k in known})
+        cfg = cls(**known_keys(cls, d))
         unsupported = {
             "block_type": (cfg.block_type, "llama"), "layer_norm_type": (cfg.layer_norm_type, "rms"),
             "activation_type": (cfg.activation_type, "silu"), "attention_layer_norm": (cfg.attention_layer_norm, False),

@@ -23,7 +23,7 @@ Module names follow the public checkpoint (`model.word_embeddings`, `model.layer
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,8 +31,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import kernels
-from engine.model.adapters.common import AdapterModel, CacheAt, RMSNorm, Rope, apply_rope, attend
-from engine.model.native import KVCache, ModelConfig, SpecialTokens
+from engine.model.adapters import common
+from engine.model.adapters.common import CacheAt, HeadedModel, RMSNorm, Rope, apply_rope, attend
+from engine.model.native import KVCache, SpecialTokens
 from kernels.moe_reference import block_allowed, route_groups
 
 log = logging.getLogger(__name__)
@@ -80,17 +81,13 @@ class LLaDA2Config:
 
     @classmethod
     def from_hf(cls, d: dict[str, Any]) -> LLaDA2Config:
-        known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in d.items() if k in known}
+        kw = common.known_keys(cls, d)
         if "block_size" not in kw and "block_length" in d:
             kw["block_size"] = d["block_length"]
         cfg = cls(**kw)
-        if cfg.hidden_act != "silu":
-            raise ValueError(f"llada2_moe: hidden_act {cfg.hidden_act!r} is not supported (silu only)")
+        common.check_silu_unscaled("llada2_moe", cfg.hidden_act, cfg.rope_scaling)
         if cfg.norm_head:
             raise ValueError("llada2_moe: norm_head=true is not supported")
-        if cfg.rope_scaling and cfg.rope_scaling.get("rope_type", cfg.rope_scaling.get("type")) not in (None, "default"):
-            raise ValueError(f"llada2_moe: rope_scaling {cfg.rope_scaling} is not supported")
         check_llada22_keys(cfg, d)
         return cfg
 
@@ -141,17 +138,6 @@ def check_llada22_keys(cfg: LLaDA2Config, d: dict[str, Any]) -> None:
         log.warning("llada2_moe: a block-routed (LLaDA2.2) config names no delete_token_id / split_token_id: "
                     "decoding without insert/delete, and the model's DELETE/INSERT tokens may show as text; "
                     "add both ids to config.json (SGLang uses 156930 / 156931 for LLaDA2.2-flash)")
-
-
-class MLP(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Gate(nn.Module):
@@ -208,9 +194,9 @@ class SparseMoe(nn.Module):
     def __init__(self, c: LLaDA2Config) -> None:
         super().__init__()
         assert c.num_experts is not None
-        self.experts = nn.ModuleList(MLP(c.hidden_size, c.moe_intermediate_size) for _ in range(c.num_experts))
+        self.experts = nn.ModuleList(common.MLP(c.hidden_size, c.moe_intermediate_size) for _ in range(c.num_experts))
         self.gate = Gate(c)
-        self.shared_experts = (MLP(c.hidden_size, c.moe_intermediate_size * c.num_shared_experts)
+        self.shared_experts = (common.MLP(c.hidden_size, c.moe_intermediate_size * c.num_shared_experts)
                                if c.num_shared_experts else None)
         self._stack: tuple[Tensor, Tensor] | None = None
 
@@ -225,8 +211,8 @@ class SparseMoe(nn.Module):
                    and mods[e].down_proj.weight.data_ptr() == w2[e].data_ptr()
                    for e in (0, len(mods) - 1))  # a cheap check: the ends still view the stack
 
-    def expert_mlps(self) -> list[MLP]:
-        return [m for m in self.experts if isinstance(m, MLP)]
+    def expert_mlps(self) -> list[common.MLP]:
+        return [m for m in self.experts if isinstance(m, common.MLP)]
 
     @torch.no_grad()
     def stack_experts(self) -> tuple[Tensor, Tensor]:
@@ -315,7 +301,7 @@ class DecoderLayer(nn.Module):
         self.attention = Attention(c)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         moe = c.num_experts is not None and i >= c.first_k_dense_replace
-        self.mlp: nn.Module = SparseMoe(c) if moe else MLP(c.hidden_size, c.intermediate_size)
+        self.mlp: nn.Module = SparseMoe(c) if moe else common.MLP(c.hidden_size, c.intermediate_size)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache_at: CacheAt,
                 groups: Tensor | None = None) -> Tensor:
@@ -332,7 +318,7 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
 
-class LLaDA2Model(AdapterModel):
+class LLaDA2Model(HeadedModel):
     optional_buffers = ("expert_bias",)
     aligned_blocks = True  # diffusion blocks sit at multiples of block_size, prompt included
 
@@ -341,16 +327,10 @@ class LLaDA2Model(AdapterModel):
         self.args = c
         self.model = Backbone(c)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
-        if c.tie_word_embeddings:
-            self.lm_head.weight = self.model.word_embeddings.weight
+        self.tie_head()
         self.rope = Rope(int(c.hd * c.partial_rotary_factor), c.rope_theta)
         self.cache_batch = 0
-        self.config = ModelConfig(
-            vocab_size=c.vocab_size, n_layer=c.num_hidden_layers, n_head=c.num_attention_heads,
-            n_kv_head=c.num_key_value_heads, dim=c.hidden_size, intermediate_size=c.intermediate_size,
-            rope_base=c.rope_theta, norm_eps=c.rms_norm_eps, max_seq_len=c.max_position_embeddings,
-            block_size=c.block_size, attention="block_causal", shift_logits=False,
-            tie_embeddings=c.tie_word_embeddings, special=special)
+        self.config = self.model_config(attention="block_causal", shift_logits=False, special=special)
 
     @property
     def edit_tokens(self) -> tuple[int, int] | None:
@@ -363,25 +343,11 @@ class LLaDA2Model(AdapterModel):
         the routing block (`block_size`), as the aligned LLaDA2 decoder feeds whole blocks."""
         return route_groups(pos, self.args.block_size) if self.args.block_routing else None
 
-    def embed(self, idx: Tensor) -> Tensor:
-        return self.model.word_embeddings(idx)
-
-    def decoder_layers(self) -> nn.ModuleList:
-        return self.model.layers
-
-    def final(self, x: Tensor) -> Tensor:
-        return self.lm_head(self.model.norm(x))
-
-    def head_dims(self) -> tuple[int, int]:
-        return self.args.num_key_value_heads, self.args.hd
-
-    @property
-    def output(self) -> nn.Module:
-        return self.lm_head
+    def embedding(self) -> nn.Embedding:
+        return self.model.word_embeddings
 
     def tie_weights(self) -> None:
-        if self.args.tie_word_embeddings:
-            self.lm_head.weight = self.model.word_embeddings.weight
+        self.tie_head()
         self.stack_experts()  # the loader calls this once every tensor is assigned
 
     def stack_experts(self) -> None:
