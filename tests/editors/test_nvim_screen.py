@@ -393,11 +393,8 @@ def test_next_edit_placeholder_on_screen(tmp_path: Path, screens: list[Screen]) 
     placeholder_session(tmp_path, s, scripted=True)
 
 
-# TODO(h42a): remove this marker once the server's placeholder suggestions (issue 42, branch
-# h42a) are merged; then the real analysis must give what the scripted case draws.
 @needs_model
 @pytest.mark.timeout(240)
-@pytest.mark.xfail(strict=True, reason="needs h42a: the server answers an added parameter with placeholders")
 def test_added_parameter_placeholders_from_the_server(tmp_path: Path, screens: list[Screen]) -> None:
     """The same with the real server's answers (its edit analysis: the embedded model's fills are
     gated off, so each call gets the parameter's name as a placeholder)."""

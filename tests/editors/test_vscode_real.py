@@ -326,9 +326,6 @@ def test_added_parameter_placeholders_scripted(vscode: dict[str, Any]) -> None:
         placeholder_session(vscode, ("calls.py", "calls_all.py"), scripted=True)
 
 
-# TODO(h42a): remove this marker once the server's placeholder suggestions (issue 42, branch
-# h42a) are merged; then the real analysis must give what the scripted case draws.
-@pytest.mark.xfail(strict=True, reason="needs h42a: the server answers an added parameter with placeholders")
 def test_added_parameter_placeholders_from_the_server(vscode: dict[str, Any]) -> None:
     """The same with the real server's answers (its edit analysis; no model fill: the embedded
     model's fills are gated off, so each call gets the parameter's name as a placeholder)."""
