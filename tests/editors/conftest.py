@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,6 +51,23 @@ def server_env() -> dict[str, str]:
     if model is not None:
         env["LLADA_MODEL"] = str(model)
     return env
+
+
+def run_driver(nvim: str, driver: Path, spec: dict[str, Any], tmp_path: Path, timeout: float = 240
+               ) -> dict[str, Any]:
+    """Run a driver Neovim (`nvim -l DRIVER SPEC.json OUT.json`, a script of tests/editors that
+    drives a Neovim under test) with the server's environment; what it wrote, with `seconds`.
+    A driver that wrote an `error` fails the test with it (and its `events`, when it kept any)."""
+    spec_path, out_path = tmp_path / "spec.json", tmp_path / "out.json"
+    spec_path.write_text(json.dumps(spec))
+    t0 = time.monotonic()
+    proc = subprocess.run([nvim, "--headless", "--clean", "-l", str(driver), str(spec_path), str(out_path)],
+                          env=server_env(), capture_output=True, text=True, timeout=timeout, check=False)
+    assert out_path.exists(), f"driver wrote nothing: {proc.stdout}\n{proc.stderr}"
+    out: dict[str, Any] = json.loads(out_path.read_text())
+    out["seconds"] = time.monotonic() - t0
+    assert not out.get("error"), f"{out.get('error')}; events: {out.get('events')}"
+    return out
 
 
 needs_model = pytest.mark.skipif(model_dir() is None, reason="no trained model available")

@@ -5,45 +5,12 @@
 -- SPEC: {nvim, init, setup, file, ready_timeout, ghost_timeout, final_timeout,
 --        candidates = [{line, keys}], partial = 'word'|'line'|nil, cycle = bool, menu = bool}
 local spec = vim.json.decode(table.concat(vim.fn.readfile(arg[1]), '\n'), { luanil = { object = true } })
-local out_path = arg[2]
 local result = { events = {} }
+local d = dofile(vim.fn.fnamemodify(arg[0], ':p:h') .. '/nvim_drive.lua').start(spec, arg[2], result)
+local rpc, lua, wait, finish = d.rpc, d.lua, d.wait, d.finish
 
 local function note(ev)
   table.insert(result.events, ev)
-end
-
-local function finish(err)
-  result.error = err
-  vim.fn.writefile({ vim.json.encode(result) }, out_path)
-  os.exit(err and 1 or 0)
-end
-
-local chan = vim.fn.jobstart({ spec.nvim, '--embed', '--headless', '--clean', '-u', spec.init }, {
-  rpc = true,
-  env = { LLADA_TEST_SETUP = vim.json.encode(spec.setup) },
-})
-if chan <= 0 then
-  finish('could not start ' .. spec.nvim)
-end
-
-local function rpc(method, ...)
-  return vim.rpcrequest(chan, method, ...)
-end
-
-local function lua(code, ...)
-  return rpc('nvim_exec_lua', code, { ... })
-end
-
-local function wait(what, timeout_s, fn)
-  local value
-  local ok = vim.wait(timeout_s * 1000, function()
-    value = fn()
-    return value ~= nil and value ~= false
-  end, 20)
-  if not ok then
-    return nil, ('timed out after %ss waiting for %s'):format(timeout_s, what)
-  end
-  return value
 end
 
 -- The ghost text as drawn: every extmark with virtual text in the renderer's namespace.
@@ -89,28 +56,19 @@ local function buffer_lines()
   return rpc('nvim_buf_get_lines', 0, 0, -1, false)
 end
 
+--- The session's end: the status line and :checkhealth as they are now, then quit.
+local function finish_session()
+  result.stats_line = lua([[return require('llada').statusline()]])
+  result.health = lua([[
+    vim.cmd('silent checkhealth llada')
+    return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')]])
+  pcall(rpc, 'nvim_command', 'qall!')
+  finish(nil)
+end
+
 -- Start: open the file, wait for the client and the model.
-rpc('nvim_command', 'edit ' .. vim.fn.fnameescape(spec.file))
+d.open('the model to load (llada/status ready)', function(st) return st.state == 'ready' end)
 result.filetype = lua('return vim.bo.filetype')
-local _, err = wait('the llada client to attach', 30, function()
-  return lua([[return #vim.lsp.get_clients({ bufnr = 0, name = 'llada' }) > 0]])
-end)
-if err then
-  finish(err)
-end
-_, err = wait('the model to load (llada/status ready)', spec.ready_timeout, function()
-  local st = lua([[
-    local c = vim.lsp.get_clients({ bufnr = 0, name = 'llada' })[1]
-    local s = c and require('llada').status[c.id]
-    return s and s.state or vim.NIL]])
-  if st == 'error' then
-    finish('the engine failed to start')
-  end
-  return st == 'ready'
-end)
-if err then
-  finish(err)
-end
 result.renderer = lua([[return require('llada.config').renderer()]])
 result.original = buffer_lines()
 
@@ -350,12 +308,7 @@ if spec.partial then
     result.accepted = lines
     result.after_accept = result.after_partial
     rpc('nvim_input', '<Esc>')
-    result.stats_line = lua([[return require('llada').statusline()]])
-    result.health = lua([[
-      vim.cmd('silent checkhealth llada')
-      return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')]])
-    pcall(rpc, 'nvim_command', 'qall!')
-    finish(nil)
+    finish_session()
   end
   -- The rest is shown again (locally, or by the server's answer for the new text).
   local got = settle(before_counts)
@@ -385,9 +338,4 @@ result.accepted = wait('the accept', 10, function()
 end)
 result.after_accept = snapshot()
 rpc('nvim_input', '<Esc>')
-result.stats_line = lua([[return require('llada').statusline()]])
-result.health = lua([[
-  vim.cmd('silent checkhealth llada')
-  return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')]])
-pcall(rpc, 'nvim_command', 'qall!')
-finish(nil)
+finish_session()

@@ -4,42 +4,9 @@
 --
 -- SPEC: {nvim, init, setup, file, ready_timeout, answer_timeout, line, keys}
 local spec = vim.json.decode(table.concat(vim.fn.readfile(arg[1]), '\n'), { luanil = { object = true } })
-local out_path = arg[2]
 local result = {}
-
-local function finish(err)
-  result.error = err
-  vim.fn.writefile({ vim.json.encode(result) }, out_path)
-  os.exit(err and 1 or 0)
-end
-
-local chan = vim.fn.jobstart({ spec.nvim, '--embed', '--headless', '--clean', '-u', spec.init }, {
-  rpc = true,
-  env = { LLADA_TEST_SETUP = vim.json.encode(spec.setup) },
-})
-if chan <= 0 then
-  finish('could not start ' .. spec.nvim)
-end
-
-local function rpc(method, ...)
-  return vim.rpcrequest(chan, method, ...)
-end
-
-local function lua(code, ...)
-  return rpc('nvim_exec_lua', code, { ... })
-end
-
-local function wait(what, timeout_s, fn)
-  local value
-  local ok = vim.wait(timeout_s * 1000, function()
-    value = fn()
-    return value ~= nil and value ~= false
-  end, 20)
-  if not ok then
-    finish(('timed out after %ss waiting for %s'):format(timeout_s, what))
-  end
-  return value
-end
+local d = dofile(vim.fn.fnamemodify(arg[0], ':p:h') .. '/nvim_drive.lua').start(spec, arg[2], result)
+local rpc, lua, wait, finish = d.rpc, d.lua, d.must, d.finish
 
 -- The overlay as drawn: the extmarks of the next-edit namespace, the suggestions behind them.
 local SNAPSHOT = [[
@@ -81,19 +48,8 @@ local function snapshot()
   return lua(SNAPSHOT)
 end
 
-rpc('nvim_command', 'edit ' .. vim.fn.fnameescape(spec.file))
-wait('the llada client to attach', 30, function()
-  return lua([[return #vim.lsp.get_clients({ bufnr = 0, name = 'llada' }) > 0]])
-end)
-result.ready = wait('the server to offer next edits (llada/status ready, nextEdit)', spec.ready_timeout, function()
-  local st = lua([[
-    local c = vim.lsp.get_clients({ bufnr = 0, name = 'llada' })[1]
-    local s = c and require('llada').status[c.id]
-    return s and { state = s.state, next_edit = s.next_edit } or vim.NIL]])
-  if st ~= vim.NIL and st.state == 'error' then
-    finish('the engine failed to start')
-  end
-  return st ~= vim.NIL and st.state == 'ready' and st.next_edit and st
+result.ready = d.open('the server to offer next edits (llada/status ready, nextEdit)', function(st)
+  return st.state == 'ready' and st.next_edit
 end)
 result.original = rpc('nvim_buf_get_lines', 0, 0, -1, false)
 

@@ -11,13 +11,12 @@ import json
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.editors.conftest import ROOT, needs_model, nvim_binary, server_command, server_env
+from tests.editors.conftest import ROOT, needs_model, nvim_binary, run_driver, server_command
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "lsp" / "data"  # real files with holes, shared with tests/lsp (shapes.py is .txt: it does not parse)
@@ -82,17 +81,7 @@ def drive(tmp_path: Path, file: str, renderer: str, partial: str | None, cycle: 
         # with one, the server's type-through must serve the rest (it knows no injected text)
         "inject_refine": partial is None, "cycle": cycle, "menu": menu,
     }
-    spec_path, out_path = tmp_path / "spec.json", tmp_path / "out.json"
-    spec_path.write_text(json.dumps(spec))
-    t0 = time.monotonic()
-    proc = subprocess.run([NVIM, "--headless", "--clean", "-l", str(HERE / "nvim_driver.lua"),
-                           str(spec_path), str(out_path)], env=server_env(),
-                          capture_output=True, text=True, timeout=240, check=False)
-    assert out_path.exists(), f"driver wrote nothing: {proc.stdout}\n{proc.stderr}"
-    out: dict[str, Any] = json.loads(out_path.read_text())
-    out["seconds"] = time.monotonic() - t0
-    assert not out.get("error"), f"{out.get('error')}; events: {out.get('events')}"
-    return out
+    return run_driver(NVIM, HERE / "nvim_driver.lua", spec, tmp_path)
 
 
 def ghost(snapshot: dict[str, Any]) -> str:
@@ -130,17 +119,25 @@ print(vim.json.encode({
                    "line2": "\n  def", "all": "a\nb"}
 
 
+def shown_ghost(full: str, cid: str, client_id: int) -> str:
+    """Lua: the extmark renderer showing suggestion `full` (completion `cid`) after `x = `, the
+    cursor there; `ghost` and `buf` are its locals."""
+    return f"""
+require('llada.config').set({{ renderer = 'extmark' }})
+local ghost = require('llada.ghost')
+local buf = vim.api.nvim_get_current_buf()
+vim.api.nvim_buf_set_lines(buf, 0, -1, false, {{ 'x = ' }})
+vim.api.nvim_win_set_cursor(0, {{ 1, 4 }})
+ghost.ghosts[buf] = {{ client_id = {client_id}, cid = '{cid}', item = {{}}, full = {json.dumps(full)}, used = 0,
+                      row = 0, col = 4, shown = true }}
+"""
+
+
 @needs_nvim
 def test_extmark_refine_updates_in_place(tmp_path: Path) -> None:
     """The extmark renderer redraws the same extmark when a refinement changes the text."""
-    got = run_lua("""
-require('llada.config').set({ renderer = 'extmark' })
-local ghost = require('llada.ghost')
-local buf = vim.api.nvim_get_current_buf()
-vim.api.nvim_buf_set_lines(buf, 0, -1, false, { 'x = ' })
+    got = run_lua(shown_ghost("foo(1)\nbar", cid="3", client_id=7) + """
 local client = { id = 7, offset_encoding = 'utf-16' }
-ghost.ghosts[buf] = { client_id = 7, cid = '3', item = {}, full = 'foo(1)\\nbar', used = 0,
-                      row = 0, col = 4, shown = true }
 local function marks()
   return vim.api.nvim_buf_get_extmarks(buf, ghost.ns, 0, -1, { details = true })
 end
@@ -168,14 +165,7 @@ print(vim.json.encode({ first = first, final = ghost.ghosts[buf].full, n1 = #m1,
 @needs_nvim
 def test_extmark_partial_accepts(tmp_path: Path) -> None:
     """Word, line and whole accepts insert the right text and keep the rest drawn."""
-    got = run_lua("""
-require('llada.config').set({ renderer = 'extmark' })
-local ghost = require('llada.ghost')
-local buf = vim.api.nvim_get_current_buf()
-vim.api.nvim_buf_set_lines(buf, 0, -1, false, { 'x = ' })
-vim.api.nvim_win_set_cursor(0, { 1, 4 })
-ghost.ghosts[buf] = { client_id = -1, cid = '5', item = {}, full = 'foo(1)\\n  bar()', used = 0,
-                      row = 0, col = 4, shown = true }
+    got = run_lua(shown_ghost("foo(1)\n  bar()", cid="5", client_id=-1) + """
 local steps = {}
 local function step(kind)
   ghost.accept(buf, kind)

@@ -236,6 +236,10 @@ def test_statusline_shows_a_failed_start(tmp_path: Path, screens: list[Screen]) 
     assert "the server exited (code 3)" in row2 and row2.endswith(":LladaRestart"), row2
 
 
+# the real server with next edits on (the model's gate decides its fills: off for the embedded ones)
+NEXT_EDIT_SETUP = {"cmd": server_command(), "cmd_env": {"OMP_NUM_THREADS": "1"},
+                   "server": {"mode": "speedy", "nextEdit": {"enabled": True}},
+                   "next_edit": {"enabled": True, "debounce_ms": 50}}
 NE_LINES = ["def area(width, height):", "    double = width * 2", "    return double * height + width", "",
             "", "def main():", "    return area(2, 3)", ""]
 
@@ -246,10 +250,7 @@ def test_next_edit_overlay_is_drawn(tmp_path: Path, screens: list[Screen]) -> No
     """A parameter renamed at its def: each follow-up site is drawn (the old text in
     LladaNextEditOld's colours, the new name on screen), and accepting all puts the new name on
     every drawn row that had the old one."""
-    setup = {"cmd": server_command(), "cmd_env": {"OMP_NUM_THREADS": "1"},
-             "server": {"mode": "speedy", "nextEdit": {"enabled": True}},
-             "next_edit": {"enabled": True, "debounce_ms": 50}}
-    s = start(tmp_path, setup, "\n".join(NE_LINES), "ne.py")
+    s = start(tmp_path, NEXT_EDIT_SETUP, "\n".join(NE_LINES), "ne.py")
     screens.append(s)
     wait_ready(s)
     s.request("nvim_win_set_cursor", 0, [1, 9])  # on `width` in the def
@@ -288,3 +289,116 @@ def test_restart_after_a_failed_start(tmp_path: Path, screens: list[Screen]) -> 
     wait_ready(s)
     env = s.lua("local c = vim.lsp.get_clients({ name = 'llada' })[1]; return c.config.cmd_env")
     assert env["LLADA_ENGINE_RESTART"] == "1" and env["OMP_NUM_THREADS"] == "1"
+
+
+# -- an added parameter: placeholders (docs/lsp.md "Next-edit suggestions": `placeholder`) --------
+CALLS = ["def connect(host, port):", "    return (host, port)", "", "", "def retry(fn, times):",
+         "    return [fn() for _ in range(times)]", "", "", "def main():", '    a = connect("db", 5432)',
+         '    b = connect("cache", 6379)', "    c = retry(main, 3)", "    d = retry(main, 5)", "    return a, b, c, d", ""]
+CONNECT, RETRY = (0, [9, 10]), (4, [11, 12])  # (the def's 0-based line, its calls' lines)
+
+
+def with_argument(row: int, value: str) -> str:
+    return f"{CALLS[row][:-1]}, {value})"
+
+
+def scripted_answer(s: Screen, rows: list[int], name: str) -> None:
+    """An answer in the wire format (what the server sends for `name` added at the end), given to
+    the plugin's own handler: at each call, `, name` before its `)`, the name a placeholder."""
+    sites = [{"range": {"start": {"line": r, "character": len(CALLS[r]) - 1},
+                        "end": {"line": r, "character": len(CALLS[r]) - 1}},
+              "newText": f", {name}", "oldText": "", "confidence": 0, "line": r, "source": "placeholder",
+              "placeholder": {"start": 2, "end": 2 + len(name)}} for r in rows]
+    s.lua("local buf = vim.api.nvim_get_current_buf(); require('llada.next_edit').show(buf, "
+          "{ id = -1, offset_encoding = 'utf-16' }, { version = vim.lsp.util.buf_versions[buf], "
+          "kind = 'param_added', suggestions = ... }, vim.b[buf].changedtick)", sites)
+
+
+def server_answer(s: Screen) -> Any:
+    """The server's answer for the buffer as it is now (its version), once it has come."""
+    return s.lua("local buf = vim.api.nvim_get_current_buf(); local last = require('llada.next_edit').last[buf]; "
+                 "return last and last.version == vim.lsp.util.buf_versions[buf] and last or vim.NIL")
+
+
+def add_parameter(s: Screen, path: Path, line: int, name: str, rows: list[int], scripted: bool) -> None:
+    """Open `path`, type `, name` before the `)` of def line `line`, and wait for the placeholders
+    drawn at `rows`: `, ` in LladaNextEditNew's colours, `name` in LladaNextEditPlaceholder's."""
+    s.command(f"edit {path}")
+    s.request("nvim_win_set_cursor", 0, [line + 1, CALLS[line].index(")")])
+    s.input(f"i, {name}<Esc>")
+    want = CALLS[line].replace("):", f", {name}):")
+    s.wait_until("the def edited", lambda: s.row_text(line) == want, 10)
+    if scripted:
+        scripted_answer(s, rows, name)
+    else:
+        answer = s.wait_until("the server's answer", lambda: server_answer(s), 60)
+        assert answer["kind"] == "param_added" and [x.get("placeholder") for x in answer["suggestions"]] == [
+            {"start": 2, "end": 2 + len(name)}] * len(rows), answer
+    new, ph = (s.lua("return vim.api.nvim_get_hl(0, { name = ..., link = false })", g)
+               for g in ("LladaNextEditNew", "LladaNextEditPlaceholder"))
+    assert new.get("bg") != ph.get("bg")
+
+    def drawn() -> bool:
+        for r in rows:
+            if re.sub(r"\s+next edit \d+/\d+ · param_added$", "", s.row_text(r)) != with_argument(r, name):
+                return False
+            cells = s.row_cells(r)
+            at = len(CALLS[r]) - 1  # where the inserted text is drawn
+            bgs = [a.get("background") for _, a in cells[at:at + 2 + len(name)]]
+            if bgs != [new.get("bg")] * 2 + [ph.get("bg")] * len(name):
+                return False
+        return True
+
+    s.wait_until(f"`, {name}` drawn at rows {rows}, the name as a placeholder", drawn, 10)
+
+
+def placeholder_session(tmp_path: Path, s: Screen, scripted: bool) -> None:
+    """Accept one: <M-n> jumps to the first call, <M-y> inserts `, timeout` with `timeout` selected
+    in Select mode (drawn as the selection), `30` typed over it. Accept all, in another file:
+    <M-Y> inserts `, delay` at both calls, left as text (Normal mode, nothing selected)."""
+    first, second = tmp_path / "calls.py", tmp_path / "calls_all.py"
+    for p in (first, second):
+        p.write_text("\n".join(CALLS))
+    (def1, rows1), (def2, rows2) = CONNECT, RETRY
+    add_parameter(s, first, def1, "timeout", rows1, scripted)
+    s.input("<M-n>")
+    s.wait_until("the jump to the first call", lambda: s.request("nvim_win_get_cursor", 0)[0] == rows1[0] + 1, 10)
+    s.input("<M-y>")
+    s.wait_until("Select mode over the placeholder", lambda: s.request("nvim_get_mode")["mode"] == "s", 10)
+    assert s.request("nvim_buf_get_lines", 0, rows1[0], rows1[0] + 1, False) == [with_argument(rows1[0], "timeout")]
+    visual = s.lua("return vim.api.nvim_get_hl(0, { name = 'Visual', link = false })")
+    at = len(CALLS[rows1[0]]) + 1  # `timeout`'s first column; the cursor is on it (the cell under
+    # the cursor is drawn by the cursor, not in Visual's colours), the rest drawn selected up to `)`
+    assert s.request("nvim_win_get_cursor", 0) == [rows1[0] + 1, at]
+    s.wait_until("the placeholder drawn selected", lambda: [a.get("background") for _, a in s.row_cells(rows1[0])[at + 1:at + 8]]
+                 == [visual.get("bg")] * 6 + [None], 10)
+    s.input("30<Esc>")
+    s.wait_until("the value typed over it", lambda: s.row_text(rows1[0]) == with_argument(rows1[0], "30"), 10)
+    assert s.request("nvim_buf_get_lines", 0, rows1[0], rows1[0] + 2, False) == [
+        with_argument(rows1[0], "30"), CALLS[rows1[1]]]
+    add_parameter(s, second, def2, "delay", rows2, scripted)
+    s.input("<M-Y>")
+    s.wait_until("both calls with the name as text", lambda: s.request("nvim_buf_get_lines", 0, rows2[0], rows2[-1] + 1, False)
+                 == [with_argument(r, "delay") for r in rows2], 10)
+    assert s.request("nvim_get_mode")["mode"] == "n"
+    ph = s.lua("return vim.api.nvim_get_hl(0, { name = 'LladaNextEditPlaceholder', link = false })")
+    s.wait_until("no placeholder drawn any more", lambda: all(
+        a.get("background") != ph.get("bg") for r in rows2 for _, a in s.row_cells(r)), 10)
+
+
+def test_next_edit_placeholder_on_screen(tmp_path: Path, screens: list[Screen]) -> None:
+    """A scripted answer (no server) through the plugin's own handler: the drawing and the keys."""
+    s = start(tmp_path, {"enable": False, "next_edit": {"enabled": True}}, "\n".join(CALLS), "calls.py")
+    screens.append(s)
+    placeholder_session(tmp_path, s, scripted=True)
+
+
+@needs_model
+@pytest.mark.timeout(240)
+def test_added_parameter_placeholders_from_the_server(tmp_path: Path, screens: list[Screen]) -> None:
+    """The same with the real server's answers (its edit analysis: the embedded model's fills are
+    gated off, so each call gets the parameter's name as a placeholder)."""
+    s = start(tmp_path, NEXT_EDIT_SETUP, "\n".join(CALLS), "calls.py")
+    screens.append(s)
+    wait_ready(s)
+    placeholder_session(tmp_path, s, scripted=False)

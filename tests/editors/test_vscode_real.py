@@ -1,7 +1,8 @@
 """The extension in real VS Code: code-server 4.100.3 (VS Code 1.100.3) with the packaged .vsix,
 in headless chromium driven by Playwright, against the real llada-lsp with a scripted engine
 (tests/editors/vscode_scripted_server.py). Everything is asserted on the editor's DOM: Monaco's
-ghost text, the editor's lines, the status bar item and the next-edit decorations. A failing
+ghost text, the editor's lines, the status bar item and the next-edit decorations (an added
+parameter's placeholders too: a scripted answer, and the real server's once it sends them). A failing
 case leaves a screenshot in $LLADA_TEST_ARTIFACTS (default test-artifacts/vscode-real/).
 Installing (editors/vscode/test-real/setup.sh: apt, npm, PyPI) happens once and is cached.
 The cases run in order on one workbench (each builds on the editor state the last left)."""
@@ -45,6 +46,23 @@ SOURCE = '''def area(width, height):
 
 def volume(width, height, depth):
 '''
+# The added-parameter cases: two functions, each called twice (0-based lines).
+CALLS = '''def connect(host, port):
+    return (host, port)
+
+
+def retry(fn, times):
+    return [fn() for _ in range(times)]
+
+
+def main():
+    a = connect("db", 5432)
+    b = connect("cache", 6379)
+    c = retry(main, 3)
+    d = retry(main, 5)
+    return a, b, c, d
+'''
+CONNECT, RETRY = (0, [9, 10]), (4, [11, 12])  # (the def's line, its calls' lines)
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +73,8 @@ def vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     folder = home / "project"
     folder.mkdir()
     (folder / "calc.py").write_text(SOURCE)
+    for name in ("calls.py", "calls_all.py", "orders.py", "orders_all.py"):  # the placeholder cases
+        (folder / name).write_text(CALLS)
     control = home / "control"
     control.mkdir()
     server = home / "bin" / "llada-lsp"
@@ -109,6 +129,11 @@ def screenshot_on_failure(page: Any, name: str) -> Iterator[None]:
             if log.exists():
                 shutil.copy(log, ARTIFACTS / f"{name}-{log.name}")
         raise
+
+
+def wait_ready(wb: Workbench) -> None:
+    """The status item says the server is ready (or shows a latency: it has answered)."""
+    wait_for("the server ready", lambda: any(re.search(r"llada (ready|\d+ms)", s["text"]) for s in wb.status()), timeout=60)
 
 
 def ghost_is(wb: Workbench, text: str) -> Callable[[], bool]:
@@ -168,6 +193,7 @@ def test_next_edit_decorations_and_alt_y(vscode: dict[str, Any]) -> None:
     wb, page = vscode["wb"], vscode["page"]
     with screenshot_on_failure(page, "next-edit"):
         assert wb.lines()[0] == "def area(width, height):", wb.lines()
+        wait_ready(wb)  # (when run alone: next edits are asked for once the server says it can answer)
         page.keyboard.press("Control+Home")
         for _ in range(len("def area(")):
             page.keyboard.press("ArrowRight")
@@ -215,6 +241,96 @@ def test_mid_line_suggestion_inserts_before_the_rest(vscode: dict[str, Any]) -> 
         assert last_line(wb).strip() == "x = max()", wb.lines()  # ghost text is not in the line's text
         page.keyboard.press("Tab")
         wait_for("Tab to insert before the rest", lambda: last_line(wb).strip() == f"x = max({STEPS[2]})")
+
+
+def add_parameter(wb: Workbench, page: Any, line: int, name: str) -> str:
+    """Type `, name` before the `):` that ends def line `line`; the line as it now reads."""
+    page.keyboard.press("Control+Home")
+    for _ in range(line):
+        page.keyboard.press("ArrowDown")
+    page.keyboard.press("End")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.insert_text(f", {name}")  # one change, as a paste: no half-typed name is asked about
+    want = CALLS.split("\n")[line].replace("):", f", {name}):")
+    wait_for(f"the def to read {want!r}", lambda: wb.lines()[line] == want)
+    return want
+
+
+def with_argument(line: int, value: str) -> str:
+    """Call line `line` of CALLS with `value` as its last argument."""
+    call = CALLS.split("\n")[line]
+    return f"{call[:-1]}, {value})"
+
+
+def placeholders_drawn(wb: Workbench, rows: list[int], name: str) -> list[list[dict[str, Any]]] | None:
+    """At each row's end: `, ` drawn as inserted text, then `name` italic in a dashed box."""
+    lines = wb.next_edit_parts()
+    if len(lines) <= max(rows):
+        return None
+    got = [[p for p in lines[r]["parts"] if not p["text"].strip().startswith("next edit")] for r in rows]
+    want = [{"text": ", ", "italic": False, "dashed": False}, {"text": name, "italic": True, "dashed": True}]
+    return got if all(g == want for g in got) else None
+
+
+def script_placeholders(control: Path, function: str, index: int, name: str, rows: list[int]) -> None:
+    """The scripted answer (vscode_scripted_server.py) to the parameter `name` added to `function`:
+    at each call, `, name` before its `)`, the name a placeholder (docs/lsp.md's contract)."""
+    lines = CALLS.split("\n")
+    sites = [{"range": {"start": {"line": r, "character": len(lines[r]) - 1},
+                        "end": {"line": r, "character": len(lines[r]) - 1}},
+              "newText": f", {name}", "oldText": "", "confidence": 0, "line": r, "source": "placeholder",
+              "placeholder": {"start": 2, "end": 2 + len(name)}} for r in rows]
+    (control / "next-edit.json").write_text(json.dumps(
+        {"kind": "param_added", "detail": f"{function}: +{name} at {index}", "suggestions": sites}))
+
+
+def placeholders_shown(vscode: dict[str, Any], file: str, function: str, line: int, rows: list[int], name: str,
+                       scripted: bool) -> None:
+    """In `file`, `name` added to the def of `function` at `line`: wait for its placeholders at
+    the calls on `rows` (from the server, or `scripted`)."""
+    wb, control = vscode["wb"], vscode["control"]
+    wb.open_file(file)
+    if scripted:
+        script_placeholders(control, function, 2, name, rows)
+    add_parameter(wb, vscode["page"], line, name)
+    wait_for(f"the placeholders at {function}'s calls", lambda: placeholders_drawn(wb, rows, name))
+    (control / "next-edit.json").unlink(missing_ok=True)
+
+
+def placeholder_session(vscode: dict[str, Any], files: tuple[str, str], scripted: bool) -> None:
+    """A parameter added to a def: the placeholders show at both calls; Alt+Y accepts the first
+    and selects its placeholder, typed over with a value. Then, in the second file, a parameter
+    added to another def: Alt+Shift+Y accepts both calls, the placeholder's name left as text."""
+    wb, page = vscode["wb"], vscode["page"]
+    (def1, rows1), (def2, rows2) = CONNECT, RETRY
+    wait_ready(wb)
+    placeholders_shown(vscode, files[0], "connect", def1, rows1, "timeout", scripted)
+    page.keyboard.press("Alt+Y")
+    wait_for("Alt+Y to insert the first call's argument", lambda: wb.lines()[rows1[0]] == with_argument(rows1[0], "timeout"))
+    wait_for("the placeholder selected", lambda: wb.selections() > 0)
+    page.keyboard.type("30", delay=30)
+    wait_for("the placeholder typed over", lambda: wb.lines()[rows1[0]] == with_argument(rows1[0], "30"))
+    assert wb.lines()[rows1[1]] == CALLS.split("\n")[rows1[1]], wb.lines()  # the other call as it was
+    placeholders_shown(vscode, files[1], "retry", def2, rows2, "delay", scripted)
+    page.keyboard.press("Alt+Shift+Y")
+    wait_for("Alt+Shift+Y to insert both calls' arguments",
+             lambda: [wb.lines()[r] for r in rows2] == [with_argument(r, "delay") for r in rows2])
+    assert wb.selections() == 0, "accept-all selects nothing: the placeholders stay as text"
+
+
+def test_added_parameter_placeholders_scripted(vscode: dict[str, Any]) -> None:
+    """The placeholder's drawing and accepts, from a scripted answer in the wire format (the
+    server's own answer replaced: vscode_scripted_server.py)."""
+    with screenshot_on_failure(vscode["page"], "placeholders-scripted"):
+        placeholder_session(vscode, ("calls.py", "calls_all.py"), scripted=True)
+
+
+def test_added_parameter_placeholders_from_the_server(vscode: dict[str, Any]) -> None:
+    """The same with the real server's answers (its edit analysis; no model fill: the embedded
+    model's fills are gated off, so each call gets the parameter's name as a placeholder)."""
+    with screenshot_on_failure(vscode["page"], "placeholders-server"):
+        placeholder_session(vscode, ("orders.py", "orders_all.py"), scripted=False)
 
 
 def test_status_item_on_spawn_error_and_restart(vscode: dict[str, Any]) -> None:

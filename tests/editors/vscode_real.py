@@ -167,6 +167,28 @@ JS_HELPERS = r"""
         .filter((c) => c && c !== 'none' && c !== 'normal').map((c) => clean(c.replace(/^"|"$/g, '')));
       return { struck, added };
     },
+    // per line (as drawn, top to bottom): its text and the decorations' drawn text in order
+    // (each span's ::before, then its ::after), italic and dashed-border flags with each
+    nextEditParts() {
+      const ed = this.editor(); if (!ed) return [];
+      const part = (s, pseudo) => {
+        const st = getComputedStyle(s, pseudo);
+        const c = st.content;
+        if (!c || c === 'none' || c === 'normal') return null;
+        return { text: clean(c.replace(/^"|"$/g, '')), italic: st.fontStyle === 'italic', dashed: st.borderTopStyle === 'dashed' };
+      };
+      const text = (l) => [...l.querySelectorAll('span')].filter((e) => !e.querySelector('span') && !this.isGhost(e))
+        .map((e) => clean(e.textContent)).join('');
+      return [...ed.querySelectorAll('.view-lines .view-line')]
+        .map((l) => ({ top: parseFloat(l.style.top) || 0, text: text(l),
+                       parts: [...l.querySelectorAll('span')].flatMap((s) => [part(s, '::before'), part(s, '::after')]).filter((x) => x) }))
+        .sort((a, b) => a.top - b.top).map(({ text, parts }) => ({ text, parts }));
+    },
+    // how many selection highlights the editor draws (a non-empty selection has at least one)
+    selections() {
+      const ed = this.editor(); if (!ed) return 0;
+      return ed.querySelectorAll('.view-overlays .selected-text').length;
+    },
     // every distinct ghost text, with the wall-clock time it was first on screen
     log: [],
     watch() {
@@ -208,6 +230,12 @@ class Workbench:
     def next_edits(self) -> dict[str, list[str]]:
         return dict(self.call("nextEdits"))
 
+    def next_edit_parts(self) -> list[dict[str, Any]]:
+        return list(self.call("nextEditParts"))
+
+    def selections(self) -> int:
+        return int(self.call("selections"))
+
     def ghost_log(self) -> list[dict[str, Any]]:
         return list(self.page.evaluate("() => window.__llada.log"))
 
@@ -215,8 +243,11 @@ class Workbench:
         self.page.keyboard.press("Control+P")
         self.page.wait_for_selector(".quick-input-widget input", state="visible")
         self.page.keyboard.type(name)
-        wait_for(f"{name} in quick open", lambda: self.page.query_selector(".quick-input-list .monaco-list-row"))
-        self.page.keyboard.press("Enter")
+        # the row of that very file (the list may still show the recent files, or a longer name first)
+        row = wait_for(f"{name} in quick open", lambda: next(
+            (r for r in self.page.query_selector_all(".quick-input-list .monaco-list-row")
+             if (label := r.query_selector(".label-name")) is not None and label.inner_text().strip() == name), None))
+        row.click()
         wait_for(f"{name} open", lambda: self.page.query_selector(f'.tab[data-resource-name="{name}"]'), timeout=30)
         self.page.click(".editor-instance .monaco-editor .view-lines")
 

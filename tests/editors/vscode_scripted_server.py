@@ -8,12 +8,20 @@ screen. An explicitly invoked request (cycling) gets the other candidates on its
 The server writes `sent-<k>` (ms) once it has written the `llada/refine` of refinement k.
 Differences from the real engine: no model; texts fixed; `step` counts script steps.
 
+`llada/nextEdit` is the real server's (its edit analysis needs no model). A scripted answer
+stands in for it while the test keeps `next-edit.json` ({kind, detail, suggestions}) in the
+control directory: an answer of that kind and detail gets those suggestions instead (the
+version stays the real answer's). The clients' placeholder cases use it to draw a
+placeholder (`placeholder`, `source: "placeholder"`: docs/lsp.md) from a server that may not
+send one yet.
+
     python tests/editors/vscode_scripted_server.py [llada-lsp options]
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import threading
@@ -26,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from engine.api import CompletionRequest, EngineEvent, diff_edits  # noqa: E402
 from llada_lsp import cli, server  # noqa: E402
 from llada_lsp.engine_base import EngineClient, EngineJob, Progress  # noqa: E402
+from llada_lsp.next_edit import Answer, NextEditParams, NextEditService  # noqa: E402
 
 STEPS = ("width + height", "width * height", "width * height * depth")  # draft, refinement 1, 2
 OTHERS = ("height * width", "max(width, height)")  # the candidates an invoked request adds
@@ -85,7 +94,22 @@ def timed_notify(ls: server.LladaServer, method: str, params: dict[str, Any]) ->
         (Path(os.environ["LLADA_SCRIPT_DIR"]) / f"sent-{params['step'] - 1}").write_text(f"{time.time() * 1000:.3f}")
 
 
+_suggest = NextEditService.suggest
+
+
+async def scripted_suggest(self: NextEditService, p: NextEditParams) -> Answer:
+    """The real answer, replaced by next-edit.json's suggestions when its kind and detail match."""
+    answer = await _suggest(self, p)
+    script = Path(os.environ["LLADA_SCRIPT_DIR"]) / "next-edit.json"
+    if script.exists():
+        want = json.loads(script.read_text())
+        if (answer.kind, answer.detail) == (want["kind"], want["detail"]):
+            return Answer(answer.version, want["suggestions"], "", answer.kind, answer.detail)
+    return answer
+
+
 if __name__ == "__main__":
     server.LladaServer.notify = timed_notify  # type: ignore[method-assign,assignment]
+    NextEditService.suggest = scripted_suggest  # type: ignore[method-assign]
     server.server.engine_factory = factory
     raise SystemExit(cli.main(sys.argv[1:]))

@@ -41,6 +41,7 @@ let nextEdits: NextEditController;
 let oldTextDecoration: vscode.TextEditorDecorationType;
 let newTextDecoration: vscode.TextEditorDecorationType;
 let labelDecoration: vscode.TextEditorDecorationType; // "next edit k/N · kind" at a site's line end
+let placeholderDecoration: vscode.TextEditorDecorationType; // a suggestion with a placeholder (styled per site)
 
 function readSettings(): Settings {
   const c = vscode.workspace.getConfiguration("llada");
@@ -263,13 +264,39 @@ function editorOf(uri: string): vscode.TextEditor | undefined {
 const toRange = (r: { start: { line: number; character: number }; end: { line: number; character: number } }): vscode.Range =>
   new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
 
+const INSERTED = new vscode.ThemeColor("diffEditor.insertedTextBackground");
+const NEW_TEXT = { backgroundColor: INSERTED };
+// a placeholder: the inserted text's colours, italic in a dashed box (the part to type over)
+const PLACEHOLDER = { backgroundColor: INSERTED, fontStyle: "italic", border: "1px dashed",
+  borderColor: new vscode.ThemeColor("editorInfo.foreground") };
+
+/** The new text of a site with a placeholder, at one point: its parts as the decoration's `before`
+ * and `after` (VS Code draws every `before` at a point ahead of every `after`). The analysis' sites
+ * have text on one side of the placeholder at most; with both, the rest goes in the placeholder's box. */
+function placeholderOptions(p: NonNullable<NextEditDecoration["placeholder"]>, replaces: boolean): vscode.DecorationInstanceRenderOptions {
+  const margin = replaces ? "0 0 0 0.5em" : "0"; // apart from the struck-out text; an insertion stays in place
+  if (p.after === "") {
+    return { before: { contentText: p.before, ...NEW_TEXT, margin }, after: { contentText: p.text, ...PLACEHOLDER } };
+  }
+  if (p.before === "") {
+    return { before: { contentText: p.text, ...PLACEHOLDER, margin }, after: { contentText: p.after, ...NEW_TEXT } };
+  }
+  return { before: { contentText: p.before, ...NEW_TEXT, margin }, after: { contentText: p.text + p.after, ...PLACEHOLDER } };
+}
+
 function renderNextEdits(uri: string, decorations: NextEditDecoration[]): void {
   const editor = editorOf(uri);
   if (editor) {
+    const at = (d: NextEditDecoration): vscode.Range => new vscode.Range(toRange(d.range).end, toRange(d.range).end);
     editor.setDecorations(oldTextDecoration, decorations.map((d) => ({ range: toRange(d.range), hoverMessage: d.hover })));
-    editor.setDecorations(newTextDecoration, decorations.map((d) => ({
-      range: new vscode.Range(toRange(d.range).end, toRange(d.range).end),
+    editor.setDecorations(newTextDecoration, decorations.filter((d) => !d.placeholder).map((d) => ({
+      range: at(d),
       renderOptions: { after: { contentText: d.after } },
+    })));
+    editor.setDecorations(placeholderDecoration, decorations.filter((d) => d.placeholder).map((d) => ({
+      range: at(d),
+      hoverMessage: d.hover,
+      renderOptions: placeholderOptions(d.placeholder!, !toRange(d.range).isEmpty),
     })));
     editor.setDecorations(labelDecoration, decorations.map((d) => {
       const end = editor.document.lineAt(d.range.end.line).range.end;
@@ -322,8 +349,11 @@ async function acceptNextEdit(): Promise<void> {
   const editor = vscode.window.activeTextEditor;
   const uri = editor && uriOf(editor.document);
   const edit = uri && nextEdits.accept(uri, editor.selection.active);
-  if (editor && edit) {
-    await editor.edit((b) => b.replace(toRange(edit.range), edit.newText));
+  if (editor && edit && await editor.edit((b) => b.replace(toRange(edit.range), edit.newText)) && edit.select) {
+    // the placeholder selected: what the user types replaces it
+    const sel = toRange(edit.select);
+    editor.selection = new vscode.Selection(sel.start, sel.end);
+    editor.revealRange(sel, vscode.TextEditorRevealType.InCenterIfOutsideViewport);
   }
 }
 
@@ -406,8 +436,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   labelDecoration = vscode.window.createTextEditorDecorationType({
     after: { color: new vscode.ThemeColor("editorCodeLens.foreground"), fontStyle: "italic", margin: "0 0 0 1em" },
   });
+  placeholderDecoration = vscode.window.createTextEditorDecorationType({});
   nextEdits = makeNextEdits();
-  context.subscriptions.push(output, status, oldTextDecoration, newTextDecoration, labelDecoration);
+  context.subscriptions.push(output, status, oldTextDecoration, newTextDecoration, labelDecoration, placeholderDecoration);
   context.subscriptions.push(
     vscode.commands.registerCommand("llada.restartServer", () => restart(context, true)),
     vscode.commands.registerCommand("llada.showStats", async () => {

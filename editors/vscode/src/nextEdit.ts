@@ -4,10 +4,19 @@
 // sites of one edit: a rename's uses, a changed function's calls) becomes one reviewable set of
 // decorations (the old text struck out, the new text after it, "next edit k/N · kind" at each
 // site's line end): jump through it, accept one or all, dismiss. Any edit clears it, and so
-// does switching to another editor.
+// does switching to another editor. A suggestion with a placeholder (an added parameter's name
+// at a call, for the user to type over) has that part drawn apart; accepting that one
+// suggestion selects the placeholder in the document (typing replaces it), accepting all
+// leaves every placeholder as plain text.
 import type { LspPosition, LspRange, LspTextEdit } from "./core";
 
 export const NEXT_EDIT_METHOD = "llada/nextEdit";
+
+/** A span of a suggestion's `newText`, in UTF-16 code units (the encoding the extension negotiates). */
+export interface Placeholder {
+  start: number;
+  end: number;
+}
 
 /** One suggestion of a `llada/nextEdit` answer. */
 export interface NextEditSuggestion {
@@ -16,7 +25,8 @@ export interface NextEditSuggestion {
   oldText: string;
   confidence: number;
   line: number;
-  source?: string; // "analysis" (the edit decides the text) or "model" (a masked fill)
+  source?: string; // "analysis" (the edit decides the text), "model" (a masked fill) or "placeholder"
+  placeholder?: Placeholder; // the part of newText the user is to type over
 }
 
 /** The answer: the document version it applies to, and why it is empty when it is. */
@@ -35,24 +45,60 @@ export interface NextEditParams {
 }
 
 /** How a suggestion is drawn: the old text's range (struck out; empty for an insertion) and
- * the text shown after it (the new text's first line, "⏎" marking each line break). */
+ * the text shown after it (the new text, "⏎" marking each line break); with a placeholder,
+ * that text in three parts: before it, the placeholder, after it. */
 export interface NextEditDecoration {
   range: LspRange;
   after: string;
   hover: string;
   label: string; // the site's place in the set, drawn apart from the text ("next edit 2/3 · rename")
+  placeholder?: { before: string; text: string; after: string };
+}
+
+/** The text as drawn on one line: "⏎" for each line break, none for a final one. */
+const drawn = (t: string): string => t.split("\n").join(" ⏎ ");
+
+/** The suggestion's placeholder when it is a span of its newText (else none: a plain suggestion). */
+export function placeholderOf(s: NextEditSuggestion): Placeholder | undefined {
+  const p = s.placeholder;
+  const ok = !!p && Number.isInteger(p.start) && Number.isInteger(p.end) && p.start >= 0 && p.start <= p.end
+    && p.end <= s.newText.length;
+  return ok ? p : undefined;
+}
+
+/** Where text `t` inserted at `at` ends. */
+function advance(at: LspPosition, t: string): LspPosition {
+  const lines = t.split("\n");
+  return lines.length === 1 ? { line: at.line, character: at.character + t.length }
+    : { line: at.line + lines.length - 1, character: lines[lines.length - 1].length };
+}
+
+/** The document range the placeholder covers once the suggestion is applied. */
+export function placeholderRange(s: NextEditSuggestion): LspRange | undefined {
+  const p = placeholderOf(s);
+  if (!p) {
+    return undefined;
+  }
+  const start = advance(s.range.start, s.newText.slice(0, p.start));
+  return { start, end: advance(start, s.newText.slice(p.start, p.end)) };
 }
 
 export function decorationOf(s: NextEditSuggestion, k = 1, n = 1, kind = ""): NextEditDecoration {
-  const lines = s.newText.replace(/\n$/, "").split("\n");
-  const after = lines.length > 1 ? `${lines[0]} ⏎ ${lines.slice(1).join(" ⏎ ")}` : lines[0];
   const label = `next edit ${k}/${n}${kind ? ` · ${kind}` : ""}`;
-  return {
+  const p = placeholderOf(s);
+  const text = s.newText.replace(/\n$/, "");
+  const d: NextEditDecoration = {
     range: s.range,
-    after,
+    after: drawn(text),
     hover: `llada ${label} (${s.source ?? "model"}, confidence ${s.confidence.toFixed(2)}):\n- ${JSON.stringify(s.oldText)}\n+ ${JSON.stringify(s.newText)}`,
     label,
   };
+  if (p) {
+    const name = s.newText.slice(p.start, p.end);
+    d.placeholder = { before: drawn(text.slice(0, p.start)), text: drawn(name), after: drawn(text.slice(Math.min(p.end, text.length))) };
+    d.hover += `\nAccept it, then type over ${JSON.stringify(name)}.`;
+  }
+  return d;
 }
 
 function before(a: LspPosition, b: LspPosition): boolean {
@@ -179,17 +225,20 @@ export class NextEditController {
     return jumpTarget(this.suggestions(uri), cursor)?.range.start;
   }
 
-  /** The edit the accept key applies (what is shown is cleared: the edit asks again). */
-  accept(uri: string, cursor: LspPosition): LspTextEdit | undefined {
+  /** The edit the accept key applies, and with a placeholder the range to select once it is
+   * applied (what is shown is cleared: the edit asks again). */
+  accept(uri: string, cursor: LspPosition): (LspTextEdit & { select?: LspRange }) | undefined {
     const target = acceptTarget(this.suggestions(uri), cursor);
     if (!target) {
       return undefined;
     }
     this.clear(uri);
-    return { range: target.range, newText: target.newText };
+    const select = placeholderRange(target);
+    return { range: target.range, newText: target.newText, ...(select ? { select } : {}) };
   }
 
-  /** Every edit of the set (the editor applies them as one edit); what is shown is cleared. */
+  /** Every edit of the set (the editor applies them as one edit; placeholders stay as text);
+   * what is shown is cleared. */
   acceptAll(uri: string): LspTextEdit[] {
     const all = this.suggestions(uri);
     if (all.length > 0) {

@@ -5,16 +5,8 @@
 // embedded model's argument (fill threshold 1e-6, option nextEdit.threshold, so it shows
 // whatever its confidence: the assertions are about structure, not the model's taste).
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
-import * as fs from "node:fs";
-import * as path from "node:path";
 import { after, before, describe, it } from "node:test";
-import {
-  createMessageConnection,
-  StreamMessageReader,
-  StreamMessageWriter,
-  type MessageConnection,
-} from "vscode-jsonrpc/node";
+import type { MessageConnection } from "vscode-jsonrpc/node";
 import { applyEdits, DEFAULT_SETTINGS, offsetAt, serverOptions, type LspPosition, type StatusParams } from "../src/core";
 import {
   NEXT_EDIT_METHOD,
@@ -22,26 +14,15 @@ import {
   acceptTarget,
   decorationOf,
   jumpTarget,
+  placeholderOf,
+  placeholderRange,
   type NextEditDecoration,
   type NextEditParams,
   type NextEditResult,
   type NextEditSuggestion,
 } from "../src/nextEdit";
+import { modelDir, startServer, stopServer, type RealServer } from "./realServer";
 
-const ROOT = path.resolve(__dirname, "../../../..");
-
-function modelDir(): string | undefined {
-  const cands = [process.env.LLADA_MODEL, path.join(ROOT, "engine/checkpoints/tiny-code"), path.join(ROOT, "runs/embedded/latest")];
-  return cands.find((c): c is string => !!c && fs.existsSync(path.join(c, "config.json")));
-}
-
-function serverCommand(): [string, string[]] {
-  if (process.env.LLADA_LSP) {
-    return [process.env.LLADA_LSP, []];
-  }
-  const venv = path.join(ROOT, ".venv/bin/llada-lsp");
-  return fs.existsSync(venv) ? [venv, []] : ["python3", ["-m", "llada_lsp"]];
-}
 
 const RENAME = ["def area(width, height):", "    double = width * 2", "    return double * height + width", "", "", "def main():",
   "    return area(2, 3)", ""].join("\n");
@@ -68,6 +49,51 @@ describe("next-edit helpers", () => {
     assert.equal(decorationOf(suggestion(0, 0, 1, 0, "ab\ncd\n")).after, "ab ⏎ cd");
   });
 
+  it("placeholders: the part drawn apart, the range selected after an accept, a bad one ignored", () => {
+    const at = (line: number, c: number, newText: string, start: number, end: number): NextEditSuggestion => ({
+      ...suggestion(line, c, line, c, newText), oldText: "", confidence: 0, source: "placeholder", placeholder: { start, end },
+    });
+    const appended = at(3, 6, ", timeout", 2, 9); // f(1, 2|) -> f(1, 2, timeout)
+    assert.deepEqual(decorationOf(appended).placeholder, { before: ", ", text: "timeout", after: "" });
+    assert.deepEqual(placeholderRange(appended), { start: { line: 3, character: 8 }, end: { line: 3, character: 15 } });
+    const first = at(0, 2, "x, ", 0, 1); // f(|a) -> f(x, a)
+    assert.deepEqual(decorationOf(first).placeholder, { before: "", text: "x", after: ", " });
+    // UTF-16 code units: "😀" is two, so `deadline` is units 7 to 15
+    const wide = at(1, 4, ", 😀 = deadline", 7, 15);
+    assert.equal(decorationOf(wide).placeholder?.text, "deadline");
+    assert.deepEqual(placeholderRange(wide), { start: { line: 1, character: 11 }, end: { line: 1, character: 19 } });
+    const lines = at(2, 0, "a,\n    name", 7, 11); // on the next line
+    assert.deepEqual(placeholderRange(lines), { start: { line: 3, character: 4 }, end: { line: 3, character: 8 } });
+    assert.equal(decorationOf(lines).placeholder?.before, "a, ⏎     ");
+    for (const bad of [{ start: 2, end: 99 }, { start: 5, end: 2 }, { start: -1, end: 2 }, { start: 0.5, end: 2 }]) {
+      const s = { ...appended, placeholder: bad };
+      assert.equal(placeholderOf(s), undefined, JSON.stringify(bad));
+      assert.equal(decorationOf(s).placeholder, undefined);
+      assert.equal(decorationOf(s).after, ", timeout");
+    }
+  });
+
+  it("accepting one placeholder suggestion selects it; accepting all selects nothing", async () => {
+    const uri = "file:///p.py";
+    const answer: NextEditResult = { version: 1, kind: "param_added", suggestions: [
+      { ...suggestion(5, 10, 5, 10, ", timeout"), oldText: "", source: "placeholder", placeholder: { start: 2, end: 9 } },
+      { ...suggestion(6, 10, 6, 10, ", timeout"), oldText: "", source: "placeholder", placeholder: { start: 2, end: 9 } },
+    ] };
+    const drawn: NextEditDecoration[][] = [];
+    const c = new NextEditController({
+      send: () => Promise.resolve(answer), version: () => 1, cursor: () => ({ line: 0, character: 0 }),
+      render: (_u, d) => drawn.push(d), enabled: () => true,
+    }, 0);
+    await c.request(uri);
+    assert.deepEqual(drawn[0].map((d) => d.placeholder?.text), ["timeout", "timeout"]);
+    assert.deepEqual(c.accept(uri, { line: 6, character: 0 }), {
+      range: answer.suggestions[1].range, newText: ", timeout",
+      select: { start: { line: 6, character: 12 }, end: { line: 6, character: 19 } },
+    });
+    await c.request(uri);
+    assert.deepEqual(c.acceptAll(uri), answer.suggestions.map((s) => ({ range: s.range, newText: s.newText })));
+  });
+
   it("sends the server's part of the settings only when changed", () => {
     assert.equal("nextEdit" in serverOptions(DEFAULT_SETTINGS), false);
     assert.deepEqual(serverOptions({ ...DEFAULT_SETTINGS, nextEdit: { enabled: false, debounceMs: 10, threshold: 0.2 } }).nextEdit,
@@ -78,7 +104,7 @@ describe("next-edit helpers", () => {
 const MODEL = modelDir();
 
 describe("next edits against the real llada-lsp", { skip: MODEL ? false : "no trained model available", timeout: 240_000 }, () => {
-  let proc: ChildProcess;
+  let server: RealServer | undefined;
   let conn: MessageConnection;
   const renameUri = "file:///tmp/llada-vscode-next-edit/rename.py";
   const paramUri = "file:///tmp/llada-vscode-next-edit/param.py";
@@ -125,25 +151,22 @@ describe("next edits against the real llada-lsp", { skip: MODEL ? false : "no tr
   }
 
   before(async () => {
-    const [cmd, args] = serverCommand();
-    proc = spawn(cmd, args, {
-      cwd: ROOT,
-      env: { ...process.env, LLADA_MODEL: MODEL, OMP_NUM_THREADS: process.env.OMP_NUM_THREADS ?? "1" },
-      stdio: ["pipe", "pipe", process.env.LLADA_TEST_VERBOSE ? "inherit" : "ignore"],
-    });
-    conn = createMessageConnection(new StreamMessageReader(proc.stdout!), new StreamMessageWriter(proc.stdin!));
+    let settle: (s: StatusParams) => void = () => undefined;
     const settled = new Promise<StatusParams>((resolve) => {
-      conn.onNotification("llada/status", (s: StatusParams) => {
+      settle = resolve;
+    });
+    server = startServer(MODEL!, (c) => {
+      c.onNotification("llada/status", (s: StatusParams) => {
         if (s.state === "ready" || s.state === "error") {
-          resolve(s);
+          settle(s);
         }
       });
+      for (const m of ["window/showMessage", "$/progress", "llada/refine", "llada/stats"]) {
+        c.onNotification(m, () => undefined);
+      }
+      c.onRequest("window/workDoneProgress/create", () => null);
     });
-    for (const m of ["window/showMessage", "$/progress", "llada/refine", "llada/stats"]) {
-      conn.onNotification(m, () => undefined);
-    }
-    conn.onRequest("window/workDoneProgress/create", () => null);
-    conn.listen();
+    conn = server.conn;
     const init = await conn.sendRequest<{ capabilities: { experimental?: { llada?: { nextEdit?: boolean } } } }>("initialize", {
       processId: process.pid, rootUri: null,
       capabilities: { general: { positionEncodings: ["utf-16"] }, textDocument: { inlineCompletion: {} } },
@@ -160,14 +183,7 @@ describe("next edits against the real llada-lsp", { skip: MODEL ? false : "no tr
     }
   });
 
-  after(async () => {
-    if (conn) {
-      await conn.sendRequest("shutdown").catch(() => undefined);
-      await conn.sendNotification("exit").catch(() => undefined);
-      conn.dispose();
-    }
-    proc?.kill();
-  });
+  after(() => stopServer(server));
 
   it("a renamed parameter: its uses come as one labelled set, a switch clears it, accept all applies it", async () => {
     const drawn = nextRender(renameUri);

@@ -2,17 +2,11 @@
 // SuggestionTracker follows the server's llada/refine stream for the shown completion, and
 // the settings reach the server as its options.
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { pathToFileURL } from "node:url";
 import { after, before, describe, it } from "node:test";
-import {
-  createMessageConnection,
-  StreamMessageReader,
-  StreamMessageWriter,
-  type MessageConnection,
-} from "vscode-jsonrpc/node";
+import type { MessageConnection } from "vscode-jsonrpc/node";
 import {
   DEFAULT_SETTINGS,
   SuggestionTracker,
@@ -27,22 +21,9 @@ import {
   type StatsParams,
   type StatusParams,
 } from "../src/core";
+import { ROOT, modelDir, startServer, stopServer, type RealServer } from "./realServer";
 
-const ROOT = path.resolve(__dirname, "../../../..");
 const DATA = path.join(ROOT, "tests/lsp/data"); // the language server tests' real files
-
-function modelDir(): string | undefined {
-  const cands = [process.env.LLADA_MODEL, path.join(ROOT, "engine/checkpoints/tiny-code"), path.join(ROOT, "runs/embedded/latest")];
-  return cands.find((c): c is string => !!c && fs.existsSync(path.join(c, "config.json")));
-}
-
-function serverCommand(): [string, string[]] {
-  if (process.env.LLADA_LSP) {
-    return [process.env.LLADA_LSP, []];
-  }
-  const venv = path.join(ROOT, ".venv/bin/llada-lsp");
-  return fs.existsSync(venv) ? [venv, []] : ["python3", ["-m", "llada_lsp"]];
-}
 
 async function poll<T>(what: string, timeoutMs: number, fn: () => T | undefined | false | Promise<T | undefined | false>): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -65,7 +46,7 @@ interface InlineResult {
 const MODEL = modelDir();
 
 describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model available", timeout: 240_000 }, () => {
-  let proc: ChildProcess;
+  let server: RealServer | undefined;
   let conn: MessageConnection;
   const tracker = new SuggestionTracker();
   const refines: RefineParams[] = [];
@@ -78,31 +59,26 @@ describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model
   let uri = "";
 
   before(async () => {
-    const [cmd, args] = serverCommand();
-    proc = spawn(cmd, args, {
-      cwd: ROOT,
-      env: { ...process.env, LLADA_MODEL: MODEL, OMP_NUM_THREADS: process.env.OMP_NUM_THREADS ?? "1" },
-      stdio: ["pipe", "pipe", process.env.LLADA_TEST_VERBOSE ? "inherit" : "ignore"],
+    server = startServer(MODEL!, (c) => {
+      c.onNotification("llada/refine", (p: RefineParams) => {
+        refines.push(p);
+        tracker.refine(p);
+      });
+      c.onNotification("llada/stats", (s: StatsParams) => {
+        stats.push(s);
+      });
+      c.onNotification("llada/status", (s: StatusParams) => {
+        statuses.push(s);
+      });
+      c.onNotification("window/showMessage", () => undefined);
+      c.onNotification("$/progress", () => undefined);
+      c.onRequest("window/workDoneProgress/create", () => null);
+      c.onRequest("workspace/configuration", (p: { items: { section?: string }[] }) => {
+        configurationPulls.push(p);
+        return p.items.map((i) => (i.section === "llada" ? serverOptions(settings) : null));
+      });
     });
-    conn = createMessageConnection(new StreamMessageReader(proc.stdout!), new StreamMessageWriter(proc.stdin!));
-    conn.onNotification("llada/refine", (p: RefineParams) => {
-      refines.push(p);
-      tracker.refine(p);
-    });
-    conn.onNotification("llada/stats", (s: StatsParams) => {
-      stats.push(s);
-    });
-    conn.onNotification("llada/status", (s: StatusParams) => {
-      statuses.push(s);
-    });
-    conn.onNotification("window/showMessage", () => undefined);
-    conn.onNotification("$/progress", () => undefined);
-    conn.onRequest("window/workDoneProgress/create", () => null);
-    conn.onRequest("workspace/configuration", (p: { items: { section?: string }[] }) => {
-      configurationPulls.push(p);
-      return p.items.map((i) => (i.section === "llada" ? serverOptions(settings) : null));
-    });
-    conn.listen();
+    conn = server.conn;
     const init = await conn.sendRequest<{ capabilities: Record<string, unknown> }>("initialize", {
       processId: process.pid,
       rootUri: pathToFileURL(DATA).href,
@@ -129,14 +105,7 @@ describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model
     await conn.sendNotification("textDocument/didOpen", { textDocument: { uri, languageId: "typescript", version, text } });
   });
 
-  after(async () => {
-    if (conn) {
-      await conn.sendRequest("shutdown").catch(() => undefined);
-      await conn.sendNotification("exit").catch(() => undefined);
-      conn.dispose();
-    }
-    proc?.kill();
-  });
+  after(() => stopServer(server));
 
   function positionAfter(needle: string): LspPosition {
     const i = text.indexOf(needle);

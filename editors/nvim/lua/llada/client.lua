@@ -40,6 +40,26 @@ function M.cancel(client, id)
   end
 end
 
+--- Stop a pending debounce timer and cancel the request in flight (`p`: a buffer's pending
+--- state {timer, request, client_id}, as ghost.lua and next_edit.lua keep it).
+function M.stop_pending(p)
+  if not p then
+    return
+  end
+  if p.timer and not p.timer:is_closing() then
+    p.timer:stop()
+    p.timer:close()
+  end
+  p.timer = nil
+  if p.request and p.client_id then
+    local client = vim.lsp.get_client_by_id(p.client_id)
+    if client then
+      M.cancel(client, p.request)
+    end
+  end
+  p.request = nil
+end
+
 --- Run an item's command (the server records accepts through it).
 function M.exec_cmd(client, command, bufnr)
   if not command then

@@ -21,6 +21,7 @@ local M = {}
 ---@field debounce_ms integer   wait this long after the last edit
 ---@field hl_old string         the text a suggestion replaces (linked to DiffDelete)
 ---@field hl_new string         the suggested text (linked to DiffAdd)
+---@field hl_placeholder string|nil a placeholder in it, to type over (linked to SnippetTabstop)
 ---@field keymaps llada.NextEditKeymaps|false
 
 ---@class llada.Config
@@ -64,6 +65,7 @@ M.defaults = {
     debounce_ms = 300,
     hl_old = 'LladaNextEditOld',
     hl_new = 'LladaNextEditNew',
+    hl_placeholder = 'LladaNextEditPlaceholder',
     keymaps = { jump = '<M-n>', accept = '<M-y>', accept_all = '<M-Y>', dismiss = '<M-x>' },
   },
 }

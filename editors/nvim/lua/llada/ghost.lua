@@ -78,22 +78,7 @@ function M.clear(buf)
 end
 
 local function cancel_pending(buf)
-  local p = pending[buf]
-  if not p then
-    return
-  end
-  if p.timer and not p.timer:is_closing() then
-    p.timer:stop()
-    p.timer:close()
-  end
-  p.timer = nil
-  if p.request and p.client_id then
-    local client = vim.lsp.get_client_by_id(p.client_id)
-    if client then
-      lc.cancel(client, p.request)
-    end
-  end
-  p.request = nil
+  lc.stop_pending(pending[buf])
 end
 
 --- Keep the suggestion when the user types what it suggests (type-through), else hide it.

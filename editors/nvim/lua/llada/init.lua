@@ -243,6 +243,8 @@ function M.setup(opts)
   api.nvim_set_hl(0, 'LladaNextEditOld', { link = 'DiffDelete', default = true })
   api.nvim_set_hl(0, 'LladaNextEditNew', { link = 'DiffAdd', default = true })
   api.nvim_set_hl(0, 'LladaNextEditInfo', { link = 'Comment', default = true })
+  api.nvim_set_hl(0, 'LladaNextEditPlaceholder', -- a placeholder to type over, as a snippet's
+    { link = vim.fn.has('nvim-0.10') == 1 and 'SnippetTabstop' or 'Visual', default = true })
   local actions = { jump = next_edit.jump, accept = next_edit.accept, accept_all = next_edit.accept_all,
                    dismiss = next_edit.dismiss,
                    request = function() next_edit.request(api.nvim_get_current_buf()) end }

@@ -8,6 +8,12 @@
 --- the next site, `accept` applies the one on the cursor's line (else the next one),
 --- `accept_all` applies the whole set, `dismiss` hides it. Any edit of the buffer and leaving the
 --- buffer clear them; a newer answer replaces them.
+---
+--- A suggestion may carry a placeholder (`placeholder = {start, end}`: code units of `newText`,
+--- `source = "placeholder"`; an added parameter's name at each call, for the user to replace):
+--- its part of the new text is drawn in LladaNextEditPlaceholder, and accepting that one
+--- suggestion leaves it selected in Select mode (as a snippet's placeholder: typing replaces it,
+--- the unnamed register is kept). `accept_all` inserts every placeholder as plain text.
 local api = vim.api
 local config = require('llada.config')
 local lc = require('llada.client')
@@ -30,6 +36,7 @@ M.servers = {}
 ---@field old_text string
 ---@field range table        the LSP range (client encoding)
 ---@field confidence number
+---@field placeholder {[1]: integer, [2]: integer}|nil bytes of new_text (0-based, end exclusive)
 
 ---@class llada.NextEdits
 ---@field client_id integer
@@ -57,22 +64,7 @@ function M.clear(buf)
 end
 
 local function stop(buf)
-  local p = pending[buf]
-  if not p then
-    return
-  end
-  if p.timer and not p.timer:is_closing() then
-    p.timer:stop()
-    p.timer:close()
-  end
-  p.timer = nil
-  if p.request and p.client_id then
-    local client = vim.lsp.get_client_by_id(p.client_id)
-    if client then
-      lc.cancel(client, p.request)
-    end
-  end
-  p.request = nil
+  lc.stop_pending(pending[buf])
 end
 
 --- Byte column of LSP position `pos` in `buf` (characters counted in `encoding`).
@@ -81,15 +73,58 @@ local function byte_col(buf, pos, encoding)
   return text.offset(line, { line = 0, character = pos.character }, encoding)
 end
 
+--- A suggestion's placeholder as bytes of `new_text` ({start, end}), nil without a valid one.
+local function placeholder_of(new_text, p, encoding)
+  if type(p) ~= 'table' then
+    return nil
+  end
+  local a = text.byte_index(new_text, p.start, encoding)
+  local b = text.byte_index(new_text, p['end'], encoding)
+  if not a or not b or b < a then
+    return nil
+  end
+  return { a, b }
+end
+
 --- One suggestion from the server's answer, in buffer rows and byte columns.
 local function item_of(buf, s, encoding)
   local r = s.range
+  local new_text = s.newText or ''
   return {
     row = r.start.line, col = byte_col(buf, r.start, encoding),
     end_row = r['end'].line, end_col = byte_col(buf, r['end'], encoding),
-    new_text = s.newText or '', old_text = s.oldText or '', range = r,
+    new_text = new_text, old_text = s.oldText or '', range = r,
     confidence = tonumber(s.confidence) or 0,
+    placeholder = placeholder_of(new_text, s.placeholder, encoding),
   }
+end
+
+--- The lines of a suggestion's new text as virtual-text chunks: the placeholder's bytes in
+--- `hl_ph`, the rest in `hl`.
+local function chunk_lines(lines, ph, hl, hl_ph)
+  local out, at = {}, 0 -- `at`: byte offset in new_text of the line's start
+  for _, l in ipairs(lines) do
+    local chunks = {}
+    local a = ph and math.max(0, math.min(#l, ph[1] - at)) or #l
+    local b = ph and math.max(0, math.min(#l, ph[2] - at)) or #l
+    for _, part in ipairs({ { l:sub(1, a), hl }, { l:sub(a + 1, b), hl_ph }, { l:sub(b + 1), hl } }) do
+      if part[1] ~= '' then
+        table.insert(chunks, part)
+      end
+    end
+    table.insert(out, #chunks > 0 and chunks or { { '', hl } })
+    at = at + #l + 1
+  end
+  return out
+end
+
+--- Where text `s` inserted at (row, col) ends: its last row and the byte column after it.
+local function advance(row, col, s)
+  local lines = text.lines(s)
+  if #lines == 1 then
+    return row, col + #s
+  end
+  return row + #lines - 1, #lines[#lines]
 end
 
 --- Draw one suggestion (the `k`th of `n`, of an edit of `kind`); returns its extmark ids.
@@ -116,22 +151,20 @@ local function draw_item(buf, it, k, n, kind)
   if #lines == 0 or (#lines == 1 and lines[1] == '') then
     return marks -- a deletion: the highlight says it
   end
+  local virt = chunk_lines(lines, it.placeholder, o.hl_new, o.hl_placeholder or 'LladaNextEditPlaceholder')
   if #lines == 1 and it.end_row == it.row then
-    mark(it.end_row, it.end_col, { virt_text = { { lines[1], o.hl_new } },
-                                   virt_text_pos = 'inline', hl_mode = 'combine', priority = 200 })
+    mark(it.end_row, it.end_col, { virt_text = virt[1], virt_text_pos = 'inline', hl_mode = 'combine',
+                                   priority = 200 })
   else
     local below = (it.end_col == 0 and it.end_row > it.row) and it.end_row - 1 or it.end_row
-    local virt = {}
-    for _, l in ipairs(lines) do
-      table.insert(virt, { { l, o.hl_new } })
-    end
     mark(below, 0, { virt_lines = virt, priority = 200 })
   end
   return marks
 end
 
---- Show the server's answer `res` in `buf` (when the buffer is still as it was asked about).
-local function show(buf, client, res, tick)
+--- Show the server's answer `res` from `client` in `buf` (when the buffer is still as it was at
+--- b:changedtick `tick`, the one it was asked about).
+function M.show(buf, client, res, tick)
   M.last[buf] = res
   if not api.nvim_buf_is_valid(buf) or vim.b[buf].changedtick ~= tick then
     return
@@ -183,7 +216,7 @@ function M.request(buf)
       return
     end
     vim.schedule(function()
-      show(buf, client, res, tick)
+      M.show(buf, client, res, tick)
     end)
   end, buf)
 end
@@ -252,8 +285,26 @@ function M.jump()
   return false
 end
 
---- Apply the suggestion on the cursor's row (else the next one) and move there; the others
---- are cleared and asked for again (the edit triggers a new request). False without one.
+--- Select the placeholder `ph` of `it` (just inserted) in Select mode, as vim.snippet selects
+--- a tabstop: typing replaces it, and the black-hole register takes what it replaces. An
+--- empty placeholder: Insert mode there.
+local function select_placeholder(it, ph)
+  local r1, c1 = advance(it.row, it.col, it.new_text:sub(1, ph[1]))
+  local r2, c2 = advance(r1, c1, it.new_text:sub(ph[1] + 1, ph[2]))
+  api.nvim_win_set_cursor(0, { r1 + 1, c1 })
+  if ph[1] == ph[2] then
+    vim.cmd.startinsert({ bang = c1 >= #api.nvim_get_current_line() })
+    return
+  end
+  -- one key sequence, in order (the cursor moves by <Cmd>: API calls would run before the keys)
+  local keys = ('<Cmd>call cursor(%d,%d)<CR>v<Cmd>call cursor(%d,%d)<CR>o<C-g>%s'):format(
+    r1 + 1, c1 + 1, r2 + 1, c2, vim.fn.has('nvim-0.10') == 1 and '<C-r>_' or '')
+  api.nvim_feedkeys(api.nvim_replace_termcodes(keys, true, false, true), 'n', true)
+end
+
+--- Apply the suggestion on the cursor's row (else the next one) and move there (a placeholder:
+--- selected, see above); the others are cleared and asked for again (the edit triggers a new
+--- request). False without one.
 function M.accept()
   local buf = api.nvim_get_current_buf()
   local it = M.target(buf)
@@ -265,9 +316,11 @@ function M.accept()
   M.clear(buf)
   vim.lsp.util.apply_text_edits({ { range = it.range, newText = it.new_text } }, buf,
     client and client.offset_encoding or 'utf-16')
-  local lines = text.lines(it.new_text)
-  local row = it.row + #lines - 1
-  local col = #lines == 1 and it.col + #lines[1] or #lines[#lines]
+  if it.placeholder then
+    select_placeholder(it, it.placeholder)
+    return true
+  end
+  local row, col = advance(it.row, it.col, it.new_text)
   local count = api.nvim_buf_line_count(buf)
   row = math.min(row, count - 1)
   local len = #(api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or '')
@@ -275,7 +328,8 @@ function M.accept()
   return true
 end
 
---- Apply every suggestion of the set at once (one undo step). False without one.
+--- Apply every suggestion of the set at once (one undo step; placeholders stay as plain text).
+--- False without one.
 function M.accept_all()
   local buf = api.nvim_get_current_buf()
   local s = M.shown[buf]

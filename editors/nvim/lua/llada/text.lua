@@ -30,6 +30,28 @@ function M.offset(text, pos, encoding)
   return start - 1 + math.min(col, #line)
 end
 
+--- Byte offset in `s` (the whole string, line breaks included) of its `units`th code unit
+--- counted in `encoding`; nil when `units` is not a boundary inside `s`.
+---@param s string
+---@param units integer
+---@param encoding string 'utf-8' | 'utf-16' | 'utf-32'
+---@return integer|nil
+function M.byte_index(s, units, encoding)
+  if type(units) ~= 'number' or units < 0 or units % 1 ~= 0 then
+    return nil
+  end
+  if encoding == 'utf-8' then
+    return units <= #s and units or nil
+  end
+  local ok, b
+  if vim.fn.has('nvim-0.11') == 1 then
+    ok, b = pcall(vim.str_byteindex, s, encoding, units, true)
+  else
+    ok, b = pcall(vim.str_byteindex, s, units, encoding == 'utf-16')
+  end
+  return ok and b or nil
+end
+
 --- Apply LSP text edits (ranges against the original `text`, as in TextEdit[]).
 ---@param text string
 ---@param edits {range: {start: table, ['end']: table}, newText: string}[]
