@@ -14,6 +14,85 @@ from import_rules import Rules, check, cycles, matches, scan
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _named(graph: dict[str, object], package: str, module: str) -> str:
+    """The one module of `package` called `module`, in whichever group it lives."""
+    found = [m for m in graph if matches(m, [f"{package}.**.{module}"])]
+    assert len(found) == 1, (module, found)
+    return found[0]
+
+
+# -- the server's groups (issue 45): the patterns name each module wherever it lives, before
+# the relayout (llada_lsp.server) and after it (llada_lsp.lsp.server)
+def _group(*names: str) -> tuple[str, ...]:
+    return tuple(f"llada_lsp.**.{n}" for n in names)
+
+
+TEXT = _group("documents", "syntax", "positions")
+ENGINES = _group("engine_base", "engine_client", "ws_engine", "ws_connection", "reconnect",
+                 "sglang_engine", "sglang_servers", "sglang_chunks", "http_client", "capabilities")
+CONTEXT = _group("workspace", "workspace_index", "definitions", "safe_files", "names",
+                 "name_queries", "name_hints")
+COMPLETION = _group("completions", "plans", "cache", "speculation", "postprocess", "answers",
+                    "refining", "weighing", "line_rest", "context", "reporting")
+NEXT_EDIT = _group("next_edit", "edit_analysis", "edit_params", "edit_syntax", "edit_window",
+                   "edit_fields")
+OPTIONS = _group("options")
+PROTOCOL = _group("server", "stdio", "framing", "protocol", "limits")  # options apart: all read it
+COMMANDS = _group("cli", "demo", "doctor", "__main__")
+GROUP_RULES: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
+    (TEXT, ENGINES + CONTEXT + COMPLETION + NEXT_EDIT + OPTIONS + PROTOCOL + COMMANDS,
+     "the documents, trees and positions import no other group"),
+    (ENGINES, TEXT + CONTEXT + COMPLETION + NEXT_EDIT + PROTOCOL + COMMANDS,
+     "an engine client only transports: it imports no other group"),
+    (CONTEXT, ENGINES + COMPLETION + NEXT_EDIT + PROTOCOL + COMMANDS,
+     "the workspace context imports only the text group and the options"),
+    (COMPLETION, NEXT_EDIT + PROTOCOL + COMMANDS,
+     "a completion imports neither the next edit nor the protocol's server"),
+    (NEXT_EDIT, COMPLETION + CONTEXT + PROTOCOL + COMMANDS,
+     "the next edit imports neither the completion pipeline nor the protocol's server"),
+    (OPTIONS + PROTOCOL, COMMANDS, "the protocol never imports the commands"),
+]
+
+
+def group_violations(graph: dict) -> list[str]:
+    bad = []
+    for m, edges in sorted(graph.items()):
+        for importer, targets, why in GROUP_RULES:
+            if matches(m, importer):
+                bad += [f"{m}:{e.line} imports {e.target}: {why}" for e in edges
+                        if matches(e.target, targets) and not matches(e.target, importer)]
+    return bad
+
+
+def test_the_servers_groups_keep_their_import_rules() -> None:
+    graph = scan(ROOT, ["llada_lsp"])
+    assert group_violations(graph) == []
+    # every pattern names a module of this tree (edit_fields may be absent), and each module
+    # of the server is in exactly one group or is a command
+    groups = [TEXT, ENGINES, CONTEXT, COMPLETION, NEXT_EDIT, OPTIONS + PROTOCOL, COMMANDS]
+    for pattern in sum(groups, ()):
+        assert any(matches(m, [pattern]) for m in graph) or pattern.endswith("edit_fields"), pattern
+    for m in graph:
+        if m.count(".") and not matches(m, ["llada_lsp.samples", "llada_lsp.client"]) \
+                and not m.endswith(".__init__") and m.rsplit(".", 1)[-1] not in \
+                {"engines", "context", "completion", "nextedit", "lsp", "text"}:
+            assert sum(matches(m, g) for g in groups) == 1, m
+
+
+def test_the_group_rules_catch_a_crossing() -> None:
+    from import_rules import Edge
+    graph = {"llada_lsp.engines.ws_engine": [Edge("llada_lsp.engines.ws_engine",
+                                                  "llada_lsp.completion.plans", 3)],
+             "llada_lsp.completion.plans": [Edge("llada_lsp.completion.plans",
+                                                 "llada_lsp.lsp.server", 4, lazy=True)],
+             "llada_lsp.context.names": [Edge("llada_lsp.context.names", "llada_lsp.text.syntax", 1)]}
+    assert group_violations(graph) == [
+        "llada_lsp.completion.plans:4 imports llada_lsp.lsp.server: a completion imports neither "
+        "the next edit nor the protocol's server",
+        "llada_lsp.engines.ws_engine:3 imports llada_lsp.completion.plans: an engine client only "
+        "transports: it imports no other group"]
+
+
 def test_the_project_keeps_its_import_rules() -> None:
     assert check(ROOT) == []
 
@@ -33,7 +112,7 @@ def test_the_rules_name_the_real_modules() -> None:
         ("engine.daemon.cli", rules.daemon),
         ("engine.daemon.runtime", rules.daemon),
         ("engine.train.train", rules.training),
-        ("llada_lsp.engine_client", rules.torch_gate),
+        (_named(graph, "llada_lsp", "engine_client"), rules.torch_gate),
     ]:
         assert name in graph, name
         assert matches(name, group), name
@@ -45,7 +124,8 @@ def test_the_rules_name_the_real_modules() -> None:
 
 def test_the_servers_import_graph_has_no_cycle() -> None:
     graph = scan(ROOT, ["llada_lsp"])
-    assert "llada_lsp.completions" in graph and graph["llada_lsp.completions"]  # it did scan
+    completions = _named(graph, "llada_lsp", "completions")
+    assert graph[completions]  # it did scan
     assert cycles(graph, "llada_lsp") == []
 
 
