@@ -1,6 +1,6 @@
 """Infill plans: what to ask the engine for at a cursor.
 
-Kinds (DESIGN §4):
+Kinds (docs/architecture.md §3):
   none        - the cursor is inside an identifier, or inside a string with text after it;
   line        - text right of the cursor, inside a line comment, or finishing a started line;
   statements  - a blank line inside a non-empty body;

@@ -17,6 +17,106 @@ from import_rules import Rules, check, cycles, matches, part_graph, part_of, sca
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _named(graph: dict[str, object], package: str, module: str) -> str:
+    """The one module of `package` called `module`, in whichever group it lives."""
+    found = [m for m in graph if matches(m, [f"{package}.**.{module}"])]
+    assert len(found) == 1, (module, found)
+    return found[0]
+
+
+# -- the server's groups (issue 45): a module is named by its own name, wherever it lives:
+# before the relayout (llada_lsp.server) and after it (llada_lsp.lsp.server). A package is in
+# no group (after the relayout `llada_lsp.context` is the context group's package, while the
+# completion's `context` module is `llada_lsp.completion.context`).
+TEXT = frozenset({"documents", "syntax", "positions"})
+ENGINES = frozenset({"engine_base", "engine_client", "ws_engine", "ws_connection", "reconnect",
+                     "sglang_engine", "sglang_servers", "sglang_chunks", "http_client",
+                     "capabilities"})
+CONTEXT = frozenset({"workspace", "workspace_index", "definitions", "safe_files", "names",
+                     "name_queries", "name_hints"})
+COMPLETION = frozenset({"completions", "plans", "cache", "speculation", "postprocess", "answers",
+                        "refining", "weighing", "line_rest", "context", "reporting"})
+NEXT_EDIT = frozenset({"next_edit", "edit_analysis", "edit_params", "edit_syntax", "edit_window",
+                       "edit_fields"})
+OPTIONS = frozenset({"options"})
+PROTOCOL = frozenset({"server", "stdio", "framing", "protocol", "limits"})  # options apart: all read it
+COMMANDS = frozenset({"cli", "demo", "doctor", "__main__"})
+GROUPS = [TEXT, ENGINES, CONTEXT, COMPLETION, NEXT_EDIT, OPTIONS | PROTOCOL, COMMANDS]
+GROUP_RULES: list[tuple[frozenset[str], frozenset[str], str]] = [
+    (TEXT, ENGINES | CONTEXT | COMPLETION | NEXT_EDIT | OPTIONS | PROTOCOL | COMMANDS,
+     "the documents, trees and positions import no other group"),
+    (ENGINES, TEXT | CONTEXT | COMPLETION | NEXT_EDIT | PROTOCOL | COMMANDS,
+     "an engine client only transports: it imports no other group"),
+    (CONTEXT, ENGINES | COMPLETION | NEXT_EDIT | PROTOCOL | COMMANDS,
+     "the workspace context imports only the text group and the options"),
+    (COMPLETION, NEXT_EDIT | PROTOCOL | COMMANDS,
+     "a completion imports neither the next edit nor the protocol's server"),
+    (NEXT_EDIT, COMPLETION | CONTEXT | PROTOCOL | COMMANDS,
+     "the next edit imports neither the completion pipeline nor the protocol's server"),
+    (OPTIONS | PROTOCOL, COMMANDS, "the protocol never imports the commands"),
+]
+
+
+# after the relayout a module's group is also its package (a module the table does not know yet)
+PACKAGES = {"text": TEXT, "engines": ENGINES, "context": CONTEXT, "completion": COMPLETION,
+            "nextedit": NEXT_EDIT, "lsp": OPTIONS | PROTOCOL}
+
+
+def _in(graph: dict, module: str, group: frozenset[str]) -> bool:
+    """`module` is a module (not a package) of the server named as one of `group`, or one of
+    a group package's modules that no name set knows (`options` apart in lsp/)."""
+    if not module.startswith("llada_lsp.") or any(m.startswith(module + ".") for m in graph):
+        return False
+    parts = module.split(".")
+    name = parts[-1]
+    if any(name in g for g in GROUPS):
+        return name in group
+    home = PACKAGES.get(parts[1]) if len(parts) == 3 else None
+    return home is not None and (home == group or (home == OPTIONS | PROTOCOL and group == PROTOCOL))
+
+
+def group_violations(graph: dict) -> list[str]:
+    bad = []
+    for m, edges in sorted(graph.items()):
+        for importer, targets, why in GROUP_RULES:
+            if _in(graph, m, importer):
+                bad += [f"{m}:{e.line} imports {e.target}: {why}" for e in edges
+                        if _in(graph, e.target, targets) and not _in(graph, e.target, importer)]
+    return bad
+
+
+def test_the_servers_groups_keep_their_import_rules() -> None:
+    graph = scan(ROOT, ["llada_lsp"])
+    assert group_violations(graph) == []
+    # every name is a module of this tree (edit_fields may not be yet), and each module of the
+    # server is in exactly one group (or is a command, a sample or the bench's client)
+    for name in frozenset().union(*GROUPS) - {"edit_fields"}:
+        assert any(_in(graph, m, frozenset({name})) for m in graph), name
+    for m in graph:
+        if m.count(".") and not matches(m, ["llada_lsp.samples", "llada_lsp.**.client"]) \
+                and not any(o.startswith(m + ".") for o in graph):
+            assert sum(_in(graph, m, g) for g in GROUPS) == 1, m
+
+
+def test_the_group_rules_catch_a_crossing() -> None:
+    from import_rules import Edge
+    graph = {"llada_lsp.engines.ws_engine": [Edge("llada_lsp.engines.ws_engine",
+                                                  "llada_lsp.completion.plans", 3)],
+             "llada_lsp.completion.plans": [Edge("llada_lsp.completion.plans",
+                                                 "llada_lsp.lsp.server", 4, lazy=True)],
+             "llada_lsp.context.names": [Edge("llada_lsp.context.names", "llada_lsp.text.syntax", 1)],
+             "llada_lsp.engines.new_transport": [Edge("llada_lsp.engines.new_transport",
+                                                      "llada_lsp.lsp.server", 2)],
+             "llada_lsp.lsp.server": [], "llada_lsp.text.syntax": []}
+    assert group_violations(graph) == [
+        "llada_lsp.completion.plans:4 imports llada_lsp.lsp.server: a completion imports neither "
+        "the next edit nor the protocol's server",
+        "llada_lsp.engines.new_transport:2 imports llada_lsp.lsp.server: an engine client only "
+        "transports: it imports no other group",  # a module no name set knows: its package's
+        "llada_lsp.engines.ws_engine:3 imports llada_lsp.completion.plans: an engine client only "
+        "transports: it imports no other group"]
+
+
 def test_the_project_keeps_its_import_rules() -> None:
     assert check(ROOT) == []
 
@@ -36,7 +136,7 @@ def test_the_rules_name_the_real_modules() -> None:
         ("engine.daemon.cli", rules.daemon),
         ("engine.daemon.runtime", rules.daemon),
         ("engine.train.train", rules.training),
-        ("llada_lsp.engine_client", rules.torch_gate),
+        (_named(graph, "llada_lsp", "engine_client"), rules.torch_gate),
     ]:
         assert name in graph, name
         assert matches(name, group), name
@@ -64,7 +164,8 @@ def test_the_step_loop_sees_the_host_not_the_text_engine() -> None:
 
 def test_the_servers_import_graph_has_no_cycle() -> None:
     graph = scan(ROOT, ["llada_lsp"])
-    assert "llada_lsp.completions" in graph and graph["llada_lsp.completions"]  # it did scan
+    completions = _named(graph, "llada_lsp", "completions")
+    assert graph[completions]  # it did scan
     assert cycles(graph, "llada_lsp") == []
 
 
