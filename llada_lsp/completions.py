@@ -45,7 +45,7 @@ from llada_lsp.reporting import Reporter
 from llada_lsp.settling import Settler
 from llada_lsp.speculation import Ahead, Speculator
 from llada_lsp.weighing import Weigher
-from llada_lsp.workspace import WorkspaceContext, context_budget
+from llada_lsp.workspace import WorkspaceContext, gather_limit
 
 log = logging.getLogger(__name__)
 
@@ -267,12 +267,13 @@ class CompletionService:
         return run()
 
     def context_for(self, doc: Document, offset: int, plan: InfillPlan) -> tuple[ContextChunk, ...]:
-        """The workspace context of a request (llada_lsp.workspace; () when the option is off)."""
+        """The workspace context of a request, gathered and ranked (llada_lsp.workspace; the
+        engine places what fits its budget); () when the option is off."""
         if not self.options.workspace_context:
             self.workspace.note(doc.uri, (), False)
             return ()
-        budget = context_budget(self.options.context_tokens, self.engine.info.get("max_prompt_tokens"))
-        return self.workspace.chunks_for(doc, offset, plan.prefix + plan.suffix, budget)
+        limit = gather_limit(self.options.context_tokens, self.engine.info.get("max_context_tokens"))
+        return self.workspace.chunks_for(doc, offset, plan.prefix + plan.suffix, limit)
 
     def names_for(self, doc: Document, offset: int, tree: Any) -> Names | None:
         """The known names for the identifier at the cursor (llada_lsp.name_hints), when the

@@ -91,10 +91,11 @@ def test_training_examples_place_context_as_the_engine_does() -> None:
         assert key in FILES and middle
         assert all(c.path in ("w/config.py", "w/model.py", "w/__init__.py") for c in chunks)
         lay = builder.layout(prefix, suffix, heal=False, doc_key="w/model.py", context=chunks)
-        if chunks and lay.context_chunks:
+        if chunks and lay.context:
             seen_context = True
             text = builder.tok.decode(lay.ids)
-            assert render_context(chunks[: lay.context_chunks], "python").split("\n")[0] in text
+            assert render_context(lay.context, "python") in text and all(
+                any(c.path == p.path and c.text.startswith(p.text.rstrip()) for c in chunks) for p in lay.context)
     assert seen_context
     enc = stream.next()
     sp = builder.sp
