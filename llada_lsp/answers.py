@@ -39,8 +39,9 @@ class Selected:
 @dataclass
 class Cursor:
     """Where a request completes, as it arrived: the document as the editor has it (`real`,
-    `real_offset`) and the document completed (`doc`, `offset`: with a selected item's text,
-    `lead`, in place of its range `span`); `tail`: the rest of the line an answer replaces."""
+    `real_offset`) and the document completed (`doc`, `offset`: with the selected item's text,
+    `lead`, in place of its range, `span` in `real`); `tail`: the rest of the line an answer
+    replaces."""
 
     uri: str
     serial: int  # the request's number: a newer one for the document supersedes it
@@ -50,6 +51,7 @@ class Cursor:
     real_offset: int
     doc: Document
     offset: int
+    selected: Selected | None = None  # the editor's selected completion item
     span: tuple[int, int] | None = None
     lead: str = ""
     tail: str = ""

@@ -96,7 +96,7 @@ class CompletionService:
         item of the editor's completion widget is selected; the answer continues its text
         (the caller puts that text in front and replaces the item's range)."""
         t0 = arrived if arrived is not None else time.perf_counter()
-        at = self.should_complete(self.arrive(uri, line, character, t0, invoked, selected), selected)
+        at = self.should_complete(self.arrive(uri, line, character, t0, invoked, selected))
         if isinstance(at, Verdict):
             return self.end(at)
         typed = self.typed_through(at)
@@ -131,9 +131,9 @@ class CompletionService:
         if older is not None:
             older.cancel("superseded")
         offset = doc.offset_at(line, character, enc)
-        return Cursor(uri, serial, t0, invoked, doc, offset, doc, offset, span)
+        return Cursor(uri, serial, t0, invoked, doc, offset, doc, offset, selected, span)
 
-    def should_complete(self, at: Cursor, selected: Selected | None) -> Cursor | Verdict:
+    def should_complete(self, at: Cursor) -> Cursor | Verdict:
         """Whether this document is served here, and where to complete: with a selected item,
         on the document as it would be with the item accepted (the cursor after its text)."""
         doc = at.real
@@ -142,14 +142,15 @@ class CompletionService:
         why = doc.unservable_reason()
         if why is not None:
             return Verdict(None, why)
-        if selected is None or at.span is None:
+        item, span = at.selected, at.span
+        if item is None or span is None:
             return replace(at, tail=rest_of_line(doc.text, at.offset))
         self.counters["selected_item"] += 1
-        doc = doc.replaced(*at.span, selected.text)
+        doc = doc.replaced(*span, item.text)
         why = doc.unservable_reason()  # the selected item's text may be huge or binary
         if why is not None:
             return Verdict(None, f"with the selected item, {why}")
-        return replace(at, doc=doc, offset=at.span[0] + len(selected.text), lead=selected.text)
+        return replace(at, doc=doc, offset=span[0] + len(item.text), lead=item.text)
 
     def typed_through(self, at: Cursor) -> Verdict | None:
         """The shown suggestion's rest, when the user typed what it predicted."""
