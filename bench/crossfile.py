@@ -19,7 +19,8 @@ Arms, on the same requests (`CompletionRequest.context`, laid out by the engine'
   gatherer's best case (the definitions it would find once the name is typed, or from imports);
 - `server`: what the language server itself sends (`llada_lsp.workspace.WorkspaceContext`): the
   target file open without the line, its package directory as the workspace folder (indexed
-  by `llada_lsp.workspace_index`), the budget of the `contextTokens` default for this engine.
+  by `llada_lsp.workspace_index`), within the safety limit of the `contextTokens` default for
+  this engine (the engine's builder places what fits its share in tokens).
 The ordinary single-file tasks (bench/tasks.py's single_line, held-out standard-library files)
 run with no context and with one unrelated chunk (a definition from another held-out file):
 context must not cost them.
@@ -142,16 +143,16 @@ def unrelated_chunks(tasks: Sequence[Task], seed: int) -> list[ContextChunk]:
     return out
 
 
-def server_contexts(cross: Sequence[CrossTask], max_prompt_tokens: int | None) -> list[tuple[ContextChunk, ...]]:
+def server_contexts(cross: Sequence[CrossTask], max_context_tokens: int | None) -> list[tuple[ContextChunk, ...]]:
     """The language server's own context for each task: its gatherer over the package folder,
     the target document open with the line removed and the cursor where the line starts."""
     from llada_lsp.documents import DocumentStore
     from llada_lsp.options import Options
-    from llada_lsp.workspace import WorkspaceContext, context_budget
+    from llada_lsp.workspace import WorkspaceContext, gather_limit
     from llada_lsp.workspace_index import WorkspaceIndex
 
     paths = {f.key: f.path for f in all_files()}
-    budget = context_budget(Options().context_tokens, max_prompt_tokens)
+    limit = gather_limit(Options().context_tokens, max_context_tokens)
     indexes: dict[Path, WorkspaceIndex] = {}
     out = []
     for c in cross:
@@ -165,7 +166,7 @@ def server_contexts(cross: Sequence[CrossTask], max_prompt_tokens: int | None) -
         uri = path.as_uri()
         doc = store.open(uri, "python", 1, c.task.prefix + c.task.suffix)
         ws = WorkspaceContext(store, index)
-        out.append(ws.chunks_for(doc, len(c.task.prefix), c.task.prefix + c.task.suffix, budget))
+        out.append(ws.chunks_for(doc, len(c.task.prefix), c.task.prefix + c.task.suffix, limit))
         ws.closed(uri)
     return out
 
@@ -206,11 +207,11 @@ def run_arm(eng, tasks: Sequence[Task], contexts: Sequence[Sequence[ContextChunk
         text = chosen(t, done)
         s.em.append(exact_match(text, t.middle))
         s.es.append(edit_similarity(text, t.middle))
-        kept = eng.prompts.layout(t.prefix, t.suffix, False, doc, tuple(ctx)).context_chunks
-        s.ctx_chunks.append(kept)
+        placed = eng.prompts.layout(t.prefix, t.suffix, False, doc, tuple(ctx)).context
+        s.ctx_chunks.append(len(placed))
         if names is not None:
             s.hit.append(names_hit(text, names[k]))
-            s.given.append(defines_any(tuple(ctx)[:kept], names[k]))
+            s.given.append(defines_any(placed, names[k]))
     return s
 
 
@@ -294,12 +295,13 @@ def given_only(model: str | None, n: int, seed: int, budgets: Sequence[int]) -> 
     for budget in budgets:
         builder = PromptBuilder.from_dir(resolve(model), budget)
         contexts = {"near": [c.near for c in cross], "defs": [c.defs for c in cross],
-                    "server": server_contexts(cross, budget)}
+                    "server": server_contexts(cross, builder.max_context_tokens)}
         for arm, ctxs in contexts.items():
-            kept = [builder.layout(c.task.prefix, c.task.suffix, False, display_path(c.task.source), tuple(x)).context_chunks
-                    for c, x in zip(cross, ctxs, strict=True)]
-            given = [defines_any(tuple(x)[:k], c.names) for c, x, k in zip(cross, ctxs, kept, strict=True)]
-            useful = sum(defines_any((ch,), c.names) for c, x, k in zip(cross, ctxs, kept, strict=True) for ch in x[:k])
+            placed = [builder.layout(c.task.prefix, c.task.suffix, False, display_path(c.task.source), tuple(x)).context
+                      for c, x in zip(cross, ctxs, strict=True)]
+            kept = [len(p) for p in placed]
+            given = [defines_any(p, c.names) for c, p in zip(cross, placed, strict=True)]
+            useful = sum(defines_any((ch,), c.names) for c, p in zip(cross, placed, strict=True) for ch in p)
             prec = useful / max(1, sum(kept))
             rows[f"{arm}@{budget}"] = {"given": round(sum(given) / len(cross), 4), "chunks": round(mean(kept), 2),
                                        "useful_chunks": round(prec, 4)}
@@ -337,7 +339,7 @@ def main() -> None:
         "crossfile/none": run_arm(eng, ctasks, [()] * len(ctasks), args.preset, names),
         "crossfile/near": run_arm(eng, ctasks, [c.near for c in cross], args.preset, names),
         "crossfile/defs": run_arm(eng, ctasks, [c.defs for c in cross], args.preset, names),
-        "crossfile/server": run_arm(eng, ctasks, server_contexts(cross, eng.info().get("max_prompt_tokens")),
+        "crossfile/server": run_arm(eng, ctasks, server_contexts(cross, eng.info().get("max_context_tokens")),
                                     args.preset, names),
     }
     if ordinary:

@@ -126,6 +126,7 @@ class TextEngine:
                 "prompt_format": self.format.kind, "prompt_template": self.format.source,
                 "max_len": self.max_len, "block_size": self.config.block_size,
                 "vocab_size": self.config.vocab_size, "mode": self.preset, "max_prompt_tokens": self.max_prompt_tokens,
+                "max_context_tokens": self.prompts.max_context_tokens,  # the workspace context's share
                 "params": sum(p.numel() for p in self.model.parameters()),
                 "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
 

@@ -37,8 +37,44 @@ class Selected:
 
 
 @dataclass
-class Request:
-    """Everything the later phases need, captured when the request arrived."""
+class Cursor:
+    """Where a request completes, as it arrived: the document as the editor has it (`real`,
+    `real_offset`) and the document completed (`doc`, `offset`: with the selected item's text,
+    `lead`, in place of its range, `span` in `real`); `tail`: the rest of the line an answer
+    replaces."""
+
+    uri: str
+    serial: int  # the request's number: a newer one for the document supersedes it
+    t0: float
+    invoked: bool
+    real: Document
+    real_offset: int
+    doc: Document
+    offset: int
+    selected: Selected | None = None  # the editor's selected completion item
+    span: tuple[int, int] | None = None
+    lead: str = ""
+    tail: str = ""
+    tree: Any = None  # the plan step's: the completed document's parse tree
+    key: str = ""  # and the suggestion cache's key of its plan
+
+    @property
+    def cid(self) -> str:
+        return f"{self.serial}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A step's last word on a request: its answer, or none (`answer` None) and why."""
+
+    answer: Answer | None
+    why: str = ""
+
+
+@dataclass
+class InFlight:
+    """A completion request in flight: what the later phases need, captured when it arrived,
+    and how far it got (its engine job now, the engine time and stats so far)."""
 
     cid: str
     uri: str
@@ -80,7 +116,7 @@ def word_before(left: str) -> str:
 
 
 def capture(doc: Document, offset: int, cid: str, plan: InfillPlan, key: str, tree: Any,
-            t0: float, *, syntax_check: bool, speculative: bool = False) -> Request:
+            t0: float, *, syntax_check: bool, speculative: bool = False) -> InFlight:
     """The request at `offset` of `doc` as it stands now; `tree`: its parse tree, copied
     when `syntax_check` (later didChanges edit the live one)."""
     text = doc.text
@@ -90,12 +126,12 @@ def capture(doc: Document, offset: int, cid: str, plan: InfillPlan, key: str, tr
     while above_end > 0 and not above.strip():
         s = text.rfind("\n", 0, above_end) + 1
         above, above_end = text[s:above_end], s - 1
-    assert plan.plan is not None
+    assert plan.engine_plan is not None
     spec = Spec(kind=plan.kind, left=text[ls:offset], suffix=text[offset: offset + 4000],
                 line_above=above, indent=plan.indent, brace=plan.brace,
-                keep_closer=plan.plan.keep_closer, max_lines=plan.plan.max_lines,
+                keep_closer=plan.engine_plan.keep_closer, max_lines=plan.engine_plan.max_lines,
                 prefix_open=open_brackets(text[max(0, offset - 400): offset]))
     base_tree = tree.copy() if tree is not None and syntax_check else None
-    return Request(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
+    return InFlight(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
                    base_tree, key, t0, speculative, revision=doc.revision,
                    candidates=plan.candidates)

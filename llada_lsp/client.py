@@ -19,7 +19,9 @@ from typing import Any, TypeVar
 from lsprotocol import types as t
 from pygls.lsp.client import LanguageClient
 
+from engine.api import TextEdit, apply_edits
 from llada_lsp import __version__
+from llada_lsp.positions import Encoding, LineIndex
 
 SERVER = (sys.executable, "-m", "llada_lsp")  # the server of this checkout, over stdio
 T = TypeVar("T")
@@ -160,6 +162,18 @@ def insert(client: LanguageClient, uri: str, version: int, line: int, character:
     client.text_document_did_change(t.DidChangeTextDocumentParams(
         t.VersionedTextDocumentIdentifier(version=version, uri=uri),
         [t.TextDocumentContentChangePartial(range=t.Range(at, at), text=text)]))
+
+
+def apply_lsp_edits(text: str, edits: list[dict[str, Any]], encoding: Encoding = "utf-16") -> str:
+    """`text` with LSP text edits (as `llada/refine` carries them: ranges in the negotiated
+    position encoding, all against `text`) applied, as an editor applies them."""
+    index = LineIndex.of(text)
+
+    def off(p: dict[str, int]) -> int:
+        return index.offset(p["line"], p["character"], encoding)
+
+    return apply_edits(text, [TextEdit(off(e["range"]["start"]), off(e["range"]["end"]), e["newText"])
+                              for e in edits])
 
 
 def send_inline(client: LanguageClient, uri: str, pos: t.Position, invoked: bool = False,

@@ -1,16 +1,13 @@
-"""The completion pipeline: document -> plan -> type-through / cache -> engine -> clean.
+"""The completion pipeline. `CompletionService.complete` is one linear recipe of named steps:
+arrive -> should_complete -> typed_through -> plan -> known_answer -> prepare -> engine_answer;
+each gives the next what it needs, or a `Verdict` (an answer, or none and why) that ends it.
 
-`CompletionService.complete` answers with the first complete draft of the span that adds no
-parse error (syntax-guided edit: the tokens inside a new error go back to the engine for
-re-masking, a bounded number of passes, before anything is shown; then it is trimmed). The
-engine's later edits go out as `llada/refine` notifications, then one `llada/stats`
-notification. The newest request for a document wins: it cancels the older one's engine job.
-When the engine decodes alternatives (other first tokens, `engine.decoding.alternatives`), the done
-event's candidates are weighed: the first that adds no parse error is the one shown (a line
-whose first draft adds one waits for them; `llada_lsp.weighing`). An answer that comes out
-empty from fewer candidates is decoded again with `rescue_alternatives` of them (`rescue`).
-An Invoked request waits for the candidates and answers all that fit (cycling).
-After an accept, `llada_lsp.speculation` asks for the next completion ahead of time.
+The newest request for a document wins: it cancels the older one's engine job. Engine jobs
+are settled in `llada_lsp.settling` (the first complete draft that adds no parse error,
+alternatives weighed; an empty answer rescued with more candidates). An Invoked request
+waits for the candidates and answers all that fit (cycling). The engine's later edits go out
+as `llada/refine` notifications, then one `llada/stats` notification. After an accept,
+`llada_lsp.speculation` asks for the next completion ahead of time.
 """
 
 from __future__ import annotations
@@ -24,8 +21,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from engine.api import CompletionRequest, ContextChunk, EngineEvent, Names
-from llada_lsp.answers import Answer, Request, Selected, Settled, capture, word_before
+from engine.api import CompletionRequest, ContextChunk, EngineEvent, Names, Plan
+from llada_lsp.answers import (
+    Answer,
+    Cursor,
+    InFlight,
+    Selected,
+    Verdict,
+    capture,
+    word_before,
+)
 from llada_lsp.cache import Shown, SuggestionCache, key_of, remember, type_through
 from llada_lsp.capabilities import Capabilities
 from llada_lsp.documents import Document, DocumentStore
@@ -35,12 +40,12 @@ from llada_lsp.name_hints import NameHints
 from llada_lsp.options import Options
 from llada_lsp.plans import InfillPlan, make_plan
 from llada_lsp.positions import Encoding, PositionError, selected_span
-from llada_lsp.postprocess import raw_spans, remask_can_help
 from llada_lsp.refining import Refiner
 from llada_lsp.reporting import Reporter
+from llada_lsp.settling import Settler
 from llada_lsp.speculation import Ahead, Speculator
 from llada_lsp.weighing import Weigher
-from llada_lsp.workspace import WorkspaceContext, context_budget
+from llada_lsp.workspace import WorkspaceContext, gather_limit
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +74,7 @@ class CompletionService:
         self.name_hints = NameHints(self.workspace.index)
         self.weigh = Weigher(self.counters)
         self.refiner = Refiner(self.weigh, self.report, self.shown, self.finish)
+        self.settler = Settler(engine, options, self.weigh, self.counters, self.jobs)
         self.speculator = Speculator(store, self.cache, options, self.counters, self.recent,
                                      lambda: self.engine.ready, self.decode_ahead)
 
@@ -79,7 +85,7 @@ class CompletionService:
         none is asked for."""
         return Capabilities.of(self.engine.info)
 
-    # -- the request -------------------------------------------------------------------------
+    # -- the request: one linear recipe ------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int,
                        arrived: float | None = None, invoked: bool = False,
                        selected: Selected | None = None) -> Answer | None:
@@ -90,8 +96,29 @@ class CompletionService:
         item of the editor's completion widget is selected; the answer continues its text
         (the caller puts that text in front and replaces the item's range)."""
         t0 = arrived if arrived is not None else time.perf_counter()
+        at = self.should_complete(self.arrive(uri, line, character, t0, invoked, selected))
+        if isinstance(at, Verdict):
+            return self.end(at)
+        typed = self.typed_through(at)
+        if typed is not None:
+            return self.end(typed)
+        plan = self.plan(at)
+        if isinstance(plan, Verdict):
+            return self.end(plan)
+        known = await self.known_answer(at, plan)
+        if known is not None:
+            return self.end(known)
+        req = await self.prepare(at, plan)
+        if isinstance(req, Verdict):
+            return self.end(req)
+        return self.end(await self.engine_answer(at, plan, req))
+
+    def arrive(self, uri: str, line: int, character: int, t0: float, invoked: bool,
+               selected: Selected | None) -> Cursor:
+        """Number the request and cancel the older engine job of its document (the newest
+        wins). A position past the end, or a selected item's range past it, is an error
+        (`PositionError`: Invalid Params)."""
         doc = self.store.get(uri)
-        real = doc
         enc = self.encoding()
         if not doc.index.is_valid(line, character, enc):
             raise PositionError(f"position {line}:{character} is past the end of {uri} "
@@ -103,104 +130,135 @@ class CompletionService:
         older = self.jobs.pop(uri, None)
         if older is not None:
             older.cancel("superseded")
+        offset = doc.offset_at(line, character, enc)
+        return Cursor(uri, serial, t0, invoked, doc, offset, doc, offset, selected, span)
+
+    def should_complete(self, at: Cursor) -> Cursor | Verdict:
+        """Whether this document is served here, and where to complete: with a selected item,
+        on the document as it would be with the item accepted (the cursor after its text)."""
+        doc = at.real
         if not self.options.language_enabled(doc.language_id):
-            self._nothing("language disabled")
-            return None
+            return Verdict(None, "language disabled")
         why = doc.unservable_reason()
         if why is not None:
-            self._nothing(why)
+            return Verdict(None, why)
+        item, span = at.selected, at.span
+        if item is None or span is None:
+            return replace(at, tail=rest_of_line(doc.text, at.offset))
+        self.counters["selected_item"] += 1
+        doc = doc.replaced(*span, item.text)
+        why = doc.unservable_reason()  # the selected item's text may be huge or binary
+        if why is not None:
+            return Verdict(None, f"with the selected item, {why}")
+        return replace(at, doc=doc, offset=span[0] + len(item.text), lead=item.text)
+
+    def typed_through(self, at: Cursor) -> Verdict | None:
+        """The shown suggestion's rest, when the user typed what it predicted."""
+        rest = type_through(self.shown.get(at.uri), at.doc.text, at.offset)
+        if rest is None:
             return None
-        offset = real_offset = doc.offset_at(line, character, enc)
-        lead = ""
-        if selected is not None and span is not None:
-            doc, offset, lead = real.replaced(*span, selected.text), span[0] + len(selected.text), selected.text
-            self.counters["selected_item"] += 1
-            why = doc.unservable_reason()  # the selected item's text may be huge or binary
-            if why is not None:
-                self._nothing(f"with the selected item, {why}")
-                return None
-        cid = f"{serial}"
-        tail = "" if selected is not None else rest_of_line(doc.text, offset)
-        rest = type_through(self.shown.get(uri), doc.text, offset)
-        if rest is not None:
-            return self._serve_known(doc, offset, cid, rest, "type_through", t0, lead=lead, tail=tail)
-        tree = doc.syntax_tree()
-        plan = make_plan(doc.text, offset, doc.language_id, self.options, tree=tree,
-                         index=doc.index)
-        self.last_plan = {"uri": uri, "kind": plan.kind, "reason": plan.reason,
-                          "completionId": cid}
-        if plan.kind == "none" or plan.plan is None:
-            self._nothing(plan.reason)
-            return None
-        key = key_of(plan.prefix, plan.suffix, plan.kind)
+        return Verdict(self._serve_known(at.doc, at.offset, at.cid, rest, "type_through", at.t0,
+                                         lead=at.lead, tail=at.tail))
+
+    def plan(self, at: Cursor) -> InfillPlan | Verdict:
+        """What to ask the engine for here (`llada_lsp.plans`); none inside an identifier."""
+        at.tree = at.doc.syntax_tree()
+        plan = make_plan(at.doc.text, at.offset, at.doc.language_id, self.options, tree=at.tree,
+                         index=at.doc.index)
+        self.last_plan = {"uri": at.uri, "kind": plan.kind, "reason": plan.reason,
+                          "completionId": at.cid}
+        if plan.kind == "none" or plan.engine_plan is None:
+            return Verdict(None, plan.reason)
+        at.key = key_of(plan.prefix, plan.suffix, plan.kind)
+        return plan
+
+    async def known_answer(self, at: Cursor, plan: InfillPlan) -> Verdict | None:
+        """The suggestion cache's answer, or (automatic requests) the running speculation's,
+        when it has what this request asks for."""
+        key = at.key
         cached = self.cache.get(key)
-        if cached is not None and invoked and self._wants_more(plan, key):
+        if cached is not None and at.invoked and self._wants_more(plan, key):
             cached = None  # asked for candidates the cache does not have
-        if cached is None and not invoked:  # a speculation gives one candidate
+        if cached is None and not at.invoked:  # a speculation gives one candidate
             cached = await self.speculator.wait_for(key)
             if cached is not None:
                 self.counters["speculative_wait"] += 1
-            if self.latest.get(uri) != serial:
-                self._nothing("superseded while waiting for the speculation")
-                return None
-        if cached is not None:
-            if not cached:
-                self._nothing("cached: no suggestion")
-                return None
-            return self._serve_known(doc, offset, cid, cached, "cache", t0, plan.kind,
-                                     self.cache.others(key), lead, tail)
-        if not self.engine.ready:
-            self._nothing(f"engine {self.engine.state}")
+            if self.latest.get(at.uri) != at.serial:
+                return Verdict(None, "superseded while waiting for the speculation")
+        if cached is None:
             return None
+        if not cached:
+            return Verdict(None, "cached: no suggestion")
+        return Verdict(self._serve_known(at.doc, at.offset, at.cid, cached, "cache", at.t0, plan.kind,
+                                         self.cache.others(key), at.lead, at.tail))
+
+    async def prepare(self, at: Cursor, plan: InfillPlan) -> InFlight | Verdict:
+        """The request as the engine will get it, once the engine is ready and the debounce
+        passed with no newer request; an Invoked one asks for `invoked_alternatives`."""
+        if not self.engine.ready:
+            return Verdict(None, f"engine {self.engine.state}")
         if self.options.debounce_ms > 0:
             await asyncio.sleep(self.options.debounce_ms / 1000)
-            if self.latest.get(uri) != serial:
-                self._nothing("superseded while debouncing")
-                return None
-        req = capture(doc, offset, cid, plan, key, tree, t0, syntax_check=self.options.syntax_check)
-        req.lead, req.rest = lead, tail
-        engine_plan = plan.plan
-        if invoked and self._wants_more(plan, key):
+            if self.latest.get(at.uri) != at.serial:
+                return Verdict(None, "superseded while debouncing")
+        req = capture(at.doc, at.offset, at.cid, plan, at.key, at.tree, at.t0,
+                      syntax_check=self.options.syntax_check)
+        req.lead, req.rest = at.lead, at.tail
+        if at.invoked and self._wants_more(plan, at.key):
             req.candidates = self.options.invoked_alternatives
-            engine_plan = replace(engine_plan, alternatives=req.candidates)
             self.counters["invoked"] += 1
-        context = self.context_for(real, real_offset, plan)
-        job = self.engine.submit(CompletionRequest(cid, uri, plan.prefix, plan.suffix,
-                                                   engine_plan, context, self.names_for(doc, offset, tree)))
-        self.jobs[uri] = req.job = job
+        return req
+
+    async def engine_answer(self, at: Cursor, plan: InfillPlan, req: InFlight) -> Verdict:
+        """Submit the request and settle on its first answer; its refinements follow the
+        response (`llada_lsp.refining`)."""
+        assert plan.engine_plan is not None
+        engine_plan = replace(plan.engine_plan, alternatives=req.candidates)  # an Invoked one's more
+        job = self.submit(at.cid, at.real, at.real_offset, plan, engine_plan, at.doc, at.offset, at.tree)
+        self.jobs[at.uri] = req.job = job
         try:
-            out = await self._first_answer(job, req, real, until_done=invoked or not self.caps.edits)
+            return await self.first_answer(job, req, at.real, until_done=at.invoked or not self.caps.edits)
         except asyncio.CancelledError:
             (req.job or job).cancel("cancelled")  # a remask's job, if one runs
             self.counters["client_cancelled"] += 1
             raise
-        if out is None:
-            return None
-        answer, job = out
-        task = asyncio.current_task()
-        if task is not None:  # refine after the response is written (callbacks run in order)
-            task.add_done_callback(lambda t: self.refiner.start(t, job, req, answer.text))
-        return answer
+
+    def end(self, verdict: Verdict) -> Answer | None:
+        """The request's answer; none is counted with its reason."""
+        if verdict.answer is None:
+            why = verdict.why
+            self.counters["empty"] += 1
+            self.empty_reasons[why.split(":", 1)[0].split(" (", 1)[0]] += 1
+            self.last_empty = why
+            log.debug("no completion: %s", why)
+        return verdict.answer
+
+    def submit(self, cid: str, real: Document, real_offset: int, plan: InfillPlan, engine_plan: Plan,
+               doc: Document, offset: int, tree: Any) -> EngineJob:
+        """An engine job for `plan`: with the workspace context around `real_offset` of the
+        document as the editor has it, and the names known at `offset` of `doc` (the document
+        completed: with a selected item's text in place)."""
+        context = self.context_for(real, real_offset, plan)
+        return self.engine.submit(CompletionRequest(cid, doc.uri, plan.prefix, plan.suffix, engine_plan,
+                                                    context, self.names_for(doc, offset, tree)))
 
     def decode_ahead(self, ahead: Ahead) -> Awaitable[str | None]:
         """A speculation: submitted now; its final text (settled, rescued when empty, as a
         request's would be) goes into the suggestion cache."""
         req = capture(ahead.doc, ahead.offset, ahead.cid, ahead.plan, ahead.key, ahead.tree,
                       ahead.t0, syntax_check=self.options.syntax_check, speculative=True)
-        assert ahead.plan.plan is not None
-        context = self.context_for(ahead.doc, ahead.offset, ahead.plan)
-        job = self.engine.submit(CompletionRequest(ahead.cid, ahead.doc.uri, ahead.plan.prefix,
-                                                   ahead.plan.suffix, ahead.plan.plan, context,
-                                                   self.names_for(ahead.doc, ahead.offset, ahead.tree)))
+        assert ahead.plan.engine_plan is not None
+        job = self.submit(ahead.cid, ahead.doc, ahead.offset, ahead.plan, ahead.plan.engine_plan,
+                          ahead.doc, ahead.offset, ahead.tree)
         version, revision, doc = ahead.doc.version, ahead.doc.revision, ahead.doc
 
         def wanted() -> bool:
             return doc.version == version and doc.revision == revision
 
         async def run() -> str | None:
-            out = await self.settle(job, req, wanted, until_done=True)
+            out = await self.settler.settle(job, req, wanted, until_done=True)
             if not isinstance(out, str) and not out.text:
-                out = await self.rescue(out, req, wanted)  # as a request would be
+                out = await self.settler.rescue(out, req, wanted)  # as a request would be
             if isinstance(out, str):
                 log.debug("speculation %s: nothing (%s)", req.cid, out)
                 return None
@@ -210,12 +268,13 @@ class CompletionService:
         return run()
 
     def context_for(self, doc: Document, offset: int, plan: InfillPlan) -> tuple[ContextChunk, ...]:
-        """The workspace context of a request (llada_lsp.workspace; () when the option is off)."""
+        """The workspace context of a request, gathered and ranked (llada_lsp.workspace; the
+        engine places what fits its budget); () when the option is off."""
         if not self.options.workspace_context:
             self.workspace.note(doc.uri, (), False)
             return ()
-        budget = context_budget(self.options.context_tokens, self.engine.info.get("max_prompt_tokens"))
-        return self.workspace.chunks_for(doc, offset, plan.prefix + plan.suffix, budget)
+        limit = gather_limit(self.options.context_tokens, self.engine.info.get("max_context_tokens"))
+        return self.workspace.chunks_for(doc, offset, plan.prefix + plan.suffix, limit)
 
     def names_for(self, doc: Document, offset: int, tree: Any) -> Names | None:
         """The known names for the identifier at the cursor (llada_lsp.name_hints), when the
@@ -230,22 +289,22 @@ class CompletionService:
     def _wants_more(self, plan: InfillPlan, key: str) -> bool:
         """Whether an invoked request should decode more candidates than the mode does and
         the cache holds for `key`."""
-        assert plan.plan is not None
+        assert plan.engine_plan is not None
         wanted = min(self.options.invoked_alternatives, self.caps.alternatives)
         return wanted > max(plan.candidates, self.cache.decoded(key))
 
-    async def _first_answer(self, job: EngineJob, req: Request, doc: Document,
-                            until_done: bool = False) -> tuple[Answer, EngineJob] | None:
+    async def first_answer(self, job: EngineJob, req: InFlight, doc: Document, until_done: bool) -> Verdict:
+        """The settled text of `job` (rescued when it came out empty), shown; refining it
+        starts once the response is written (the handler task's callbacks run in order)."""
         def wanted() -> bool:
             return doc.version == req.version and doc.revision == req.revision and \
                 self.latest.get(req.uri) == int(req.cid)
 
-        out = await self.settle(job, req, wanted, until_done=until_done)
+        out = await self.settler.settle(job, req, wanted, until_done=until_done)
         if not isinstance(out, str) and out.event.kind == "done" and not out.text:
-            out = await self.rescue(out, req, wanted)
+            out = await self.settler.rescue(out, req, wanted)
         if isinstance(out, str):
-            self._nothing(out)
-            return None
+            return Verdict(None, out)
         text, job, ev = out.text, out.job, out.event
         total = (time.perf_counter() - req.t0) * 1000
         req.stats.update(firstMs=total, overheadMs=max(0.0, total - req.engine_ms))
@@ -253,97 +312,16 @@ class CompletionService:
             self.finish(req, ev, text, out.others)
             if not text:
                 self.report.stats(req, "engine")
-                self._nothing(f"empty after post-processing ({req.note or 'nothing left'})")
-                return None
+                return Verdict(None, f"empty after post-processing ({req.note or 'nothing left'})")
         self._show(req.uri, req.cid, req.doc_text, req.offset, text, req.plan.kind, out.others)
         self.counters["answered"] += 1
-        return Answer(req.cid, text, req.plan.kind, req.offset, word_before(req.spec.left),
-                      "engine", out.others, req.rest), job
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(lambda t: self.refiner.start(t, job, req, text))
+        return Verdict(Answer(req.cid, text, req.plan.kind, req.offset, word_before(req.spec.left),
+                              "engine", out.others, req.rest))
 
-    async def rescue(self, empty: Settled, req: Request, wanted: Callable[[], bool]) -> Settled:
-        """An answer that came out empty, from fewer than `rescue_alternatives` candidates:
-        decode that many (the prompt is in the engine's prompt cache) and settle on the first
-        that fits. Returns `empty` when that finds nothing either (or is off)."""
-        n, plan = min(self.options.rescue_alternatives, self.caps.alternatives), empty.job.completion.plan
-        if n <= req.candidates or not wanted():
-            return empty
-        self.counters["empty_rescues"] += 1
-        req.candidates = n
-        job = self.engine.submit(CompletionRequest(req.cid, req.uri, req.plan.prefix, req.plan.suffix,
-                                                   replace(plan, alternatives=n), empty.job.request.context,
-                                                   empty.job.completion.names))
-        if self.jobs.get(req.uri) is empty.job:
-            self.jobs[req.uri] = job  # a newer request cancels the rescue
-        req.job = job
-        out = await self.settle(job, req, wanted, until_done=True)
-        if isinstance(out, str) or not out.text:
-            return empty
-        self.counters["empty_rescued"] += 1
-        return out
-
-    async def settle(self, job: EngineJob, req: Request, wanted: Callable[[], bool],
-                     until_done: bool) -> Settled | str:
-        """Drive `job` to a text worth showing: its first complete draft (its final text with
-        `until_done`) that adds no parse error. A final text that still adds one has the
-        error's tokens re-masked (up to `syntax_remask_passes` engine passes, while a pass may
-        help: not when the error covers all of it, nor after a pass that changed nothing);
-        after that it is trimmed to the longest prefix that parses. A string result says why
-        nothing."""
-        passes = 0
-        bad: tuple[str, EngineJob, EngineEvent] | None = None
-        while True:
-            nxt: EngineJob | None = None
-            async for ev, t_ev in job.events():
-                if ev.kind == "error" and bad is not None:  # a remask failed: trim what we had
-                    self.counters["syntax_remask_failed"] += 1
-                    log.info("remask of %s failed: %s", req.cid, ev.error)
-                    return Settled(self.weigh.trim(bad[0], req), bad[1], bad[2])
-                if ev.kind == "error":
-                    self.counters["engine_errors"] += 1
-                    log.warning("engine error for %s: %s", req.cid, ev.error)
-                    return f"engine error: {ev.error}"
-                if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
-                    return f"engine request {job.cancel_reason or ev.reason}"
-                done = ev.kind == "done"
-                if not done and (until_done or not ev.draft_complete):
-                    continue
-                text = self.weigh.clean(ev.text, req)
-                chosen = 0
-                others: tuple[str, ...] = ()
-                if done and ev.alternatives:
-                    text, chosen, others = self.weigh.pick(ev, req, text)
-                if not text and not done:
-                    continue  # an empty draft: wait for the edits
-                if not wanted():
-                    job.cancel("superseded")
-                    return "document changed while drafting"
-                spans = self.weigh.new_errors(req, text)
-                if spans and not done:
-                    continue  # the engine's own edits may fix it; else remask at the end
-                if not done and self.weigh.line_awaits_alternatives(req, text):
-                    continue  # a broken line with candidates coming: show the one that fits
-                req.engine_ms += (t_ev - job.submitted_at) * 1000
-                if spans and chosen == 0 and self.caps.remask and passes < self.options.syntax_remask_passes \
-                        and remask_can_help(text, spans, bad[0] if bad is not None else None):
-                    nxt = self.engine.remask(job, raw_spans(ev.text, text, spans))
-                    if nxt is not None:
-                        passes += 1
-                        self.counters["syntax_remasks"] += 1
-                        bad = (text, job, ev)
-                        break
-                if spans:
-                    self.counters["syntax_unfixed"] += 1
-                    text = self.weigh.trim(text, req)
-                elif passes:
-                    self.counters["syntax_fixed"] += 1
-                return Settled(text, job, ev, others)
-            if nxt is None:
-                return "engine stream ended"
-            if not req.speculative and self.jobs.get(req.uri) is job:
-                self.jobs[req.uri] = nxt  # a newer request cancels the remask
-            job = req.job = nxt
-
-    def finish(self, req: Request, ev: EngineEvent, final_text: str | None,
+    def finish(self, req: InFlight, ev: EngineEvent, final_text: str | None,
                 others: tuple[str, ...] = ()) -> None:
         self.report.finished(req.stats, ev)
         if final_text is not None and ev.reason not in ("cancelled", "superseded", "error"):
@@ -374,13 +352,6 @@ class CompletionService:
             final()
         ls = doc.text.rfind("\n", 0, offset) + 1
         return Answer(cid, text, kind, offset, word_before(doc.text[ls:offset]), source, others, tail)
-
-    def _nothing(self, why: str) -> None:
-        self.counters["empty"] += 1
-        self.empty_reasons[why.split(":", 1)[0].split(" (", 1)[0]] += 1
-        self.last_empty = why
-        log.debug("no completion: %s", why)
-        return None
 
     # -- accepts and speculation ------------------------------------------------------------------
     def accepted(self, cid: str, index: int = 0) -> None:

@@ -1,6 +1,6 @@
 """Infill plans: what to ask the engine for at a cursor.
 
-Kinds (docs/architecture.md §3):
+Kinds (docs/lsp.md, "Behaviour", Plans):
   none        - the cursor is inside an identifier, or inside a string with text after it;
   line        - text right of the cursor, inside a line comment, or finishing a started line;
   statements  - a blank line inside a non-empty body;
@@ -37,12 +37,12 @@ _LUA_OPENER = re.compile(r"(\bthen|\bdo|\bfunction\b.*\)|\brepeat|\belse)\s*$")
 class InfillPlan:
     kind: Kind
     reason: str
-    plan: Plan | None = None  # the engine plan (None for kind "none")
+    engine_plan: Plan | None = None  # what the engine is asked for (None for kind "none")
     context: Context | None = None
     indent: str = ""  # lines of the result indented less than this end it (dedent)
     brace: bool = False  # the language delimits blocks with braces
-    # how many candidates the engine decodes for `plan` (engine.api.decided: decided once here
-    # with the preset and sent explicit in `plan`, so neither side derives them again)
+    # how many candidates the engine decodes for `engine_plan` (engine.api.decided: decided once
+    # here with the preset and sent explicit in `engine_plan`, so neither side derives them again)
     candidates: int = 1
 
     @property

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine.api import EngineEvent
-from llada_lsp.answers import Request
+from llada_lsp.answers import InFlight
 from llada_lsp.cache import Shown
 from llada_lsp.engine_base import EngineJob
 from llada_lsp.line_rest import fit
@@ -20,7 +20,7 @@ from llada_lsp.weighing import Weigher
 
 # (request, done event, final text or None when cancelled, other candidates): the service
 # records the finished completion (stats, suggestion cache)
-Finish = Callable[[Request, EngineEvent, str | None, tuple[str, ...]], None]
+Finish = Callable[[InFlight, EngineEvent, str | None, tuple[str, ...]], None]
 
 
 class Refiner:
@@ -32,7 +32,7 @@ class Refiner:
         self.weigh, self.report, self.shown, self.finish = weigh, report, shown, finish
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def start(self, handler: asyncio.Future[Any], job: EngineJob, req: Request, text: str) -> None:
+    def start(self, handler: asyncio.Future[Any], job: EngineJob, req: InFlight, text: str) -> None:
         """Once the answer's handler is done: refine `text` (what was answered) unless the
         request was cancelled; a job already done only sends the final refinement."""
         if handler.cancelled() or req.stats.get("done"):
@@ -43,7 +43,7 @@ class Refiner:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def run(self, job: EngineJob, req: Request, shown: str) -> None:
+    async def run(self, job: EngineJob, req: InFlight, shown: str) -> None:
         last = shown
         async for ev, _t in job.events():
             if ev.kind == "error":
@@ -66,7 +66,7 @@ class Refiner:
                 self.send(req, last, new, ev.step, final=False)
                 last = new
 
-    def send(self, req: Request, old: str, new: str, step: int, final: bool,
+    def send(self, req: InFlight, old: str, new: str, step: int, final: bool,
              reason: str | None = None) -> None:
         shown = self.shown.get(req.uri)
         if shown is not None and shown.completion_id == req.cid:
@@ -74,7 +74,7 @@ class Refiner:
         self.report.refine(req.cid, req.uri, req.version, req.lead + fit(old, req.rest),
                            req.lead + fit(new, req.rest), step, final, reason)
 
-    def send_final(self, req: Request, old: str, new: str, step: int,
+    def send_final(self, req: InFlight, old: str, new: str, step: int,
                    reason: str | None = None) -> None:
         self.send(req, old, new, step, final=True, reason=reason)
         self.report.stats(req, "engine")

@@ -20,7 +20,7 @@ from engine.api import EngineEvent, diff_edits
 from llada_lsp.positions import Encoding, text_position
 
 if TYPE_CHECKING:
-    from llada_lsp.answers import Request
+    from llada_lsp.answers import InFlight
 
 Notify = Callable[[str, dict[str, Any]], None]
 Show = Callable[[str, str], None]  # (level "error" | "warning" | "info", text): window/showMessage
@@ -95,7 +95,7 @@ class Reporter:
             engineMs=st.get("total_ms", 0.0), alternatives=len(ev.alternatives),
             groupForwards=st.get("group_forwards", st.get("forwards", ev.step)))
 
-    def stats(self, req: Request, source: str) -> None:
+    def stats(self, req: InFlight, source: str) -> None:
         s = req.stats
         params = {"completionId": req.cid, "uri": req.uri, "kind": req.plan.kind,
                   "source": source, "cacheHit": False, "reason": s.get("reason"),

@@ -102,6 +102,7 @@ class SglangEngineClient(EngineClient):
             return
         family, what = local_description(model_dir)
         self.info["tokenizer"] = str(model_dir)
+        self.info["max_context_tokens"] = self.builder.max_context_tokens  # the prompt's share for context
         self.pool = ServerPool(self.cfg, family, what, self._pool_changed)
         if not self.pool.servers:
             self.state, self.error = "error", "no SGLang server configured (option sglang.urls or sglang.router)"

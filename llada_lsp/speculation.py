@@ -131,7 +131,7 @@ class Speculator:
         tree = doc.syntax_tree()
         plan = make_plan(doc.text, offset, doc.language_id, self.options, tree=tree,
                          index=doc.index)
-        if plan.kind == "none" or plan.plan is None:
+        if plan.kind == "none" or plan.engine_plan is None:
             self.counters["speculation_skipped"] += 1
             return
         key = key_of(plan.prefix, plan.suffix, plan.kind)

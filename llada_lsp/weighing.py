@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.api import EngineEvent
-from llada_lsp.answers import Request
+from llada_lsp.answers import InFlight
 from llada_lsp.postprocess import clean, first_fitting, syntax_trim
 from llada_lsp.syntax import adds_error, error_spans
 
@@ -20,11 +20,11 @@ class Weigher:
     def __init__(self, counters: Counter[str]) -> None:
         self.counters = counters
 
-    def clean(self, raw: str, req: Request) -> str:
+    def clean(self, raw: str, req: InFlight) -> str:
         text, req.note = clean(raw, req.spec)
         return text
 
-    def pick(self, ev: EngineEvent, req: Request, primary: str) -> tuple[str, int, tuple[str, ...]]:
+    def pick(self, ev: EngineEvent, req: InFlight, primary: str) -> tuple[str, int, tuple[str, ...]]:
         """The text to show among the primary's (`primary`, cleaned) and the done event's
         alternatives (cleaned here), and its index: the first that adds no parse error
         (every plan kind; without a tree, the first non-empty one). Then the other
@@ -45,14 +45,14 @@ class Weigher:
                                      and (check is None or not check(c))))
         return cands[i], i, others
 
-    def new_errors(self, req: Request, text: str) -> list[tuple[int, int]]:
+    def new_errors(self, req: InFlight, text: str) -> list[tuple[int, int]]:
         """Character spans of `text` inside parse errors it adds ([] = none, or unchecked)."""
         if not text or req.tree is None or req.plan.kind == "line":
             return []
         return error_spans(req.language_id, req.tree, req.doc_text[: req.offset], text,
                            req.doc_text[req.offset:])
 
-    def line_awaits_alternatives(self, req: Request, text: str) -> bool:
+    def line_awaits_alternatives(self, req: InFlight, text: str) -> bool:
         """A line (not otherwise checked) that adds a parse error, while the engine decodes
         alternatives: the first answer waits for them (clients without `llada/refine` only
         ever see the first answer)."""
@@ -60,7 +60,7 @@ class Weigher:
             return False
         return adds_error(req.language_id, req.tree, req.doc_text[: req.offset], text, req.doc_text[req.offset:])
 
-    def trim(self, text: str, req: Request) -> str:
+    def trim(self, text: str, req: InFlight) -> str:
         before, after = req.doc_text[: req.offset], req.doc_text[req.offset:]
         text, note = syntax_trim(text, lambda t: adds_error(req.language_id, req.tree, before,
                                                             t, after))
@@ -69,7 +69,7 @@ class Weigher:
             req.note = note
         return text
 
-    def checked(self, raw: str, req: Request) -> str:
+    def checked(self, raw: str, req: InFlight) -> str:
         """Cleaned, and trimmed when it adds a parse error (refinements after the answer)."""
         text = self.clean(raw, req)
         return self.trim(text, req) if self.new_errors(req, text) else text

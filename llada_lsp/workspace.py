@@ -11,14 +11,17 @@ What goes in, most useful first:
 3. the first block of every other open document not in the ring.
 Blocks lie on a grid of `CHUNK_LINES` lines, so an edit elsewhere in a file moves no other
 block. Near-duplicates are dropped (line-set Jaccard >= 0.9 with a kept chunk, or 90% of the
-lines already in a kept chunk or in the prompt's own window), and the rest is cut to a token
-budget estimated from characters (conservatively: `CHARS_PER_TOKEN`).
+lines already in a kept chunk or in the prompt's own window). The server gathers and ranks;
+the engine alone budgets the context, in tokens (`engine.prompt.builder.PromptBuilder.place_context`,
+its share `max_context_tokens` in its info). What is gathered is capped by a safety limit
+for transport and memory (`gather_limit`: characters, loose enough that the engine always
+has more than it places), not a second budget.
 
 Stability (the prompt cache): the prompt places the context before the prefix, so any change
 in it costs a full prefill. The chosen tuple is kept per document and handed out again as it
 is while (a) no other open document opened, closed or changed, and (b) every definition the
 names near the cursor resolve to was already weighed for it. Only then is it built again; a
-definition chosen before stays (sticky) while it still fits, after the new ones.
+definition chosen before stays (sticky) while the safety limit allows, after the new ones.
 """
 
 from __future__ import annotations
@@ -42,10 +45,8 @@ MAX_DEFS = 8  # definitions per prompt at most
 MAX_PLACES = 6  # a name defined in more places than this is too common to pick one
 CHARS_PER_TOKEN = 2  # a conservative estimate (the embedded tokenizer averages ~2.5 on code)
 HEADER_CHARS = 16  # the chunk header's comment and the blank line after it
-MIN_HEAD_LINES = 2  # a chunk cut to the budget keeps at least this many leading lines
+GATHER_CHARS_PER_TOKEN = 8  # the safety limit's characters per token of context (code averages ~2.5)
 DUPLICATE = 0.9  # line-set similarity (Jaccard or containment) that drops a chunk
-ENGINE_CONTEXT_SHARE = 0.4  # the engine keeps context within this share of its prompt budget
-# (engine.prompt.builder.CONTEXT_SHARE; a test checks they agree)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_CODE = re.compile(r'"(?:\\.|[^"\\\n])*"?|\'(?:\\.|[^\'\\\n])*\'?|#[^\n]*|//[^\n]*')
 KEYWORDS = frozenset(
@@ -118,16 +119,19 @@ def similar(a: frozenset[str], b: frozenset[str]) -> bool:
 
 
 def estimate_tokens(chunk: ContextChunk) -> int:
-    """An upper estimate of the tokens a chunk costs in the prompt, header included."""
+    """An upper estimate of the tokens a chunk costs in the prompt, header included (reported
+    in llada/debugInfo; the engine counts the real ones)."""
     return (len(chunk.path) + len(chunk.text) + HEADER_CHARS) // CHARS_PER_TOKEN + 1
 
 
-def context_budget(option_tokens: int, max_prompt_tokens: int | None) -> int:
-    """Tokens of context to send: the `contextTokens` option, capped by the engine's share of
-    its prompt budget when known (more would be cut by the engine anyway)."""
-    if max_prompt_tokens:
-        return max(0, min(option_tokens, int((max_prompt_tokens - 3) * ENGINE_CONTEXT_SHARE)))
-    return option_tokens
+def gather_limit(option_tokens: int, max_context_tokens: int | None) -> int:
+    """Characters of context gathered at most: a safety limit for transport and memory, not a
+    budget. `GATHER_CHARS_PER_TOKEN` per token of the `contextTokens` option, or of the engine's
+    share (`max_context_tokens` in its info) when that is smaller: about three times what the
+    engine can place, so its budget in tokens decides what the prompt holds. 0: no context."""
+    if max_context_tokens is not None and max_context_tokens >= 0:
+        option_tokens = min(option_tokens, max_context_tokens)
+    return max(0, option_tokens) * GATHER_CHARS_PER_TOKEN
 
 
 def block_text(text: str, block: int, lines: int = CHUNK_LINES) -> str:
@@ -137,21 +141,17 @@ def block_text(text: str, block: int, lines: int = CHUNK_LINES) -> str:
     return "\n".join(parts).strip("\n").rstrip()
 
 
-def head(chunk: ContextChunk, budget: int) -> ContextChunk | None:
-    """The chunk's longest run of leading lines (at least `MIN_HEAD_LINES`) within `budget`
-    estimated tokens: a definition's signature and first lines; None when even those do not fit."""
-    lines = chunk.text.split("\n")
-    for n in range(len(lines) - 1, MIN_HEAD_LINES - 1, -1):
-        c = ContextChunk(chunk.path, "\n".join(lines[:n]).rstrip())
-        if estimate_tokens(c) <= budget:
-            return c
-    return None
+def leading_lines(chunk: ContextChunk, chars: int) -> ContextChunk | None:
+    """The chunk's leading whole lines within `chars` characters of text; None if not one."""
+    end = chunk.text.rfind("\n", 0, chars + 1) if len(chunk.text) > chars else len(chunk.text)
+    text = chunk.text[:max(0, end)].rstrip()
+    return ContextChunk(chunk.path, text) if text.strip() else None
 
 
-def fit(candidates: Iterable[ContextChunk], window: str, budget: int) -> tuple[ContextChunk, ...]:
+def gather(candidates: Iterable[ContextChunk], window: str, limit: int) -> tuple[ContextChunk, ...]:
     """Candidates in order, without near-duplicates (of a kept chunk or of the prompt's own
-    window) and within `budget` estimated tokens (a chunk that does not fit whole gives its
-    head when that fits, else it is skipped)."""
+    window), within `limit` characters of text (the safety limit: a chunk over what is left
+    is cut to its leading lines, for the engine to place or cut further)."""
     kept: list[ContextChunk] = []
     sets: list[frozenset[str]] = [line_set(window)] if window else []
     used = 0
@@ -161,15 +161,14 @@ def fit(candidates: Iterable[ContextChunk], window: str, budget: int) -> tuple[C
         lines = line_set(c.text)
         if any(similar(lines, s) for s in sets):
             continue
-        cost = estimate_tokens(c)
-        if used + cost > budget:
-            cut = head(c, budget - used)
+        if used + len(c.text) > limit:
+            cut = leading_lines(c, limit - used)
             if cut is None:
                 continue
-            c, cost = cut, estimate_tokens(cut)
+            c = cut
         kept.append(c)
         sets.append(lines)
-        used += cost
+        used += len(c.text)
     return tuple(kept)
 
 
@@ -182,7 +181,7 @@ class Selection:
     """One document's context as last built, and what it was built from."""
 
     world: tuple[tuple[tuple[str, int], ...], int]  # other open documents' revisions; index generation
-    budget: int
+    limit: int
     chunks: tuple[ContextChunk, ...]
     defs: tuple[DefKey, ...]  # definitions chosen, in order
     weighed: frozenset[DefKey]  # definitions considered (chosen or not)
@@ -215,17 +214,18 @@ class WorkspaceContext:
         for key in [k for k in self.ring if k[0] == uri]:
             del self.ring[key]
 
-    def chunks_for(self, doc: Document, offset: int, window: str, budget: int) -> tuple[ContextChunk, ...]:
-        """The context of a completion at `offset` in `doc`; `window`: the prompt's own prefix
-        and suffix text (chunks repeating it are dropped); `budget`: estimated tokens."""
+    def chunks_for(self, doc: Document, offset: int, window: str, limit: int) -> tuple[ContextChunk, ...]:
+        """The context of a completion at `offset` in `doc`, ranked; `window`: the prompt's own
+        prefix and suffix text (chunks repeating it are dropped); `limit`: the safety limit in
+        characters (`gather_limit`)."""
         others = [d for u, d in self.store.docs.items() if u != doc.uri]
         self.index.request_scan(doc.language_id)
-        if budget <= 0 or (not others and not self.index.files):
+        if limit <= 0 or (not others and not self.index.files):
             self.note(doc.uri, (), False)
             return ()
         world = (tuple((d.uri, d.revision) for d in others), self.index.generation)
         sel = self.selections.get(doc.uri)
-        if sel is not None and sel.world == world and sel.budget == budget \
+        if sel is not None and sel.world == world and sel.limit == limit \
                 and set(self._wanted(doc, offset)) <= sel.weighed:
             self.note(doc.uri, sel.chunks, False)
             return sel.chunks
@@ -235,9 +235,9 @@ class WorkspaceContext:
         sticky = [k for k in (sel.defs if sel is not None else ()) if k not in wanted]
         order = (wanted + sticky)[:MAX_DEFS]
         defs = [(k, c) for k in order if (c := self._definition_chunk(k)) is not None]
-        chunks = fit([c for _, c in defs] + self._block_chunks(doc.uri), window, budget)
+        chunks = gather([c for _, c in defs] + self._block_chunks(doc.uri), window, limit)
         chosen = tuple(k for k, c in defs if c in chunks)
-        self.selections[doc.uri] = Selection(world, budget, chunks, chosen, frozenset(wanted) | frozenset(sticky))
+        self.selections[doc.uri] = Selection(world, limit, chunks, chosen, frozenset(wanted) | frozenset(sticky))
         self.builds += 1
         self.note(doc.uri, chunks, True)
         return chunks

@@ -5,12 +5,22 @@ a checkpoint's prompt ids, and a middle's tokens become the answer's text.
 SGLang backend of the language server (`llada_lsp.sglang_engine`), which tokenizes locally
 and sends ids, so that both engines see the same prompt for the same request. Budgets:
 `max_prompt_tokens` in all; the suffix takes at most `SUFFIX_SHARE` of it, the workspace
-context at most `CONTEXT_SHARE` in whole chunks (most useful first), the prefix the rest. Each
-cut moves in quanta (`engine.prompt.window`), so typing keeps the prompt's start.
+context at most `CONTEXT_SHARE` (`max_context_tokens`, which the engine reports to the
+language server), the prefix the rest. Each cut moves in quanta (`engine.prompt.window`), so
+typing keeps the prompt's start.
+
+Workspace context is budgeted here alone, in tokens: the language server gathers and ranks
+chunks (most useful first) and the builder places them once, in that order: a chunk whole when
+it fits what is left, else its longest head (at least `MIN_HEAD_LINES` leading lines: a
+definition's signature and first lines) that fits, else none of it; a later, smaller chunk
+still gets the room a big one left.
 """
 
 from __future__ import annotations
 
+import bisect
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +44,9 @@ from engine.prompt.window import char_window, token_window
 
 FORMAT_SLACK = 16  # prompt tokens kept free for what the empty-format count misses (fence language)
 SUFFIX_SHARE = 0.28
-CONTEXT_SHARE = 0.4  # of the prompt budget, at most, for workspace context
+CONTEXT_SHARE = 0.4  # of the prompt budget, at most, for workspace context (the one place it is set)
+MIN_HEAD_LINES = 2  # a context chunk cut to the budget keeps at least this many leading lines
+PLACED_ENTRIES = 16  # context placements remembered (a document's chunks stay put while typing)
 CHARS_PER_TOKEN = 6  # a generous bound, to cut text before tokenizing it
 
 
@@ -61,7 +73,12 @@ class Layout:
     suffix: list[int]
     partial: str = ""
     allowed: Any = None
-    context_chunks: int = 0  # workspace chunks that fitted the budget
+    context: tuple[ContextChunk, ...] = ()  # the workspace chunks placed (a cut one as its head)
+
+    @property
+    def context_chunks(self) -> int:
+        """How many workspace chunks the prompt holds."""
+        return len(self.context)
 
 
 class PromptBuilder:
@@ -78,6 +95,10 @@ class PromptBuilder:
         self.turn_end = ends[0] if ends else None
         self.end_ids = {special.end_of_middle, *ends} | ({special.end_of_text} if ends else set())
         self.format_tokens = self._count_format_tokens()
+        # (chunks, language) -> (rendered context, the chunks placed, its ids): see `_context`
+        self._placed: OrderedDict[tuple[tuple[ContextChunk, ...], str], tuple[str, tuple[ContextChunk, ...], list[int]]] \
+            = OrderedDict()
+        self._placed_lock = threading.Lock()
 
     @classmethod
     def from_dir(cls, path: str | Path, max_prompt_tokens: int, template_file: str | Path | None = None
@@ -109,21 +130,83 @@ class PromptBuilder:
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(valid_text(text), add_special_tokens=False).ids if text else []
 
+    @property
+    def prompt_budget(self) -> int:
+        """Prompt tokens for the request's text (prefix, suffix, context): the budget less what
+        the format itself spends."""
+        if self.format.kind in ("chat", "template"):
+            return max(8, self.max_prompt_tokens - self.format_tokens - FORMAT_SLACK)
+        return self.max_prompt_tokens - 3
+
+    @property
+    def max_context_tokens(self) -> int:
+        """The workspace context's share of the prompt, in tokens (reported to the server)."""
+        return int(self.prompt_budget * CONTEXT_SHARE)
+
     # -- context ---------------------------------------------------------------------------
-    def context_text(self, chunks: Sequence[ContextChunk], language: str, budget: int) -> tuple[str, int]:
-        """The rendered workspace context that fits `budget` tokens, in whole chunks taken in
-        order (a chunk that does not fit ends the context): (text, chunks kept)."""
-        if not chunks or budget <= 0:
-            return "", 0
+    def place_context(self, chunks: Sequence[ContextChunk], language: str, budget: int
+                      ) -> tuple[str, tuple[ContextChunk, ...]]:
+        """The rendered workspace context within `budget` tokens and the chunks it holds: in
+        the given (ranked) order, each whole when it fits what is left, else its longest head
+        that fits (`MIN_HEAD_LINES` lines at least), else left out. Each chunk is counted alone,
+        with a token kept free per seam between chunks; the whole is counted once at the end
+        (and loses its last chunks in the rare case the seams took more)."""
         kept: list[ContextChunk] = []
         used = 0
-        for c in chunks:
-            n = len(self.encode(render_context([c], language)))
-            if used + n > budget:
+        for c in chunks if budget > 0 else ():
+            placed = self._fitting(c, language, budget - used - len(kept))
+            if placed is not None:
+                kept.append(placed[0])
+                used += placed[1]
+        text = render_context(kept, language)
+        while kept and len(self.encode(text)) > budget:
+            kept.pop()
+            text = render_context(kept, language)
+        return text, tuple(kept)
+
+    def _context(self, chunks: Sequence[ContextChunk], language: str) -> tuple[str, tuple[ContextChunk, ...], list[int]]:
+        """`place_context` within the context's share, with the rendered text's ids; remembered,
+        since the server hands a document the same chunks while the user types."""
+        key = (tuple(chunks), language)
+        with self._placed_lock:
+            got = self._placed.get(key)
+            if got is not None:
+                self._placed.move_to_end(key)
+                return got
+        text, placed = self.place_context(chunks, language, self.max_context_tokens)
+        got = (text, placed, self.encode(text))
+        with self._placed_lock:
+            self._placed[key] = got
+            while len(self._placed) > PLACED_ENTRIES:
+                self._placed.popitem(last=False)
+        return got
+
+    def _fitting(self, chunk: ContextChunk, language: str, room: int) -> tuple[ContextChunk, int] | None:
+        """`chunk`, or its longest head, within `room` tokens, with its count; None if neither.
+        The head's length is read off the whole chunk's token offsets, then counted exactly."""
+        if room <= 0:
+            return None
+        rendered = render_context([chunk], language)
+        enc = self.tok.encode(rendered, add_special_tokens=False)
+        if len(enc.ids) <= room:
+            return chunk, len(enc.ids)
+        body = chunk.text.rstrip()
+        start = rendered.find(body) if body else -1
+        if start < 0:
+            return None
+        ends = [e for _, e in enc.offsets]
+        lines, end, fit = body.split("\n"), start, 0
+        for m, line in enumerate(lines[:-1], 1):  # tokens of m lines, plus one for the blank line after
+            end += len(line) + (m > 1)
+            if bisect.bisect_right(ends, end) + 1 > room:
                 break
-            kept.append(c)
-            used += n
-        return render_context(kept, language), len(kept)
+            fit = m
+        for m in range(fit, MIN_HEAD_LINES - 1, -1):  # exactly, one line less while it is over
+            head = ContextChunk(chunk.path, "\n".join(lines[:m]).rstrip())
+            n = len(self.encode(render_context([head], language)))
+            if n <= room:
+                return head, n
+        return None
 
     # -- layout ----------------------------------------------------------------------------
     def layout(self, prefix: str, suffix: str, heal: bool = True, doc_key: str = "",
@@ -136,12 +219,11 @@ class PromptBuilder:
         if self.format.kind in ("chat", "template"):
             return self._rendered(prefix, suffix, heal, doc_key, context)
         sp = self.sp
-        budget = self.max_prompt_tokens - 3
+        budget = self.prompt_budget
         pre = self.encode(char_window(prefix, self.max_prompt_tokens * CHARS_PER_TOKEN))
         suf = self.encode(suffix[: self.max_prompt_tokens * CHARS_PER_TOKEN])
         suf = suf[: max(0, min(len(suf), int(budget * SUFFIX_SHARE)))]
-        ctx_text, n_ctx = self.context_text(context, language_of(doc_key), int(budget * CONTEXT_SHARE))
-        ctx = self.encode(ctx_text)
+        _ctx_text, placed, ctx = self._context(context, language_of(doc_key))
         pre = token_window(pre, budget - len(suf) - len(ctx))
         partial, allowed = "", None
         if heal and pre and self.heal is not None:
@@ -149,22 +231,22 @@ class PromptBuilder:
             pre = pre[: len(pre) - k]
         pre = ctx + pre
         if self.bidirectional:
-            return Layout(pre or [sp.end_of_text], suf, partial, allowed, n_ctx)
+            return Layout(pre or [sp.end_of_text], suf, partial, allowed, placed)
         if self.fim:
-            return Layout([sp.fim_suffix, *suf, sp.fim_prefix, *pre, sp.fim_middle], [], partial, allowed, n_ctx)
-        return Layout(pre or [sp.end_of_text], [], partial, allowed, n_ctx)
+            return Layout([sp.fim_suffix, *suf, sp.fim_prefix, *pre, sp.fim_middle], [], partial, allowed, placed)
+        return Layout(pre or [sp.end_of_text], [], partial, allowed, placed)
 
     def _rendered(self, prefix: str, suffix: str, heal: bool, doc_key: str,
                   context: Sequence[ContextChunk]) -> Layout:
-        """A chat or template prompt: context in whole chunks, prefix and suffix trimmed in tokens
+        """A chat or template prompt: context placed in its share, prefix and suffix trimmed in tokens
         (the prefix's start in quanta), the cursor's line healed, then rendered and tokenized."""
-        budget = max(8, self.max_prompt_tokens - self.format_tokens - FORMAT_SLACK)
+        budget = self.prompt_budget
         language = language_of(doc_key)
         suf = self.tok.encode(suffix[: budget * CHARS_PER_TOKEN], add_special_tokens=False) if suffix else None
         n_suf = min(len(suf.ids), int(budget * SUFFIX_SHARE)) if suf else 0
         suffix_text = suffix[: suf.offsets[n_suf - 1][1]] if suf and n_suf else ""
-        ctx_text, n_ctx = self.context_text(context, language, int(budget * CONTEXT_SHARE))
-        n_ctx_tokens = len(self.encode(ctx_text))
+        ctx_text, placed, ctx_ids = self._context(context, language)
+        n_ctx_tokens = len(ctx_ids)
         pre_text = char_window(prefix, budget * CHARS_PER_TOKEN)
         pre = self.tok.encode(pre_text, add_special_tokens=False) if pre_text else None
         if pre is not None:
@@ -178,7 +260,7 @@ class PromptBuilder:
                 partial, allowed = "", None
             tail = tail[: len(tail) - len(partial)]
         text = self.format.render(Parts(head, tail, suffix_text, language, ctx_text))
-        return Layout(self.encode(text), [], partial, allowed, n_ctx)
+        return Layout(self.encode(text), [], partial, allowed, placed)
 
     # -- answers ---------------------------------------------------------------------------
     def answer(self, toks: list[int], plan: Plan, partial: str, tail: str) -> str:

@@ -12,14 +12,7 @@ from engine.api import ContextChunk
 from engine.model.checkpoint import EMBEDDED_DIR
 from engine.prompt.builder import PromptBuilder
 from engine.prompt.prompt_format import render_context
-from engine.train.crossfile import (
-    CrossfileStream,
-    PackageIndex,
-    bound_names,
-    code_lines,
-    module_names,
-    names_in,
-)
+from engine.train import crossfile as xf
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,8 +50,8 @@ FILES = {"pkg/w/__init__.py": "", "pkg/w/config.py": CONFIG, "pkg/w/model.py": M
 
 
 def test_cross_names_are_other_files_definitions_the_target_does_not_bind() -> None:
-    index = PackageIndex(FILES.items())
-    bound = bound_names(MODEL)
+    index = xf.PackageIndex(FILES.items())
+    bound = xf.bound_names(MODEL)
     assert bound is not None and "Widget" in bound and "time" in bound
     line = "        return build_widget(self.config) if len(self.items) < MAX_ITEMS else None"
     assert index.cross_names(line, "pkg/w/model.py", bound) == ["build_widget", "MAX_ITEMS"]
@@ -71,9 +64,9 @@ def test_cross_names_are_other_files_definitions_the_target_does_not_bind() -> N
 
 
 def test_names_skip_strings_comments_and_module_attributes() -> None:
-    assert names_in("x = fetch('build_widget')  # MAX_ITEMS") == ["fetch"]
-    assert names_in("t = time.monotonic() + clock.tick()", module_names(MODEL)) == ["time", "clock", "tick"]
-    lines = code_lines(MODEL)
+    assert xf.names_in("x = fetch('build_widget')  # MAX_ITEMS") == ["fetch"]
+    assert xf.names_in("t = time.monotonic() + clock.tick()", xf.module_names(MODEL)) == ["time", "clock", "tick"]
+    lines = xf.code_lines(MODEL)
     assert lines is not None
     doc = next(i for i, ln in enumerate(MODEL.split("\n")) if "Doc:" in ln)
     assert doc not in lines and doc + 1 not in lines and doc + 2 in lines  # the closing quotes, then code
@@ -81,7 +74,7 @@ def test_names_skip_strings_comments_and_module_attributes() -> None:
 
 def test_training_examples_place_context_as_the_engine_does() -> None:
     builder = PromptBuilder.from_dir(EMBEDDED_DIR, 448)
-    stream = CrossfileStream(FILES, builder, block=16, seed=0)
+    stream = xf.CrossfileStream(FILES, builder, block=16, seed=0)
     seen_context = False
     for _ in range(40):
         got = stream.example()
@@ -91,10 +84,11 @@ def test_training_examples_place_context_as_the_engine_does() -> None:
         assert key in FILES and middle
         assert all(c.path in ("w/config.py", "w/model.py", "w/__init__.py") for c in chunks)
         lay = builder.layout(prefix, suffix, heal=False, doc_key="w/model.py", context=chunks)
-        if chunks and lay.context_chunks:
+        if chunks and lay.context:
             seen_context = True
             text = builder.tok.decode(lay.ids)
-            assert render_context(chunks[: lay.context_chunks], "python").split("\n")[0] in text
+            assert render_context(lay.context, "python") in text and all(
+                any(c.path == p.path and c.text.startswith(p.text.rstrip()) for c in chunks) for p in lay.context)
     assert seen_context
     enc = stream.next()
     sp = builder.sp
@@ -135,7 +129,7 @@ def test_a_training_batch_takes_its_share_of_crossfile_rows() -> None:
     sp = builder.sp
     cfg = preset("tiny-code", vocab_size=builder.tok.get_vocab_size(), special=sp)
     plain = ExampleStream([CONFIG, MODEL], [1.0, 1.0], builder.tok, sp, cfg.block_size, seed=0)
-    cross = CrossfileStream(FILES, builder, cfg.block_size, seed=0)
+    cross = xf.CrossfileStream(FILES, builder, cfg.block_size, seed=0)
     drawn = []
     own_next = cross.next
     cross.next = lambda: drawn.append(1) or own_next()  # type: ignore[method-assign]

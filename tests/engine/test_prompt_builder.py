@@ -1,5 +1,6 @@
 """The torch-free prompt builder (engine.prompt.builder): the same prompt as the engine's for the
-same request, workspace context in whole chunks within its share of the budget, and no torch."""
+same request, workspace context placed once within its share of the budget (the engine alone
+budgets it), and no torch."""
 
 from __future__ import annotations
 
@@ -47,15 +48,35 @@ def test_context_sits_before_the_prefix_in_whole_chunks(engine: TextEngine) -> N
     sp = engine.sp
     start = lay.ids.index(sp.fim_prefix) + 1
     ctx = b.encode(render_context(CHUNKS, "python"))
-    assert lay.ids[start:start + len(ctx)] == ctx and lay.context_chunks == 2
+    assert lay.ids[start:start + len(ctx)] == ctx and lay.context == CHUNKS
     assert len(lay.ids) <= engine.max_prompt_tokens
-    # a chunk too big for the context's share is left out whole; the ones before it stay
-    big = ContextChunk("big.py", "x = 1\n" * 400)
-    lay2 = b.layout(PREFIX, SUFFIX, heal=False, doc_key=DOC, context=(CHUNKS[0], big, CHUNKS[1]))
-    assert lay2.context_chunks == 1
-    one = b.encode(render_context(CHUNKS[:1], "python"))
-    assert lay2.ids[start:start + len(one)] == one and b.encode("x = 1\n" * 3)[0] not in lay2.ids[:start]
-    assert len(b.encode(render_context(CHUNKS, "python"))) <= int(engine.max_prompt_tokens * CONTEXT_SHARE)
+    assert len(b.encode(render_context(CHUNKS, "python"))) <= b.max_context_tokens
+
+
+def test_context_is_placed_once_in_rank_order_within_the_share(engine: TextEngine) -> None:
+    """A chunk over what is left gives its head (at least two leading lines); one whose head
+    does not fit either is left out, and a later, smaller chunk still gets the room."""
+    b = engine.prompts
+    share = b.max_context_tokens
+    assert share == int((engine.max_prompt_tokens - 3) * CONTEXT_SHARE) and engine.info()["max_context_tokens"] == share
+
+    def cost(chunks: tuple[ContextChunk, ...]) -> int:
+        return len(b.encode(render_context(chunks, "python")))
+
+    big = ContextChunk("big.py", "def big(x):\n" + "    x = x + 1\n" * 400 + "    return x")
+    lay = b.layout(PREFIX, SUFFIX, heal=False, doc_key=DOC, context=(CHUNKS[0], big, CHUNKS[1]))
+    head = lay.context[1]
+    assert lay.context[0] == CHUNKS[0] and head.path == "big.py" and big.text.startswith(head.text)
+    assert head.text.startswith("def big(x):\n    x = x + 1") and cost(lay.context) <= share
+    longer = ContextChunk("big.py", big.text[:len(head.text) + len("\n    x = x + 1")])
+    assert cost((CHUNKS[0], longer)) > share - 1  # the longest head (a token kept free at the seam)
+    one_line = ContextChunk("wide.py", "TABLE = [" + ", ".join(str(i) for i in range(600)) + "]")
+    lay = b.layout(PREFIX, SUFFIX, heal=False, doc_key=DOC, context=(CHUNKS[0], one_line, CHUNKS[1]))
+    assert lay.context == CHUNKS  # the one-line table has no head; the chunk after it is placed
+    sp = engine.sp
+    start = lay.ids.index(sp.fim_prefix) + 1
+    ctx = b.encode(render_context(CHUNKS, "python"))
+    assert lay.ids[start:start + len(ctx)] == ctx
 
 
 def test_context_keeps_the_prompt_start_while_typing(engine: TextEngine) -> None:

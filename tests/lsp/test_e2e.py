@@ -7,6 +7,7 @@ The model may be an early training snapshot: these tests assert structure and be
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from lsp_helpers import (
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcRequestCancelled
 
-from engine.api import TextEdit, apply_edits
+from llada_lsp.client import apply_lsp_edits
 from llada_lsp.line_rest import kept_rest, rest_of_line
 from llada_lsp.syntax import adds_error
 
@@ -110,23 +111,12 @@ async def test_refinements_apply_in_order(client: Any) -> None:
     assert sum(1 for r in mine if r["final"]) == 1
     current = first_text(res)
     for r in mine:
-        current = _apply_lsp_edits(current, r["edits"])
+        current = apply_lsp_edits(current, r["edits"])
         assert current == r["text"]
     assert current == final["text"]
     stats = await poll(lambda: next((s for s in client.stats if s["completionId"] == cid), None))
     for key in ("queueMs", "forwards", "tpf", "cacheHit", "totalMs", "overheadMs"):
         assert key in stats
-
-
-def _apply_lsp_edits(text: str, edits: list[dict[str, Any]]) -> str:
-    lines_start = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
-
-    def off(p: dict[str, int]) -> int:
-        return lines_start[p["line"]] + p["character"]  # ASCII: UTF-16 units = characters
-
-    te = [TextEdit(off(e["range"]["start"]), off(e["range"]["end"]), e["newText"])
-          for e in edits]
-    return apply_edits(text, te)
 
 
 async def test_rapid_requests_newest_wins(client: Any) -> None:
@@ -162,6 +152,23 @@ def _idle(client: Any) -> Any:
     return check
 
 
+async def _suggested(client: Any, uri: str, least: int, none: str,
+                     spots: Iterable[tuple[str, t.Position]]) -> tuple[int, t.Position, str, str, dict[str, Any]]:
+    """The first of `spots` (the document's text, the cursor) where the model suggests at least
+    `least` characters (the test is skipped with `none` if it does nowhere): its index, the
+    cursor, the completion id, its final text, and llada/debugInfo once the server is idle."""
+    for k, (text, pos) in enumerate(spots):
+        open_doc(client, "shapes.py.txt", "python", uri=uri, text=text)
+        res = await inline(client, uri, pos)
+        if len(first_text(res).strip()) >= least:
+            cid = completion_id(res)
+            assert cid is not None
+            final = (await final_refine(client, cid))["text"]
+            await poll(_idle(client), 60)
+            return k, pos, cid, final, await debug_info(client)
+    pytest.skip(none)
+
+
 async def test_cancel_request_gets_request_cancelled(client: Any) -> None:
     text = "// cancel test: not in the cache\n" + (DATA / "matrix.rs").read_text()
     uri = open_doc(client, "matrix.rs", "rust", text=text, uri=(DATA / "cancel.rs").as_uri())
@@ -192,24 +199,10 @@ async def test_type_through_and_cache_serve_without_engine(client: Any) -> None:
     # to add mid-line, so each indented line in turn has its code blanked out, the cursor
     # after its indentation (the single-line infill of the decode benchmark)
     lines = text.split("\n")
-    spots = [k for k, ln in enumerate(lines) if ln.strip() and ln != ln.lstrip()]
-    hit = None
-    for k in spots:
-        ind = len(lines[k]) - len(lines[k].lstrip())
-        open_doc(client, "shapes.py.txt", "python", uri=uri,
-                 text="\n".join(lines[:k] + [lines[k][:ind]] + lines[k + 1:]))
-        pos = t.Position(k, ind)
-        res = await inline(client, uri, pos)
-        if len(first_text(res).strip()) >= 2:
-            hit = (pos, first_text(res), completion_id(res))
-            break
-    if hit is None:
-        pytest.skip("the model suggested nothing to type through")
-    pos, suggestion, cid = hit
-    assert cid is not None
-    final = (await final_refine(client, cid))["text"]
-    await poll(_idle(client), 60)
-    before = await debug_info(client)
+    spots = [(k, len(ln) - len(ln.lstrip())) for k, ln in enumerate(lines) if ln.strip() and ln != ln.lstrip()]
+    _, pos, cid, final, before = await _suggested(
+        client, uri, 2, "the model suggested nothing to type through",
+        (("\n".join(lines[:k] + [lines[k][:ind]] + lines[k + 1:]), t.Position(k, ind)) for k, ind in spots))
     # type the first character of the (refined) suggestion
     ch = final[0]
     client.text_document_did_change(t.DidChangeTextDocumentParams(
@@ -278,21 +271,10 @@ async def test_document_changed_while_drafting_gives_empty(client: Any) -> None:
 async def test_accept_then_next_request_is_served_from_the_speculation(client: Any) -> None:
     text = (DATA / "shapes.py.txt").read_text()
     uri = (DATA / "speculate.py").as_uri()
-    hit = None
-    for needle in ["        return math.", "        b = ", "    name = ", "        total += "]:
-        open_doc(client, "shapes.py.txt", "python", uri=uri)
-        pos = position_of(text, needle)
-        res = await inline(client, uri, pos)
-        if first_text(res).strip():
-            hit = (needle, pos, completion_id(res))
-            break
-    if hit is None:
-        pytest.skip("the model suggested nothing to accept")
-    needle, pos, cid = hit
-    assert cid is not None
-    final = (await final_refine(client, cid))["text"]
-    await poll(_idle(client), 60)
-    before = await debug_info(client)
+    needles = ["        return math.", "        b = ", "    name = ", "        total += "]
+    k, pos, cid, final, before = await _suggested(client, uri, 1, "the model suggested nothing to accept",
+                                                  ((text, position_of(text, n)) for n in needles))
+    needle = needles[k]
     # the editor replaces the item's range (the cursor to the end of the line when code
     # follows, docs/lsp.md) with the suggestion (didChange), then runs the item's command
     i = text.index(needle) + len(needle)

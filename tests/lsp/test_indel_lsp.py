@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 from lsp_helpers import (
@@ -24,7 +23,7 @@ from lsp_helpers import (
     start_session,
 )
 
-from engine.api import TextEdit, apply_edits
+from llada_lsp.client import apply_lsp_edits
 from tests.adapters.tiny_ckpts import MASK
 from tests.adapters.tiny_llada22 import CHAT_DELETE, CHAT_SPLIT, edit_head_rows, write_llada22_chat
 
@@ -33,16 +32,6 @@ TEXT = "def area(w, h):\n    s = w * h\n    return \n"
 # above Speedy's edit threshold): rows chosen on this fixture so that both kinds of edit reach
 # the editor (the test asserts it)
 BIAS = {CHAT_DELETE: (68, 2.0), CHAT_SPLIT: (77, 2.0)}
-
-
-def apply_lsp(text: str, edits: list[dict[str, Any]]) -> str:
-    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
-
-    def off(p: dict[str, int]) -> int:
-        return starts[p["line"]] + p["character"]  # ASCII: UTF-16 units are characters
-
-    return apply_edits(text, [TextEdit(off(e["range"]["start"]), off(e["range"]["end"]), e["newText"])
-                              for e in edits])
 
 
 @pytest.mark.asyncio(loop_scope="function")
@@ -68,7 +57,7 @@ async def test_refinements_insert_and_delete_in_the_editor(tmp_path: Path) -> No
                 empty = e["range"]["start"] == e["range"]["end"]
                 inserts += empty and bool(e["newText"])
                 deletes += not empty and not e["newText"]
-            shown = apply_lsp(shown, r["edits"])
+            shown = apply_lsp_edits(shown, r["edits"])
             assert shown == r["text"]
             assert "<|" not in r["text"]  # no [MASK], DELETE or INSERT token as text
         assert shown == final["text"]

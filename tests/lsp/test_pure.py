@@ -191,18 +191,18 @@ def test_plan_maps_onto_engine_plan() -> None:
     src = (DATA / "queue.ts").read_text()
     i = src.index("size(): number {\n    ") + len("size(): number {\n    ")
     p = make_plan(src, i, "typescript", Options())
-    assert p.kind == "block" and p.plan is not None
-    assert p.plan.stop == "brace" and not p.plan.keep_closer  # the suffix has the "}"
-    assert p.plan.max_tokens == Options().max_tokens.block and p.plan.preset == "speedy"
+    assert p.kind == "block" and p.engine_plan is not None
+    assert p.engine_plan.stop == "brace" and not p.engine_plan.keep_closer  # the suffix has the "}"
+    assert p.engine_plan.max_tokens == Options().max_tokens.block and p.engine_plan.preset == "speedy"
     # the candidate count is decided once, here, and sent explicit: the mode's default...
-    assert p.plan.alternatives == p.candidates == 1
+    assert p.engine_plan.alternatives == p.candidates == 1
     quality = make_plan(src, i, "typescript", Options(mode="quality"))
-    assert quality.plan is not None and quality.plan.alternatives == quality.candidates == 4
+    assert quality.engine_plan is not None and quality.engine_plan.alternatives == quality.candidates == 4
     two = make_plan(src, i, "typescript", Options(mode="quality", alternatives=2))  # ...or the option
-    assert two.plan is not None and two.plan.alternatives == two.candidates == 2
+    assert two.engine_plan is not None and two.engine_plan.alternatives == two.candidates == 2
     j = src.index("const task = this.tasks.shift();") + len("const task = this.tasks.shift();")
     q = make_plan(src, j, "typescript", Options())
-    assert q.kind == "line" and q.plan is not None and q.plan.stop == "line"
+    assert q.kind == "line" and q.engine_plan is not None and q.engine_plan.stop == "line"
 
 
 def test_indent_unit() -> None:

@@ -10,22 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from lsp_helpers import (
-    DATA,
-    completion_id,
-    debug_info,
-    final_refine,
-    inline,
-    item_texts,
-    needs_model,
-    open_doc,
-    poll,
-    session_fixture,
-)
+from lsp_helpers import DATA, final_refine, needs_model, open_doc, poll, session_fixture
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcInvalidParams
 
-from engine.api import TextEdit, apply_edits
+from llada_lsp.client import apply_lsp_edits, completion_id, debug_info, inline, item_texts
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), needs_model]
 
@@ -71,16 +60,6 @@ async def _ask_with_word_selected(client: Any, name: str, lines: list[str], k: i
     return uri, rng, res
 
 
-def _apply(text: str, edits: list[dict[str, Any]]) -> str:
-    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
-
-    def off(p: dict[str, int]) -> int:
-        return starts[p["line"]] + p["character"]  # ASCII: UTF-16 units = characters
-
-    return apply_edits(text, [TextEdit(off(e["range"]["start"]), off(e["range"]["end"]),
-                                       e["newText"]) for e in edits])
-
-
 async def test_a_selected_item_is_planned_as_if_accepted(client: Any) -> None:
     """The completion after the typed word, then the same place with only two letters typed
     and the word selected in the widget: served from the cache entry of the first (the
@@ -123,7 +102,7 @@ async def test_a_selected_item_then_accepting_it(client: Any) -> None:
         current = texts[0]
         for r in [r for r in client.refines if r["completionId"] == cid]:
             assert r["text"].startswith(word)
-            current = _apply(current, r["edits"])
+            current = apply_lsp_edits(current, r["edits"])
             assert current == r["text"]
         assert current == final["text"]
         # the user accepts the widget's item: the document now holds the word

@@ -306,3 +306,24 @@ def test_a_speculation_that_comes_out_empty_is_rescued_too() -> None:
     assert svc.counters["speculation_done"] == 1 and svc.counters["empty_rescued"] == 1
     assert answer is not None and answer.source == "cache"
     assert (answer.text, answer.others) == ("return w * h", ("return h",))
+
+
+def test_the_recipe_ends_early_with_its_reason() -> None:
+    """`complete`'s steps end a request with a verdict: no suggestion, no engine job, and the
+    reason counted (llada/debugInfo's emptyReasons); once the engine is ready, an answer."""
+    engine = Scripted("    return w * h", [])
+    text = BEFORE + "    " + AFTER
+    off, _ = _service(engine, text, languages=["go"])
+    assert _run(lambda: off.complete("file:///a.py", 1, 4)) is None
+    assert dict(off.empty_reasons) == {"language disabled": 1} and off.last_plan == {}  # before the plan
+    svc, _ = _service(engine, text.replace("    \n", "    wid\n"))
+    assert _run(lambda: svc.complete("file:///a.py", 1, 5)) is None  # inside an identifier
+    engine.state = "loading"
+    assert _run(lambda: svc.complete("file:///a.py", 1, 7)) is None
+    assert engine.requests == [] and svc.counters["empty"] == 2
+    assert dict(svc.empty_reasons) == {"inside an identifier": 1, "engine loading": 1}
+    assert svc.last_empty == "engine loading" and svc.last_plan["kind"] != "none"
+    engine.state = "ready"
+    answer = _run(lambda: svc.complete("file:///a.py", 1, 7))
+    assert answer is not None and answer.source == "engine" and len(engine.requests) == 1
+    assert svc.counters["empty"] == 2 and svc.counters["answered"] == 1

@@ -1,6 +1,7 @@
 """Workspace context (llada_lsp.workspace, workspace_index, definitions): definitions found
-across files, near-duplicates dropped, the token budget, and the stability of the chunk
-tuple while typing (the prompt cache depends on it)."""
+across files, near-duplicates dropped, the gather's safety limit (the engine alone budgets,
+tests/engine/test_prompt_builder.py), and the stability of the chunk tuple while typing (the
+prompt cache depends on it)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from llada_lsp.documents import DocumentStore
 from llada_lsp.options import OptionsError, parse_options
 from llada_lsp.workspace import (
     CHUNK_LINES,
-    ENGINE_CONTEXT_SHARE,
+    GATHER_CHARS_PER_TOKEN,
     WorkspaceContext,
     block_text,
     code_only,
-    context_budget,
     estimate_tokens,
-    fit,
+    gather,
+    gather_limit,
     names_near,
 )
 from llada_lsp.workspace_index import WorkspaceIndex
@@ -118,22 +119,21 @@ def test_names_near_the_cursor() -> None:
     assert code_only('a = "x # y" + b  # c\n') == "a = " + " " * 7 + " + b  " + " " * 3 + "\n"
 
 
-def test_fit_drops_duplicates_and_keeps_the_budget() -> None:
+def test_gather_drops_duplicates_and_keeps_the_safety_limit() -> None:
     a = ContextChunk("a.py", "def f():\n    return 1\n")
     same = ContextChunk("b.py", "def f():\n    return 1")
     inside = ContextChunk("c.py", "    return 1")
     other = ContextChunk("d.py", "def g():\n    return 2")
-    assert fit([a, same, inside, other], "", 1000) == (a, other)
-    assert fit([a, other], "x = 1\ndef g():\n    return 2\n", 1000) == (a,)  # repeats the prompt's window
-    assert fit([a, other], "", estimate_tokens(a)) == (a,)
+    assert gather([a, same, inside, other], "", 1000) == (a, other)
+    assert gather([a, other], "x = 1\ndef g():\n    return 2\n", 1000) == (a,)  # repeats the prompt's window
+    assert gather([a, other], "", len(a.text)) == (a,)
     big = ContextChunk("e.py", "x" * 400)
-    assert fit([big, other], "", estimate_tokens(other) + 5) == (other,)  # a chunk over the rest is skipped
-    # a long definition that does not fit whole gives its head: signature and first lines
+    assert gather([big, other], "", len(other.text) + 5) == (other,)  # not a line of it fits: skipped
+    # a chunk over what is left is cut to its leading lines (the engine cuts further, in tokens)
     long_def = ContextChunk("f.py", "def long_one(a, b):\n    s = a + b\n" + "    s += 1\n" * 60 + "    return s")
-    (cut,) = fit([long_def], "", 40)
-    assert cut.text.startswith("def long_one(a, b):\n    s = a + b\n") and estimate_tokens(cut) <= 40
-    assert long_def.text.startswith(cut.text) and len(cut.text) < len(long_def.text)
-    assert fit([long_def], "", estimate_tokens(ContextChunk("f.py", "def long_one(a, b):")) + 1) == ()
+    (cut,) = gather([long_def], "", 40)
+    assert cut.text == "def long_one(a, b):\n    s = a + b" and long_def.text.startswith(cut.text)
+    assert gather([long_def], "", len("def long_one(a, b):") - 1) == ()
 
 
 def test_token_estimate_is_an_upper_bound_for_the_embedded_tokenizer() -> None:
@@ -148,13 +148,21 @@ def test_token_estimate_is_an_upper_bound_for_the_embedded_tokenizer() -> None:
             assert estimate_tokens(c) >= len(tok.encode(render_context([c], "python")).ids), (path, i)
 
 
-def test_budget_is_capped_by_the_engine_share() -> None:
-    from engine.prompt.builder import CONTEXT_SHARE
+def test_the_safety_limit_leaves_the_budget_to_the_engine() -> None:
+    """The server gathers loosely more than the engine's share (`max_context_tokens`, which it
+    reports) can hold; the `contextTokens` option lowers it, 0 turns context off."""
+    assert gather_limit(1024, 178) == 178 * GATHER_CHARS_PER_TOKEN
+    assert gather_limit(300, 817) == 300 * GATHER_CHARS_PER_TOKEN
+    assert gather_limit(1024, None) == 1024 * GATHER_CHARS_PER_TOKEN  # an engine that does not say
+    assert gather_limit(0, 178) == 0 and gather_limit(1024, 0) == 0
+    tokenizers = pytest.importorskip("tokenizers")
+    from engine.prompt.prompt_format import render_context
 
-    assert ENGINE_CONTEXT_SHARE == CONTEXT_SHARE
-    assert context_budget(1024, 448) == int(445 * CONTEXT_SHARE)
-    assert context_budget(1024, 8192) == 1024
-    assert context_budget(300, None) == 300
+    tok = tokenizers.Tokenizer.from_file(str(ROOT / "engine/checkpoints/tiny-code/tokenizer.json"))
+    text = (ROOT / "llada_lsp/workspace.py").read_text()
+    for i in range(0, 6000, 1000):  # what the limit lets through is more than the share in tokens
+        c = ContextChunk("llada_lsp/workspace.py", text[i: i + gather_limit(1024, 178)])
+        assert len(tok.encode(render_context([c], "python")).ids) > 178, i
 
 
 def test_blocks_lie_on_a_grid() -> None:
