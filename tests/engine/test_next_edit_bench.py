@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.next_edit import OFF, Answer, Tally, Task, Truth, at_threshold, gate, row, score, textual
+from bench.next_edit_score import OFF, Tally, at_threshold, gate, row, score
+from bench.next_edit_systems import Answer, textual
+from bench.next_edit_tasks import Task, Truth
 from llada_lsp.edit_window import Suggested
 
 ROOT = Path(__file__).resolve().parents[2]
