@@ -34,15 +34,15 @@ def server_pipeline(t: Task, fill: Callable[[list[Any]], list[tuple[str, float]]
     """What the language server does (llada_lsp.next_edit), synchronously: analysis, analysis
     suggestions, masked fills (`fill`: CompletionRequests -> (text, weakest confidence) each,
     decoded together as rows of the step loop; None: fills off, the gated default), the
-    placeholder of each masked site no fill reaches, checks. Every fill is kept here whatever
-    its confidence; `gated` applies a threshold (a fill below it gives way to the placeholder)."""
+    placeholder of each masked site no fill reaches (or whose fill adds a parse error), checks
+    (`edit_window.site_suggestions` and `keep`, as the server calls them). Every fill is kept
+    here whatever its confidence; `gated` applies a threshold (a fill below it gives way to the placeholder)."""
     parser = parser_for(t.lang)
     assert parser is not None
     old_tree, new_tree = parser.parse(t.old.encode()), parser.parse(t.new.encode())
     t0 = time.perf_counter()
     a = analyze(t.lang, t.old, t.new, old_tree, new_tree)
     t1 = time.perf_counter()
-    found = [s for site in a.sites if (s := ew.from_analysis(site)) is not None]
     definition = t.new[a.definition[0]:a.definition[1]] if a.definition else ""
     masked = [x for x in a.sites if x.prior is None]
     f0 = time.perf_counter()
@@ -50,13 +50,11 @@ def server_pipeline(t: Task, fill: Callable[[list[Any]], list[tuple[str, float]]
                                   ew.FILL_SUFFIX_CHARS, site_tokens, None) for k, site in enumerate(masked)]) \
         if fill is not None and masked else [("", 0.0)] * len(masked)
     fill_ms = (time.perf_counter() - f0) * 1000 if fill is not None and masked else 0.0
-    holders = [p for site in masked if (p := ew.from_placeholder(site)) is not None]
-    for site, (text, conf) in zip(masked, fills, strict=True):
-        s = ew.from_fill(site, text, conf)
-        found.append(s if s is not None else ew.from_placeholder(site))  # type: ignore[arg-type]
+    found, holders = ew.site_suggestions(a.sites, [ew.from_fill(site, text, conf)
+                                                   for site, (text, conf) in zip(masked, fills, strict=True)])
     index, errors = LineIndex.of(t.new), count_errors(new_tree.root_node)
-    out = ew.keep(t.lang, t.new, index, [s for s in found if s is not None], (t.line, t.line), errors, new_tree)
-    kept_holders = ew.keep(t.lang, t.new, index, holders, (t.line, t.line), errors, new_tree)
+    out = ew.keep(t.lang, t.new, index, found, (t.line, t.line), errors, new_tree, holders)
+    kept_holders = ew.keep(t.lang, t.new, index, list(holders.values()), (t.line, t.line), errors, new_tree)
     return Answer(out, (time.perf_counter() - t0) * 1000, (t1 - t0) * 1000, a.kind, fill_ms,
                   {(p.start, p.end): p for p in kept_holders})
 

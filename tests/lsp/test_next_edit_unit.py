@@ -19,6 +19,7 @@ from llada_lsp.edit_window import (
     keep,
     lsp_suggestion,
     one_argument,
+    site_suggestions,
     touches,
 )
 from llada_lsp.engine_base import EngineClient, EngineJob, Progress
@@ -61,6 +62,23 @@ def test_keep_drops_parse_errors_no_ops_and_the_kept_lines() -> None:
              Suggested(at3, at3 + 1, "3", 1.0), Suggested(at3 + 1, at3 + 1, ", q", 1.0)]
     got = keep("python", text, index, found, (0, 0), 0)
     assert got == [Suggested(at3 + 1, at3 + 1, ", q", 1.0)]
+
+
+def test_keep_falls_back_at_the_span_of_a_fill_that_adds_a_parse_error() -> None:
+    text = "x = f(1)\ny = f(2)\nz = f(3)\n"
+    index = LineIndex.of(text)
+    at1, at2 = text.index("1)") + 1, text.index("2)") + 1
+    sites = [Site(at1, at1, None, ", ", "", "k"), Site(at2, at2, None, ", ", "", "k")]
+    fills = [from_fill(sites[0], "a b", 0.9), from_fill(sites[1], "4", 0.9)]
+    found, holders = site_suggestions(sites, fills)
+    assert set(holders) == {(at1, at1), (at2, at2)}
+    got = keep("python", text, index, found, (2, 2), 0, None, holders)
+    assert [(s.start, s.text, s.source) for s in got] == [(at1, ", k", "placeholder"), (at2, ", 4", "model")]
+    assert [s.text for s in keep("python", text, index, found, (2, 2), 0)] == [", 4"]  # no fallback given
+    bad = {(at1, at1): Suggested(at1, at1, ", k k", 0.0, "placeholder")}  # a fallback that does not parse
+    assert [s.text for s in keep("python", text, index, found, (2, 2), 0, None, bad)] == [", 4"]
+    # placeholders off: an unfilled site gives nothing and nothing to fall back to
+    assert site_suggestions(sites, [None, fills[1]], placeholders=False) == ([fills[1]], {})
 
 
 def test_lsp_suggestion_counts_utf16_units() -> None:
@@ -190,8 +208,19 @@ async def test_placeholders_off_leave_an_unfilled_site_out() -> None:
     assert [s["newText"] for s in (await task).suggestions] == [", 2.0"]
 
 
-async def test_a_fill_that_adds_a_parse_error_is_dropped() -> None:
+async def test_a_fill_that_adds_a_parse_error_gives_way_to_the_placeholder() -> None:
     svc, store, eng = service(threshold=0.1)
+    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
+    task = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
+    await until(lambda: len(eng.jobs) == 2)
+    eng.finish(0, "a b", 0.99)  # passes the threshold, does not parse
+    eng.finish(1, "3", 0.99)
+    assert [(s["line"], s["newText"], s["source"]) for s in (await task).suggestions] == [
+        (5, ", scale", "placeholder"), (6, ", 3", "model")]
+
+
+async def test_a_fill_that_adds_a_parse_error_is_dropped_without_placeholders() -> None:
+    svc, store, eng = service(threshold=0.1, placeholders=False)
     edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
     task = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
     await until(lambda: len(eng.jobs) == 2)
