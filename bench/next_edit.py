@@ -18,10 +18,12 @@ training files), one edit each, the language server's own pipeline run on it
 - `param_removed`, `param_reordered` (two parameters swapped): the calls' arguments follow;
 - `noise`: a changed string or number, a comment line added, a use switched to another
   name: any suggestion is a false positive.
-- `field_added` (Python dataclass/NamedTuple, Go, Rust) and the JS/Go/Rust method-call rows
-  `param_* [lang]`: on sources written for this bench (`bench/next_edit_written.py`,
-  bench/data/next_edit: the held-out stdlib files hold no dataclass and no other language),
-  distinct tasks only, so their counts are smaller.
+- `field_added` (Python dataclass/NamedTuple, Go, Rust), `return_added` (a value added to a
+  Python function's returned tuple: its `a, b = f(...)` unpackings follow) and the JS/Go/Rust
+  method-call rows `param_* [lang]`: on sources written for this bench
+  (`bench/next_edit_written.py`, bench/data/next_edit: the held-out stdlib files hold no
+  dataclass, no tuple of 3+ values unpacked from a function of the same file and no other
+  language), distinct tasks only, so their counts are smaller.
 
 Per kind: location precision and recall (a suggestion is located when it changes exactly the
 span of a true site's call argument list or identifier), content exact match at located

@@ -61,7 +61,8 @@ def server_pipeline(t: Task, fill: Callable[[list[Any]], list[tuple[str, float]]
 
 def textual(t: Task) -> Answer:
     """A find-and-replace user: a changed word renamed file-wide; a parameter change applied to
-    each `name(` call by splitting its arguments at commas."""
+    each `name(` call by splitting its arguments at commas; a value added to a return typed
+    into each `a, b = name(` unpacking."""
     t0 = time.perf_counter()
     out: list[Suggested] = []
     if t.kind == "field_added":  # `Name(...)` / `Name{...}` / `Name { ... }` on one line: the name inserted
@@ -74,6 +75,12 @@ def textual(t: Task) -> Answer:
             pad = " " if m.group(1).endswith(" {") else ""
             text = m.group(1)[-1] + pad + ", ".join(args) + pad + m.group(3)
             out.append(Suggested(m.start(1) + len(m.group(1)) - 1, m.end(), text, 1.0, "textual"))
+    elif t.kind == "return_added":  # `a, b = name(` / `= x.name(` on one line: the value's name inserted
+        for m in re.finditer(rf"(?m)^[ \t]*(\w+(?:[ \t]*,[ \t]*\w+)+)[ \t]*=[ \t]*(?:[\w.]+\.)?{re.escape(t.fname)}\(",
+                             t.new):
+            names = [x.strip() for x in m.group(1).split(",")]
+            names.insert(min(t.index, len(names)), t.param)
+            out.append(Suggested(m.start(1), m.end(1), ", ".join(names), 1.0, "textual"))
     elif t.kind in ("param_added", "param_removed", "param_reordered"):
         lead = r"(?<![\w.])" if t.lang == "python" else r"(?<!\w)"  # methods: `.name(` and `::name(` too
         for m in re.finditer(rf"{lead}{re.escape(t.fname)}\(([^()\n]*)\)", t.new):

@@ -22,7 +22,7 @@ from engine.train.corpus import heldout_files, read_text
 
 PY = Language(tree_sitter_python.language())
 PARSER = Parser(PY)
-KINDS = ("rename", "param_added", "param_removed", "param_reordered", "field_added", "noise")
+KINDS = ("rename", "param_added", "param_removed", "param_reordered", "field_added", "return_added", "noise")
 NEW_NAMES = ("v", "n", "res", "total", "entry", "node_value", "current_item_count", "parsed_result_list")
 SCOPES = ("function_definition", "lambda", "class_definition", "list_comprehension", "set_comprehension",
           "dictionary_comprehension", "generator_expression")
@@ -338,8 +338,8 @@ def make_tasks(per_kind: int, seed: int) -> list[Task]:
     rng = random.Random(seed)
     out: list[Task] = []
     for kind in KINDS:
-        if kind == "field_added":
-            continue  # no held-out stdlib file has a dataclass: written sources (bench.next_edit_written)
+        if kind in ("field_added", "return_added"):
+            continue  # no held-out stdlib file has them: written sources (bench.next_edit_written)
         got, tries = 0, 0
         while got < per_kind and tries < per_kind * 200:
             tries += 1
