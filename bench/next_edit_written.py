@@ -8,6 +8,10 @@ held-out standard library has no dataclass, NamedTuple, Go, Rust or JS code):
   constructors this kind follows: Go zero-fills them, so they are left out of the truth too).
 - `param_added` / `param_removed` / `param_reordered` of a *method* in JS, Go and Rust: every
   call of it in the file (its name is unique there, so the calls are `.name(` and `::name(`).
+- `return_added` (Python): a value of a function's returned tuple removed from its `return` and
+  from every `a, b, c = name(...)` unpacking of it, then typed back at the `return`. True
+  follow-ups: each unpacking's targets as they were (the held-out files hold no function whose
+  returned tuple of 3 or more values is unpacked in the same file: bench/data/next_edit/returns.py).
 
 The oracle reads the trees with the bench's own walk (not `llada_lsp.edit_analysis`).
 """
@@ -25,6 +29,7 @@ from llada_lsp.syntax import parser_for
 
 DATA = Path(__file__).resolve().parent / "data" / "next_edit"
 FILES = {"python": "records.py", "go": "shapes.go", "rust": "inventory.rs", "javascript": "widgets.js"}
+RETURNS = "returns.py"
 RECORD = {"python": "class_definition", "go": "type_spec", "rust": "struct_item"}
 METHOD = {"javascript": "method_definition", "go": "method_declaration", "rust": "function_item"}
 CALLEE = {"member_expression": "property", "selector_expression": "field", "field_expression": "field",
@@ -224,19 +229,66 @@ def method_task(kind: str, lang: str, text: str, rng: random.Random, make: Calla
     return None
 
 
+def _unpackings(root: Node, name: str, n: int) -> list[Node]:
+    """The target lists of every `t1, ..., tn = name(...)` / `= x.name(...)` in the file."""
+    out = []
+    for asg in walk(root):
+        right, left = asg.child_by_field_name("right"), asg.child_by_field_name("left")
+        if asg.type != "assignment" or right is None or right.type != "call" or left is None:
+            continue
+        f = right.child_by_field_name("function")
+        callee = text_of(f.child_by_field_name("attribute")) if f is not None and f.type == "attribute" else text_of(f)
+        if callee == name and left.type == "pattern_list" and len(left.named_children) == n:
+            out.append(left)
+    return out
+
+
+def return_task(text: str, rng: random.Random, make: Callable[..., Any]) -> Any | None:
+    root = parse("python", text)
+    fns = [n for n in walk(root) if n.type == "function_definition"]
+    rng.shuffle(fns)
+    for fn in fns:
+        rets = [n for n in walk(fn) if n.type == "return_statement" and n.named_children
+                and n.named_children[0].type == "expression_list"]
+        if len(rets) != 1 or rets[0].start_point[0] != rets[0].end_point[0]:
+            continue
+        tup = rets[0].named_children[0]
+        vals = [text_of(c) for c in tup.named_children if c.type != "comment"]
+        name = text_of(fn.child_by_field_name("name"))
+        unpacks = _unpackings(root, name, len(vals)) if len(vals) >= 3 else []
+        if not unpacks:
+            continue
+        i = rng.randrange(len(vals))
+        targets = {p.id: [text_of(c) for c in p.named_children] for p in unpacks}
+        reduced = [(p.start_byte, p.end_byte, ", ".join(targets[p.id][:i] + targets[p.id][i + 1:])) for p in unpacks]
+        old = apply(text, reduced + [(tup.start_byte, tup.end_byte, ", ".join(vals[:i] + vals[i + 1:]))])
+        new = apply(text, reduced)
+        moves = reduced + [(tup.start_byte, tup.end_byte, text_of(tup))]
+        sp = spans(moves)
+        where = {q: sp[r] for r, q in enumerate(sorted(range(len(moves)), key=lambda q: moves[q][0]))}
+        truth = [(where[q][0], where[q][1], ", ".join(targets[p.id])) for q, p in enumerate(unpacks)]
+        hint = vals[i] if vals[i].isidentifier() else "_"
+        line = new.count("\n", 0, where[len(unpacks)][0])  # the return's line in `new`
+        return make("return_added", RETURNS, old, new, line, truth, fname=name, param=hint, index=i)
+    return None
+
+
 def written_tasks(per_kind: int, seed: int, make: Callable[..., Any]) -> list[Any]:
     """Distinct tasks (old text, new text) per (kind, language), at most `per_kind` each."""
     rng = random.Random(seed)
     texts = {lang: (DATA / f).read_text() for lang, f in FILES.items()}
     out: list[Any] = []
+    texts["returns"] = (DATA / RETURNS).read_text()
     plan = [("field_added", lang) for lang in ("python", "go", "rust")] + [
         (k, lang) for k in ("param_added", "param_removed", "param_reordered") for lang in ("javascript", "go", "rust")]
+    plan.append(("return_added", "returns"))  # last: the tasks drawn before it stay as they were
     for kind, lang in plan:
         seen: set[tuple[str, str]] = set()
         for _ in range(per_kind * 30):
             if len(seen) >= per_kind:
                 break
             t = field_task(lang, texts[lang], rng, make) if kind == "field_added" else \
+                return_task(texts[lang], rng, make) if kind == "return_added" else \
                 method_task(kind, lang, texts[lang], rng, make)
             if t is not None and (t.old, t.new) not in seen:
                 seen.add((t.old, t.new))

@@ -13,11 +13,14 @@ parameter's or field's name, marked for the user to type over, confidence 0.
 
 Then every suggestion is checked: none may touch the kept lines (the line being typed and the
 edited range), none may equal the text it replaces, and none may add a parse error
-(tree-sitter: the document with it applied has no more error nodes than without).
+(tree-sitter: the document with it applied has no more error nodes than without). A model fill
+that adds one gives way to its site's placeholder (checked the same way), as a fill below the
+confidence threshold does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +108,23 @@ def from_fill(site: Site, fill: str, confidence: float) -> Suggested | None:
     return Suggested(site.start, site.end, site.before + arg + site.after, confidence, "model")
 
 
+def site_suggestions(sites: Sequence[Site], fills: Sequence[Suggested | None], placeholders: bool = True
+                     ) -> tuple[list[Suggested], dict[tuple[int, int], Suggested]]:
+    """The analysis' suggestions, then for each masked site (`prior` None, in order, one entry of
+    `fills` each) its fill or, when it has none and `placeholders` is on, its placeholder; and
+    those placeholders by span: what `keep` falls back to when a fill adds a parse error."""
+    found = [s for site in sites if (s := from_analysis(site)) is not None]
+    holders: dict[tuple[int, int], Suggested] = {}
+    for site, filled in zip([x for x in sites if x.prior is None], fills, strict=True):
+        p = from_placeholder(site) if placeholders else None
+        if p is not None:
+            holders[(p.start, p.end)] = p
+        s = filled if filled is not None else p
+        if s is not None:
+            found.append(s)
+    return found, holders
+
+
 def touches(index: LineIndex, s: Suggested, kept: tuple[int, int]) -> bool:
     """Whether the suggestion's range meets a kept line."""
     a, b = index.line_of(s.start), index.line_of(s.end)
@@ -137,11 +157,23 @@ def adds_parse_error(language: str, text: str, s: Suggested, errors_now: int, tr
 
 
 def keep(language: str, text: str, index: LineIndex, found: list[Suggested], kept: tuple[int, int],
-         errors_now: int, tree: Any = None) -> list[Suggested]:
-    """The suggestions that change something, stay off the kept lines and add no parse error."""
-    return [s for s in sorted(found, key=lambda s: (s.start, s.end))
-            if s.text != text[s.start:s.end] and not touches(index, s, kept)
-            and not adds_parse_error(language, text, s, errors_now, tree)]
+         errors_now: int, tree: Any = None, fallback: Mapping[tuple[int, int], Suggested] | None = None
+         ) -> list[Suggested]:
+    """The suggestions that change something, stay off the kept lines and add no parse error;
+    one that adds a parse error is replaced by `fallback`'s at its span (a model fill by its
+    site's placeholder) when that one passes the same checks."""
+    out = []
+    for s in sorted(found, key=lambda s: (s.start, s.end)):
+        if s.text == text[s.start:s.end] or touches(index, s, kept):
+            continue
+        if adds_parse_error(language, text, s, errors_now, tree):
+            alt = (fallback or {}).get((s.start, s.end))
+            if alt is None or alt == s or alt.text == text[s.start:s.end] \
+                    or adds_parse_error(language, text, alt, errors_now, tree):
+                continue
+            s = alt
+        out.append(s)
+    return out
 
 
 def lsp_suggestion(text: str, index: LineIndex, s: Suggested, enc: Encoding) -> dict[str, Any]:

@@ -37,11 +37,10 @@ from llada_lsp.edit_window import (
     FILL_SUFFIX_CHARS,
     Suggested,
     fill_request,
-    from_analysis,
     from_fill,
-    from_placeholder,
     keep,
     lsp_suggestion,
+    site_suggestions,
 )
 from llada_lsp.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
@@ -199,7 +198,6 @@ class NextEditService:
                 self.bases[p.uri] = Base(text, tree.copy(), errors_now)  # settled: the next edit starts here
             return self._empty(version, f"no follow-up: {analysis.kind} {analysis.detail}".strip())
         self.counters[f"kind_{analysis.kind}"] += 1
-        found = [s for site in analysis.sites if (s := from_analysis(site)) is not None]
         masked = [site for site in analysis.sites if site.prior is None]
         fills: list[Suggested | None] = [None] * len(masked)
         if masked and self._threshold() <= 1.0:  # fills off (the gate's default): the engine is not asked
@@ -211,14 +209,12 @@ class NextEditService:
                 return self._empty(version, "superseded")
             if self.store.docs.get(p.uri) is not doc or doc.version != version or doc.revision != revision:
                 return self._empty(version, "document changed")
-        for site, filled in zip(masked, fills, strict=True):  # a fill that passed, else the name to type over
-            s = filled if filled is not None or not self.options.next_edit.placeholders else from_placeholder(site)
-            if s is not None:
-                found.append(s)
+        # a fill that passed, else (and where it adds a parse error) the name to type over
+        found, holders = site_suggestions(analysis.sites, fills, self.options.next_edit.placeholders)
         kept = (p.line, p.line)
         if p.edited is not None:
             kept = (min(p.line, p.edited[0]), max(p.line, p.edited[1]))
-        out = keep(doc.language_id, text, index, found, kept, errors_now, doc.syntax_tree())
+        out = keep(doc.language_id, text, index, found, kept, errors_now, doc.syntax_tree(), holders)
         if not out and errors_now <= base.errors:
             self.bases[p.uri] = Base(text, tree.copy(), errors_now)  # nothing to follow: settled
         self.counters["answered"] += 1

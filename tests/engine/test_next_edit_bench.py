@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.next_edit import OFF, Answer, Tally, Task, Truth, at_threshold, gate, row, score, textual
+from bench.next_edit_score import OFF, Tally, at_threshold, gate, row, score
+from bench.next_edit_systems import Answer, textual
+from bench.next_edit_tasks import Task, Truth
 from llada_lsp.edit_window import Suggested
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +40,10 @@ def test_quick_run_reports_every_kind_and_gate() -> None:
         assert default[kind]["placeholders"] == default[kind]["suggestions"] > 0, default[kind]
         assert default[kind]["recall"] > 0.5
     assert res["gates"]["default"]["placeholders_located"] <= res["gates"]["default"]["placeholders"]
+    # a value added to a return: the unpackings get the placeholder; the textual baseline beside it
+    assert res["tasks"]["return_added"] == 3 and default["return_added"]["placeholders"] > 0
+    textual_rows = {r["kind"]: r for r in res["rows"] if r["system"] == "textual"}
+    assert textual_rows["return_added"]["sites"] == default["return_added"]["sites"] > 0
 
 
 def test_a_placeholder_counts_by_its_place_in_the_gate_and_gives_way_to_a_fill() -> None:

@@ -43,18 +43,14 @@ def test_python_rename_skips_distractors() -> None:
     new = PY_OLD.replace("    count = 0", "    n_total = 0", 1)
     a = run("python", PY_OLD, new)
     assert a.kind == "rename" and "count -> n_total" in a.detail
-    got = applied(new, a)
-    assert got == '''def total(items, rate):
-    n_total = 0
-    for item in items:
-        n_total += item.count * rate  # count the items
-    print("count", n_total)
-    return [count for count in range(n_total)]
-
-
-def other(count):
-    return count
-'''
+    # the binding's uses follow; the attribute, the comment, the string, the comprehension's
+    # own `count` and the other function's parameter do not
+    want = new
+    for use, renamed in (("count += item", "n_total += item"), ('print("count", count)', 'print("count", n_total)'),
+                         ("range(count)]", "range(n_total)]")):
+        want = want.replace(use, renamed, 1)
+    assert want.count("n_total") == 4
+    assert applied(new, a) == want
 
 
 def test_python_parameter_rename_and_partial_updates() -> None:

@@ -19,6 +19,7 @@ from llada_lsp.edit_window import (
     keep,
     lsp_suggestion,
     one_argument,
+    site_suggestions,
     touches,
 )
 from llada_lsp.engine_base import EngineClient, EngineJob, Progress
@@ -61,6 +62,23 @@ def test_keep_drops_parse_errors_no_ops_and_the_kept_lines() -> None:
              Suggested(at3, at3 + 1, "3", 1.0), Suggested(at3 + 1, at3 + 1, ", q", 1.0)]
     got = keep("python", text, index, found, (0, 0), 0)
     assert got == [Suggested(at3 + 1, at3 + 1, ", q", 1.0)]
+
+
+def test_keep_falls_back_at_the_span_of_a_fill_that_adds_a_parse_error() -> None:
+    text = "x = f(1)\ny = f(2)\nz = f(3)\n"
+    index = LineIndex.of(text)
+    at1, at2 = text.index("1)") + 1, text.index("2)") + 1
+    sites = [Site(at1, at1, None, ", ", "", "k"), Site(at2, at2, None, ", ", "", "k")]
+    fills = [from_fill(sites[0], "a b", 0.9), from_fill(sites[1], "4", 0.9)]
+    found, holders = site_suggestions(sites, fills)
+    assert set(holders) == {(at1, at1), (at2, at2)}
+    got = keep("python", text, index, found, (2, 2), 0, None, holders)
+    assert [(s.start, s.text, s.source) for s in got] == [(at1, ", k", "placeholder"), (at2, ", 4", "model")]
+    assert [s.text for s in keep("python", text, index, found, (2, 2), 0)] == [", 4"]  # no fallback given
+    bad = {(at1, at1): Suggested(at1, at1, ", k k", 0.0, "placeholder")}  # a fallback that does not parse
+    assert [s.text for s in keep("python", text, index, found, (2, 2), 0, None, bad)] == [", 4"]
+    # placeholders off: an unfilled site gives nothing and nothing to fall back to
+    assert site_suggestions(sites, [None, fills[1]], placeholders=False) == ([fills[1]], {})
 
 
 def test_lsp_suggestion_counts_utf16_units() -> None:
@@ -163,41 +181,40 @@ async def test_a_rename_is_answered_by_the_analysis_without_the_engine() -> None
     assert svc.bases[URI].text == store.get(URI).text
 
 
-async def test_an_added_parameter_is_filled_by_the_model_per_call() -> None:
-    svc, store, eng = service(threshold=0.5)
+async def added_parameter(fills: list[tuple[str, float]], **opts: Any) -> tuple[Any, ScriptedEngine]:
+    """`scale` added to `area`'s def; each call's fill answered with `fills` (text, confidence)."""
+    svc, store, eng = service(**opts)
     edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
     task = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
-    await until(lambda: len(eng.jobs) == 2)
+    await until(lambda: len(eng.jobs) == len(fills))
+    for k, (text, conf) in enumerate(fills):
+        eng.finish(k, text, conf)
+    return (await task).to_json(), eng
+
+
+async def test_an_added_parameter_is_filled_by_the_model_per_call() -> None:
+    # the first call's fill is cut to one argument; the second's is below the threshold: the placeholder
+    ans, eng = await added_parameter([("2.0, 1)", 0.8), ("1", 0.3)], threshold=0.5)
     first = eng.jobs[0].request
     assert isinstance(first, CompletionRequest)
     assert first.prefix.endswith("a = area(width, height, ") and first.suffix.startswith(")\n")
     assert "def area(w, h, scale)" in first.prefix and first.context == ()  # the definition is visible
-    eng.finish(0, "2.0, 1)", 0.8)  # cut to one argument
-    eng.finish(1, "1", 0.3)  # below the threshold: the placeholder stays
-    ans = (await task).to_json()
     assert ans["kind"] == "param_added"
     assert [(s["newText"], s["confidence"], s["source"], s.get("placeholder")) for s in ans["suggestions"]] == [
         (", 2.0", 0.8, "model", None), (", scale", 0.0, "placeholder", {"start": 2, "end": 7})]
 
 
 async def test_placeholders_off_leave_an_unfilled_site_out() -> None:
-    svc, store, eng = service(threshold=0.5, placeholders=False)
-    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
-    task = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
-    await until(lambda: len(eng.jobs) == 2)
-    eng.finish(0, "2.0", 0.8)
-    eng.finish(1, "1", 0.3)
-    assert [s["newText"] for s in (await task).suggestions] == [", 2.0"]
+    ans, _ = await added_parameter([("2.0", 0.8), ("1", 0.3)], threshold=0.5, placeholders=False)
+    assert [s["newText"] for s in ans["suggestions"]] == [", 2.0"]
 
 
-async def test_a_fill_that_adds_a_parse_error_is_dropped() -> None:
-    svc, store, eng = service(threshold=0.1)
-    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
-    task = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 20)))
-    await until(lambda: len(eng.jobs) == 2)
-    eng.finish(0, "a b", 0.99)
-    eng.finish(1, "1 +", 0.99)
-    assert (await task).suggestions == []
+async def test_a_fill_that_adds_a_parse_error_gives_way_to_the_placeholder() -> None:
+    ans, _ = await added_parameter([("a b", 0.99), ("3", 0.99)], threshold=0.1)  # "a b" passes, does not parse
+    assert [(s["line"], s["newText"], s["source"]) for s in ans["suggestions"]] == [
+        (5, ", scale", "placeholder"), (6, ", 3", "model")]
+    off, _ = await added_parameter([("a b", 0.99), ("1 +", 0.99)], threshold=0.1, placeholders=False)
+    assert off["suggestions"] == []  # placeholders off: nothing to fall back to
 
 
 async def test_a_newer_request_supersedes_and_an_edit_makes_stale() -> None:
