@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from lsp_helpers import EMBEDDED, ROOT
-from raw_lsp import initialized, msg, notification, request, stop
+from tests.fakes.raw_lsp import initialized, msg, notification, request, stop
 
 from engine.api import ContextChunk
 from engine.prompt.builder import PromptBuilder

@@ -17,7 +17,7 @@ import pytest_asyncio
 import tree_sitter as ts
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raw_lsp import Raw, initialized, msg, notification, request, stop
+from tests.fakes.raw_lsp import Raw, initialized, msg, notification, request, stop
 
 from llada_lsp.context import MAX_TOP_NODES, _boundaries_from_tree, trim_context
 from llada_lsp.documents import Document

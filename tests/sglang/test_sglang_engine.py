@@ -1,5 +1,5 @@
 """The SGLang engine client (llada_lsp.sglang_engine) against the FAKE SGLang server
-(bench.fake_sglang, loopback, no model) in this process: streaming, stops, aborts, errors,
+(tests.fakes.sglang, loopback, no model) in this process: streaming, stops, aborts, errors,
 start-up, loss and recovery, load balancing, router fan-out."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sglang_helpers import PREFIX, REPLY, client, collect, fake, first_draft, llada2_dir, request
 
-from bench.fake_sglang import FakeRouter, FakeSglang
+from tests.fakes.sglang import FakeRouter, FakeSglang
 from engine.api import Plan, apply_edits
 from engine.model.model_path import CHECKPOINTS_DIR
 from llada_lsp.capabilities import Capabilities
