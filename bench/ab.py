@@ -2,8 +2,9 @@
 
 An `Arm` is a name plus everything it decodes with (the preset, policy overrides, the number
 of alternatives, the checkpoint); a `Group` is a list of arms compared against its first (the
-baseline) on one set of tasks. `compare` runs every group's arms in alternated rounds (the
-order reversed on odd rounds, so the machine's drift lands on every arm alike), scores the
+baseline) on one set of tasks. `compare` warms each engine with one untimed decode, then runs
+every group's arms in alternated rounds (the order reversed on odd rounds, so the machine's
+drift lands on every arm alike), scores the
 text the language server would show (`chosen`), and returns one row per arm: TPF (tokens over
 every forward the request caused), exact match, edit similarity, parse validity of the
 non-empty results, the empty share, mean length, p50/p95 latency (each task's median over
@@ -156,7 +157,13 @@ def compare(groups: Sequence[Group], engine: Callable[[str | None], Any], rounds
     from engine.decoding.policies import make_policy
 
     rows: list[dict[str, Any]] = []
+    warm: set[int] = set()
     for g in groups:
+        for a in g.arms:  # one untimed decode per engine first: its ops' first-call set-up
+            eng = engine(a.model)
+            if id(eng) not in warm and g.tasks:
+                warm.add(id(eng))
+                run(eng, g.tasks[0], make_policy(a.preset, **a.policy), a.alternatives)
         runs: dict[int, list[list[Outcome]]] = {i: [] for i in range(len(g.arms))}
         for r in range(rounds):
             order = list(range(len(g.arms)))
