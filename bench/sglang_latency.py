@@ -40,11 +40,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.checkpoint import END_OF_MIDDLE, llada2_dir
-from tests.fakes.sglang import Codec, FakeSglang
 from engine.api import CompletionRequest, Plan
 from llada_lsp.sglang_engine import SglangEngineClient
 from llada_lsp.sglang_servers import SglangConfig
+from tests.fakes.checkpoint import END_OF_MIDDLE, llada2_dir
+from tests.fakes.sglang import Codec, FakeSglang
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = ROOT / "tests/lsp/data/shapes.py.txt"

@@ -33,8 +33,9 @@ from typing import Any
 import pytest
 from hostile_workspace import GOOD_NAME, app_text, make_secret, make_workspace, remove
 from lsp_helpers import ROOT
-from tests.fakes.raw_lsp import Raw, msg, notification, request
 from websockets.asyncio.server import ServerConnection, serve
+
+from tests.fakes.raw_lsp import Raw, msg, notification, request
 
 HANG_S = 30.0
 

@@ -16,9 +16,9 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types as t
 
+from llada_lsp.client import LladaClient, debug_info, first_text, insert, open_document, send_inline
 from tests.fakes.checkpoint import END_OF_MIDDLE, llada2_dir
 from tests.fakes.sglang import FakeSglang
-from llada_lsp.client import LladaClient, debug_info, first_text, insert, open_document, send_inline
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,12 +7,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.checkpoint import END_OF_MIDDLE, llada2_dir
-from tests.fakes.sglang import FakeSglang
 from engine.api import CompletionRequest, EngineEvent, Plan
 from llada_lsp.engine_base import EngineJob
 from llada_lsp.sglang_engine import SglangEngineClient
 from llada_lsp.sglang_servers import SglangConfig
+from tests.fakes.checkpoint import END_OF_MIDDLE, llada2_dir
+from tests.fakes.sglang import FakeSglang
 
 REPLY = "    return a + b\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 PREFIX = "def add(a, b):\n"

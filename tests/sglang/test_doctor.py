@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sglang_helpers import fake, llada2_dir
 
-from tests.fakes.sglang import FakeRouter
 from llada_lsp.cli import main
+from tests.fakes.sglang import FakeRouter
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 

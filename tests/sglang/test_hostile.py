@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sglang_helpers import client, collect, llada2_dir, request
 
-from tests.fakes.http_server import Request, Responder
-from tests.fakes.sglang import FakeSglang
 from llada_lsp import http_client as http
 from llada_lsp.sglang_engine import SglangEngineClient
+from tests.fakes.http_server import Request, Responder
+from tests.fakes.sglang import FakeSglang
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 

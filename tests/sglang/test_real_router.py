@@ -18,11 +18,11 @@ import pytest
 import pytest_asyncio
 from sglang_helpers import REPLY, client, collect, fake, first_draft, llada2_dir, request
 
-from tests.fakes.sglang import FakeSglang
 from engine.api import Plan
 from llada_lsp import http_client as http
 from llada_lsp import reconnect
 from llada_lsp.sglang_engine import SglangJob
+from tests.fakes.sglang import FakeSglang
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 pytest.importorskip("sglang_router", reason="the dev extra sglang-router==0.3.2 is not installed (./dev sets it up)")

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from sglang_helpers import PREFIX, REPLY, client, collect, fake, first_draft, llada2_dir, request
 
-from tests.fakes.sglang import FakeRouter, FakeSglang
 from engine.api import Plan, apply_edits
 from engine.model.model_path import CHECKPOINTS_DIR
 from llada_lsp.capabilities import Capabilities
 from llada_lsp.sglang_engine import SglangEngineClient
+from tests.fakes.sglang import FakeRouter, FakeSglang
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from sglang_helpers import REPLY, client, collect, fake, first_draft, llada2_dir, request
 
+from engine.api import Plan
+from llada_lsp.sglang_engine import SglangEngineClient
 from tests.fakes.checkpoint import END_OF_MIDDLE
 from tests.fakes.http_server import Request, Responder
 from tests.fakes.sglang import FakeSglang
-from engine.api import Plan
-from llada_lsp.sglang_engine import SglangEngineClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 
