@@ -83,7 +83,7 @@ class Raw:
         self.probes += 1
         probe = self.probes
         await self.write(data + msg(request(probe, "llada/debugInfo", {})))
-        before = []
+        before: list[dict[str, Any]] = []
         while True:
             m = await asyncio.wait_for(self.read(), timeout)
             if m.get("id") == probe and "method" not in m:

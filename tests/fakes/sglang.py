@@ -71,7 +71,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from tests.fakes.http_server import HttpServer, Request, Responder, Watch
@@ -93,18 +92,6 @@ class FakeSglang(SglangScheduler):
     def __init__(
         self,
         *,
-        reply: str = "",
-        reply_fn: Callable[[str], str] | None = None,
-        generator: Generator | None = None,
-        tokenizer: str | Path | None = None,
-        end_token_id: int | None = None,
-        block_size: int = 32,
-        block_delay_ms: float = 40.0,
-        prefill_delay_ms: float | None = None,
-        max_running_requests: int | None = None,
-        fdfo: bool = True,
-        stall: Callable[[str, int], bool] | None = None,  # (rid, 1-based row round) -> unresolved
-        incremental_streaming_output: bool = False,
         model_path: str = "inclusionAI/LLaDA2.0-mini",
         architectures: Sequence[str] = ("LLaDA2MoeModelLM",),
         dllm_algorithm: str = "LowConfidence",
@@ -112,17 +99,15 @@ class FakeSglang(SglangScheduler):
         start_delay_s: float = 0.0,
         disconnect_abort_s: float = 2.0,
         nonstream_disconnect_s: float = 4.0,
-        tokenizer_worker_num: int = 1,
         load_s: float = 0.0,
         dispatch_delay_s: float = 0.001,
         health_poll_s: float = 1.0,
         health_timeout_s: float = 20.0,
+        **scheduling: Any,
     ) -> None:
-        super().__init__(
-            reply=reply, reply_fn=reply_fn, generator=generator, tokenizer=tokenizer, end_token_id=end_token_id,
-            block_size=block_size, block_delay_ms=block_delay_ms, prefill_delay_ms=prefill_delay_ms,
-            max_running_requests=max_running_requests, fdfo=fdfo, stall=stall,
-            incremental_streaming_output=incremental_streaming_output, tokenizer_worker_num=tokenizer_worker_num)
+        """The HTTP side's settings; `scheduling`: `SglangScheduler`'s (the reply, the
+        tokenizer, block size and delays, `max_running_requests`, FDFO, ...)."""
+        super().__init__(**scheduling)
         self.model_path, self.architectures = model_path, list(architectures)
         self.dllm_algorithm = dllm_algorithm
         self.ready, self.start_delay_s = ready, start_delay_s
