@@ -27,12 +27,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tasks import KINDS, Task, edit_similarity, exact_match, make_tasks, parses  # noqa: E402
 from engine.api import CompletionRequest, EngineEvent  # noqa: E402
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,16 @@ def ratio_interval(base: Sequence[float], other: Sequence[float], resamples: int
     return ratios[int(0.025 * resamples)], ratios[min(resamples - 1, int(0.975 * resamples))]
 
 
+def alternated(n_arms: int, rounds: int, run_arm: Callable[[int], R]) -> list[list[R]]:
+    """`run_arm(i)` for every arm, `rounds` times, the order reversed on odd rounds (the
+    machine's drift lands on every arm alike); each arm's results, one per round."""
+    out: list[list[R]] = [[] for _ in range(n_arms)]
+    for r in range(rounds):
+        for i in range(n_arms) if r % 2 == 0 else reversed(range(n_arms)):
+            out[i].append(run_arm(i))
+    return out
+
+
 def chosen(task: Task, done: EngineEvent) -> str:
     """The candidate the language server would show: the first of the primary and its
     alternatives that adds no parse error (llada_lsp.postprocess.first_fitting)."""
@@ -164,13 +176,13 @@ def compare(groups: Sequence[Group], engine: Callable[[str | None], Any], rounds
             if id(eng) not in warm and g.tasks:
                 warm.add(id(eng))
                 run(eng, g.tasks[0], make_policy(a.preset, **a.policy), a.alternatives)
-        runs: dict[int, list[list[Outcome]]] = {i: [] for i in range(len(g.arms))}
-        for r in range(rounds):
-            order = list(range(len(g.arms)))
-            for i in order if r % 2 == 0 else order[::-1]:
-                a = g.arms[i]
-                eng, policy = engine(a.model), make_policy(a.preset, **a.policy)
-                runs[i].append([run(eng, t, policy, a.alternatives) for t in g.tasks])
+
+        def run_arm(i: int, g: Group = g) -> list[Outcome]:
+            a = g.arms[i]
+            eng, policy = engine(a.model), make_policy(a.preset, **a.policy)
+            return [run(eng, t, policy, a.alternatives) for t in g.tasks]
+
+        runs = alternated(len(g.arms), rounds, run_arm)
         scored = []
         for i, a in enumerate(g.arms):  # texts are deterministic; each task's latency: its median
             per_task = list(zip(*runs[i], strict=True))  # each task's outcomes, one per round
