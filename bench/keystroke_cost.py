@@ -82,7 +82,7 @@ async def type_into(c: Raw, uri: str, text: str, line: int, col: int, typed: str
                 "context": {"triggerKind": 2}})
         t0 = time.perf_counter()
         await c.write(msg(edit) + msg(req))
-        await c.answer(req["id"])
+        await c.answer(req["id"], timeout=None)  # timed: no wait_for task per message
         times.append((time.perf_counter() - t0) * 1000)
     await c.write(msg(notification("textDocument/didClose", {"textDocument": {"uri": uri}})))
     return times
@@ -94,7 +94,7 @@ async def floor(c: Raw, n: int) -> list[float]:
         req = request(next(IDS), "llada/debugInfo", {})
         t0 = time.perf_counter()
         await c.write(msg(req))
-        await c.answer(req["id"])
+        await c.answer(req["id"], timeout=None)  # timed: no wait_for task per message
         times.append((time.perf_counter() - t0) * 1000)
     return times
 

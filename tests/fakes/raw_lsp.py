@@ -63,7 +63,7 @@ class Raw:
         self.stdin.write(data)
         await self.stdin.drain()
 
-    async def answer(self, msg_id: Any, timeout: float = 30) -> dict[str, Any]:
+    async def answer(self, msg_id: Any, timeout: float | None = 30) -> dict[str, Any]:
         """The response to `msg_id` (responses to other ids and notifications skipped)."""
         while True:
             m = await asyncio.wait_for(self.read(), timeout)
