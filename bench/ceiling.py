@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.t2t import chosen, engine_and_tasks, task_args  # noqa: E402
+from bench.ab import chosen, engine_and_tasks, task_args  # noqa: E402
 from bench.tasks import Task, edit_similarity, exact_match  # noqa: E402
 from engine.api import CompletionRequest  # noqa: E402
 from engine.decoding.stops import cut_text  # noqa: E402

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.t2t import chosen  # noqa: E402
+from bench.ab import chosen  # noqa: E402
 from bench.tasks import KINDS, Task, edit_similarity, exact_match, make_tasks, parses  # noqa: E402
 from engine.api import CompletionRequest, EngineEvent  # noqa: E402
 

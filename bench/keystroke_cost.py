@@ -24,8 +24,7 @@ HEAD` for the code before a change), to compare in one run.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
+import itertools
 import statistics
 import sys
 import time
@@ -33,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.fakes.raw_lsp import Raw, initialized, msg, notification, request, stop  # noqa: E402
+
+IDS = itertools.count(10)  # request ids (1 is initialize's)
 TYPED = "\n    extra = compute(total, b)  # typed\n    print(extra)"
 
 
@@ -50,102 +53,48 @@ def python_file(lines: int) -> str:
     return "\n".join(out[:lines]) + "\n"
 
 
-def frame(obj: dict[str, Any]) -> bytes:
-    body = json.dumps(obj).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-
-class RawClient:
-    """The server process and a reader of its framed output."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdin is not None and proc.stdout is not None
-        self.proc, self.stdin, self.stdout = proc, proc.stdin, proc.stdout
-        self.ids = 0
-
-    async def read(self) -> dict[str, Any]:
-        length = None
-        while True:
-            line = await self.stdout.readline()
-            if not line:
-                raise EOFError("the server closed its output")
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-            elif not line.strip() and length is not None:
-                return json.loads(await self.stdout.readexactly(length))
-
-    async def write(self, *messages: dict[str, Any]) -> None:
-        self.stdin.write(b"".join(frame(m) for m in messages))
-        await self.stdin.drain()
-
-    def request(self, method: str, params: Any) -> dict[str, Any]:
-        self.ids += 1
-        return {"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params}
-
-    async def answer(self, msg_id: int) -> dict[str, Any]:
-        while True:
-            m = await self.read()
-            if m.get("id") == msg_id and "method" not in m:
-                return m
-
-    async def until(self, method: str, pred: Any = None) -> dict[str, Any]:
-        while True:
-            m = await self.read()
-            if m.get("method") == method and (pred is None or pred(m.get("params"))):
-                return m
-
-
-async def start(root: Path) -> RawClient:
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "llada_lsp", stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env, cwd=root)
-    c = RawClient(proc)
-    init = c.request("initialize", {"capabilities": {}, "initializationOptions": {
-        "engine": "ws://127.0.0.1:9"}})
-    await c.write(init)
-    await c.answer(init["id"])
-    await c.write({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+async def start(root: Path) -> Raw:
+    """The server of the checkout at `root`, initialized, its engine given up on (`error`)."""
+    c = await initialized(root)
     await c.until("llada/status", lambda p: p.get("state") == "error")
     return c
 
 
 def change(uri: str, version: int, line: int, col: int, ch: str) -> dict[str, Any]:
     pos = {"line": line, "character": col}
-    return {"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+    return notification("textDocument/didChange", {
         "textDocument": {"uri": uri, "version": version},
-        "contentChanges": [{"range": {"start": pos, "end": pos}, "text": ch}]}}
+        "contentChanges": [{"range": {"start": pos, "end": pos}, "text": ch}]})
 
 
-async def type_into(c: RawClient, uri: str, text: str, line: int, col: int, typed: str,
+async def type_into(c: Raw, uri: str, text: str, line: int, col: int, typed: str,
                     ask: str) -> list[float]:
     """Open `text`, type `typed` at (line, col); per keystroke ms (didChange + `ask`)."""
-    await c.write({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {
-        "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}})
+    await c.write(msg(notification("textDocument/didOpen", {
+        "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})))
     times = []
     for k, ch in enumerate(typed):
         edit = change(uri, k + 2, line, col, ch)
         line, col = (line + 1, 0) if ch == "\n" else (line, col + 1)
-        req = c.request("llada/debugInfo", {}) if ask == "debugInfo" else c.request(
-            "textDocument/inlineCompletion", {
+        req = request(next(IDS), "llada/debugInfo", {}) if ask == "debugInfo" else request(
+            next(IDS), "textDocument/inlineCompletion", {
                 "textDocument": {"uri": uri}, "position": {"line": line, "character": col},
                 "context": {"triggerKind": 2}})
         t0 = time.perf_counter()
-        await c.write(edit, req)
-        await c.answer(req["id"])
+        await c.write(msg(edit) + msg(req))
+        await c.answer(req["id"], timeout=None)  # timed: no wait_for task per message
         times.append((time.perf_counter() - t0) * 1000)
-    await c.write({"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {
-        "textDocument": {"uri": uri}}})
+    await c.write(msg(notification("textDocument/didClose", {"textDocument": {"uri": uri}})))
     return times
 
 
-async def floor(c: RawClient, n: int) -> list[float]:
+async def floor(c: Raw, n: int) -> list[float]:
     times = []
     for _ in range(n):
-        req = c.request("llada/debugInfo", {})
+        req = request(next(IDS), "llada/debugInfo", {})
         t0 = time.perf_counter()
-        await c.write(req)
-        await c.answer(req["id"])
+        await c.write(msg(req))
+        await c.answer(req["id"], timeout=None)  # timed: no wait_for task per message
         times.append((time.perf_counter() - t0) * 1000)
     return times
 
@@ -173,8 +122,7 @@ async def measure(root: Path, lines: int, huge_mb: int) -> dict[str, dict[str, f
             out["huge: didChange + inlineCompletion"] = summary(await type_into(
                 c, "file:///bench/huge.py", big, line, col, TYPED, "inline"))
     finally:
-        c.proc.kill()
-        await c.proc.wait()
+        await stop(c)
     return out
 
 

@@ -60,9 +60,8 @@ from llada_lsp.client import (  # noqa: E402 - after the path fix, for `python b
     LladaClient,
     completion_id,
     debug_info,
-    insert,
+    keystroke,
     open_document,
-    send_inline,
 )
 
 DEFAULT_FILE = ROOT / "tests/lsp/data/shapes.py.txt"
@@ -150,13 +149,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for k, ch in enumerate(body):
         version = k + 2
         t_key = time.perf_counter()
-        insert(client, uri, version, line, col, ch)
-        if ch == "\n":
-            line, col = line + 1, 0
-        else:
-            col += 1
         # written at once, as an editor does on a keystroke (the answer is awaited in a task)
-        sent = send_inline(client, uri, t.Position(line, col))
+        pos, sent = keystroke(client, uri, version, line, col, ch)
+        line, col = pos.line, pos.character
         tasks.append(asyncio.ensure_future(request(version, sent, t_key)))
         await asyncio.sleep(max(0.0, t_begin + (k + 1) / args.cps - time.perf_counter()))  # typing pace
     await asyncio.wait_for(asyncio.gather(*tasks), 120)

@@ -41,9 +41,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.ab import chosen  # noqa: E402
 from bench.crossfile import Score, paired_effect  # noqa: E402
 from bench.decode import wilson  # noqa: E402
-from bench.t2t import chosen  # noqa: E402
 from bench.tasks import Task, edit_similarity, exact_match, make_tasks  # noqa: E402
 from engine.api import CompletionRequest, Names, Plan  # noqa: E402
 from engine.train.corpus import SourceFile, all_files, heldout_files, read_text  # noqa: E402

@@ -17,8 +17,9 @@ decodes the same single-line completions one at a time (the prompt cache off):
                 (the language server's in-process engine);
   second_team   the main thread loads and decodes one warm-up request, then a worker thread
                 decodes (the daemon before session 16: two OpenMP teams).
-Prints a table (median completion time, completions/s, ratio to `main`) and one JSON line
-(`same_texts`: every arm decoded the same completions, as it must).
+The arms alternate over `--rounds` (bench/ab.py's harness). Prints a table (median completion
+time, completions/s, ratio to `main` with a paired bootstrap 95% interval over the requests)
+and one JSON line (`same_texts`: every arm decoded the same completions, as it must).
 """
 
 from __future__ import annotations
@@ -109,25 +110,29 @@ def main() -> None:
     if args.arm:
         print(json.dumps(arm(args.arm, args.model, args.threads, args.requests)))
         return
-    ms: dict[str, list[float]] = {a: [] for a in ARMS}
-    texts: dict[str, list[str]] = {}
-    for _ in range(args.rounds):
-        for a in ARMS:  # alternated: the machine's drift lands on every arm alike
-            cmd = [sys.executable, __file__, "--arm", a, "--threads", str(args.threads),
-                   "--requests", str(args.requests)] + (["--model", args.model] if args.model else [])
-            out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
-            res = json.loads(out.strip().splitlines()[-1])
-            ms[a] += res["ms"]
-            texts.setdefault(a, res["texts"])
+    from bench.ab import alternated, ratio_interval  # the harness, in the parent only
+
+    def child(i: int) -> dict[str, Any]:
+        cmd = [sys.executable, __file__, "--arm", ARMS[i], "--threads", str(args.threads),
+               "--requests", str(args.requests)] + (["--model", args.model] if args.model else [])
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    runs = dict(zip(ARMS, alternated(len(ARMS), args.rounds, child), strict=True))
+    ms = {a: [m for res in runs[a] for m in res["ms"]] for a in ARMS}
+    # each request's median over the rounds, paired by request for the ratio's interval
+    per_req = {a: [statistics.median(v) for v in zip(*(res["ms"] for res in runs[a]), strict=True)] for a in ARMS}
     med = {a: statistics.median(v) for a, v in ms.items()}
-    print(f"{'arm':>12} {'median ms':>10} {'compl/s':>8} {'vs main':>8}")
+    ci = {a: ratio_interval(per_req["main"], per_req[a]) for a in ARMS}
+    print(f"{'arm':>12} {'median ms':>10} {'compl/s':>8} {'vs main':>8} {'95% interval':>13}")
     for a in ARMS:
-        print(f"{a:>12} {med[a]:10.1f} {1000 * len(ms[a]) / sum(ms[a]):8.2f} {med[a] / med['main']:8.2f}")
+        print(f"{a:>12} {med[a]:10.1f} {1000 * len(ms[a]) / sum(ms[a]):8.2f} {med[a] / med['main']:8.2f} "
+              f"{ci[a][0]:6.2f}-{ci[a][1]:<6.2f}")
     print(json.dumps({"bench": "omp_threads", "threads": args.threads, "requests": args.requests,
                       "rounds": args.rounds, "median_ms": {a: round(v, 2) for a, v in med.items()},
                       "slowdown_vs_main": {a: round(med[a] / med["main"], 3) for a in ARMS},
-                      "same_texts": all(texts[a] == texts["main"] for a in ARMS)}))
-
+                      "slowdown_interval": {a: [round(x, 3) for x in ci[a]] for a in ARMS},
+                      "same_texts": all(res["texts"] == runs["main"][0]["texts"] for a in ARMS for res in runs[a])}))
 
 if __name__ == "__main__":
     main()

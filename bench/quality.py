@@ -4,7 +4,7 @@
 
 The cursor sits after the line's indentation; the model chooses the length (stop rule "line").
 Presets run as shipped: `quality` is scored on the candidate of its alternatives the language
-server would show (bench.t2t.chosen).
+server would show (bench.ab.chosen).
 pass@1: prompt + completion + suffix + test runs in a fresh subprocess within a timeout.
 Prints a table and ends with one JSON line.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.t2t import chosen  # noqa: E402
+from bench.ab import chosen  # noqa: E402
 from bench.tasks import Task, edit_similarity, exact_match, parses  # noqa: E402
 from engine.api import CompletionRequest, Plan  # noqa: E402
 

@@ -17,7 +17,7 @@ with completions cut from a real file, one at a time, and reports:
   so the client aborts once the first chunk shows the server holds the rid (at most 1 s
   later): this is what that wait costs in running-slot time. Reported, no goal.
 
-URL `fake` starts the FAKE SGLang server (bench.fake_sglang) in this process with a per-block
+URL `fake` starts the FAKE SGLang server (tests.fakes.sglang) in this process with a per-block
 delay of 20 ms, a LLaDA2.1-mini block on an H100: the LLaDA2.1 report gives mini a peak of
 ~1,587 tokens/s in its Speedy mode (about 5-6 tokens a forward at ~3.5 ms a forward), so a
 32-token block takes ~32 / 1,587 s = ~20 ms. Prefill is one 32-token prompt block a round, one
@@ -40,11 +40,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.fake_checkpoint import END_OF_MIDDLE, llada2_dir
-from bench.fake_sglang import Codec, FakeSglang
 from engine.api import CompletionRequest, Plan
 from llada_lsp.sglang_engine import SglangEngineClient
 from llada_lsp.sglang_servers import SglangConfig
+from tests.fakes.checkpoint import END_OF_MIDDLE, llada2_dir
+from tests.fakes.sglang import Codec, FakeSglang
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = ROOT / "tests/lsp/data/shapes.py.txt"

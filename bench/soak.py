@@ -47,10 +47,9 @@ from llada_lsp.client import (  # noqa: E402
     LladaClient,
     completion_id,
     debug_info,
-    insert,
+    keystroke,
     open_document,
     plain,
-    send_inline,
 )
 
 FILES = [("tests/lsp/data/shapes.py.txt", "python"), ("tests/lsp/data/queue.ts", "typescript"),
@@ -122,15 +121,11 @@ class Soak:
 
     def key(self, doc: Doc, col: int, ch: str, storm: int, last: bool) -> None:
         doc.version += 1
-        insert(self.client, doc.uri, doc.version, doc.line, col, ch)
-        if ch == "\n":
-            doc.line += 1
-            col = 0
-        else:
-            col += 1
-        s = Sent(doc, doc.version, time.perf_counter(), storm, last)
+        t_key = time.perf_counter()
+        pos, fut = keystroke(self.client, doc.uri, doc.version, doc.line, col, ch)
+        doc.line = pos.line
+        s = Sent(doc, doc.version, t_key, storm, last)
         self.sent.append(s)
-        fut = send_inline(self.client, doc.uri, t.Position(doc.line, col))
         s.fut = fut
         fut.add_done_callback(lambda f: self._answered(s, f))
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import difflib
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import tree_sitter_python
 from tree_sitter import Language, Node, Parser
 
 from engine.api import Plan
 from engine.train.corpus import heldout_files, read_text
+
+T = TypeVar("T")
 
 PY = Language(tree_sitter_python.language())
 KINDS = ("single_line", "multi_line", "block")
@@ -100,19 +104,29 @@ def make_tasks(per_kind: int, seed: int = 0, max_file_chars: int = 60_000) -> li
     files = sorted((f for f in heldout_files() if f.key.startswith("stdlib/")), key=lambda f: f.key)
     texts = [(f.key, t) for f in files if (t := read_text(f)) and len(t) <= max_file_chars and parses(t)]
     rng = random.Random(seed)
-    tasks: list[Task] = []
-    for kind in KINDS:
+
+    def draw(kind: str) -> Task | None:
+        key, text = rng.choice(texts)
+        cut = CUTTERS[kind](text, rng)
+        return None if cut is None else Task(kind, key, *cut)
+
+    return per_kind_draws(KINDS, per_kind, per_kind * 50, draw)
+
+
+def per_kind_draws(kinds: Sequence[str], per_kind: int, max_tries: int,
+                   draw: Callable[[str], T | None]) -> list[T]:
+    """For each kind in turn, the first `per_kind` results of `draw(kind)` that are not None,
+    drawing at most `max_tries` times a kind (a seeded `draw` makes the list reproducible)."""
+    out: list[T] = []
+    for kind in kinds:
         got, tries = 0, 0
-        while got < per_kind and tries < per_kind * 50:
+        while got < per_kind and tries < max_tries:
             tries += 1
-            key, text = rng.choice(texts)
-            cut = CUTTERS[kind](text, rng)
-            if cut is None:
-                continue
-            pre, mid, suf, plan = cut
-            tasks.append(Task(kind, key, pre, mid, suf, plan))
-            got += 1
-    return tasks
+            item = draw(kind)
+            if item is not None:
+                out.append(item)
+                got += 1
+    return out
 
 
 def norm_lines(s: str) -> list[str]:

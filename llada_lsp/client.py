@@ -186,6 +186,16 @@ def send_inline(client: LanguageClient, uri: str, pos: t.Position, invoked: bool
         context=t.InlineCompletionContext(trigger_kind=kind, selected_completion_info=selected)))
 
 
+def keystroke(client: LanguageClient, uri: str, version: int, line: int, character: int,
+              ch: str) -> tuple[t.Position, asyncio.Future[Any]]:
+    """One typed character as an editor sends it: the didChange inserting `ch` at (line,
+    character) and, written at once, an Automatic inline completion request at the cursor after
+    it. Returns that cursor and the request's answer."""
+    insert(client, uri, version, line, character, ch)
+    pos = t.Position(line + 1, 0) if ch == "\n" else t.Position(line, character + 1)
+    return pos, send_inline(client, uri, pos)
+
+
 async def inline(client: LanguageClient, uri: str, pos: t.Position, invoked: bool = False,
                  selected: t.SelectedCompletionInfo | None = None) -> t.InlineCompletionList | None:
     res = await send_inline(client, uri, pos, invoked, selected)

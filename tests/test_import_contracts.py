@@ -35,7 +35,7 @@ ENGINES = frozenset({"engine_base", "engine_client", "ws_engine", "ws_connection
 CONTEXT = frozenset({"workspace", "workspace_index", "definitions", "safe_files", "names",
                      "name_queries", "name_hints"})
 COMPLETION = frozenset({"completions", "plans", "cache", "speculation", "postprocess", "answers",
-                        "refining", "weighing", "line_rest", "context", "reporting"})
+                        "refining", "weighing", "line_rest", "context", "reporting", "settling"})
 NEXT_EDIT = frozenset({"next_edit", "edit_analysis", "edit_params", "edit_syntax", "edit_window",
                        "edit_fields"})
 OPTIONS = frozenset({"options"})

@@ -16,5 +16,6 @@ def test_omp_threads_bench_runs_every_arm_and_they_agree() -> None:
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "omp_threads" and set(res["median_ms"]) == {"main", "worker", "second_team"}
     assert all(v > 0 for v in res["median_ms"].values())
-    assert res["slowdown_vs_main"]["main"] == 1.0
+    assert res["slowdown_vs_main"]["main"] == 1.0 and res["slowdown_interval"]["main"] == [1.0, 1.0]
+    assert all(lo <= hi for lo, hi in res["slowdown_interval"].values())
     assert res["same_texts"] is True  # the thread that decodes changes the time, never the text

@@ -10,7 +10,7 @@ import pytest
 from engine.api import CompletionRequest, Plan, apply_edits
 from engine.service import TextEngine, default_model_dir
 
-SAMPLE = Path(__file__).resolve().parents[2] / "engine" / "samples" / "sample.py"
+SAMPLE = Path(__file__).resolve().parents[2] / "tests" / "fakes" / "samples" / "sample.py"
 
 
 @pytest.fixture(scope="module")

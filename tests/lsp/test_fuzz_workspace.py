@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 from hostile_workspace import GOOD_NAME, app_text, make_secret, make_workspace, remove
 from lsp_helpers import ROOT, recording_daemon
-from raw_lsp import Raw, msg, notification, request
+
+from tests.fakes.raw_lsp import Raw, msg, notification, request
 
 HANG_S = 30.0
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from lsp_helpers import EMBEDDED, ROOT
-from raw_lsp import initialized, msg, notification, request, stop
 
 from engine.api import ContextChunk
 from engine.prompt.builder import PromptBuilder
@@ -31,6 +30,7 @@ from llada_lsp.options import RANGES, parse_options, workspace_settings
 from llada_lsp.safe_files import read_regular, resolved_roots
 from llada_lsp.workspace import WorkspaceContext
 from llada_lsp.workspace_index import WorkspaceIndex
+from tests.fakes.raw_lsp import initialized, msg, notification, request, stop
 
 MARKER = "SECRET-MARKER-7f3a"
 

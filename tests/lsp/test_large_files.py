@@ -17,12 +17,12 @@ import pytest_asyncio
 import tree_sitter as ts
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raw_lsp import Raw, initialized, msg, notification, request, stop
 
 from llada_lsp.context import MAX_TOP_NODES, _boundaries_from_tree, trim_context
 from llada_lsp.documents import Document
 from llada_lsp.positions import LineIndex
 from llada_lsp.syntax import ancestors, node_at
+from tests.fakes.raw_lsp import Raw, initialized, msg, notification, request, stop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.keystroke_cost import python_file  # noqa: E402

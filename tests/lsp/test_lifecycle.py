@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from raw_lsp import INIT, Raw, initialized, msg, notification, request, spawn, stop
+
+from tests.fakes.raw_lsp import INIT, Raw, initialized, msg, notification, request, spawn, stop
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -1,5 +1,5 @@
 """The real language server over stdio with `engine = "sglang"` against the FAKE SGLang server
-(bench.fake_sglang, loopback, no model, in this test's event loop): a typing storm whose
+(tests.fakes.sglang, loopback, no model, in this test's event loop): a typing storm whose
 superseded requests are aborted on the server, a server killed and restarted mid-session
 (one clear error, then completions resume), and the status carrying the backend's
 capabilities with no `llada/refine` ever sent."""
@@ -16,9 +16,9 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types as t
 
-from bench.fake_checkpoint import END_OF_MIDDLE, llada2_dir
-from bench.fake_sglang import FakeSglang
 from llada_lsp.client import LladaClient, debug_info, first_text, insert, open_document, send_inline
+from tests.fakes.checkpoint import END_OF_MIDDLE, llada2_dir
+from tests.fakes.sglang import FakeSglang
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
-"""Helpers of the SGLang backend tests: a FAKE SGLang server (bench.fake_sglang, loopback, no
-model) with a fake LLaDA2 checkpoint directory (bench.fake_checkpoint) for the local tokenizer."""
+"""Helpers of the SGLang backend tests: a FAKE SGLang server (tests.fakes.sglang, loopback, no
+model) with a fake LLaDA2 checkpoint directory (tests.fakes.checkpoint) for the local tokenizer."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from bench.fake_checkpoint import END_OF_MIDDLE, llada2_dir
-from bench.fake_sglang import FakeSglang
 from engine.api import CompletionRequest, EngineEvent, Plan
 from llada_lsp.engine_base import EngineJob
 from llada_lsp.sglang_engine import SglangEngineClient
 from llada_lsp.sglang_servers import SglangConfig
+from tests.fakes.checkpoint import END_OF_MIDDLE, llada2_dir
+from tests.fakes.sglang import FakeSglang
 
 REPLY = "    return a + b\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 PREFIX = "def add(a, b):\n"

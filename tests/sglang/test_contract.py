@@ -2,7 +2,7 @@
 handling, the pinned wheel's code (`sglang_contract_probe.py` says what runs and what is
 stubbed; `sglang_wheel.py` fetches the wheel from PyPI once into the venv's cache).
 
-The bodies are the ones the client really sent to the FAKE server (bench.fake_sglang records
+The bodies are the ones the client really sent to the FAKE server (tests.fakes.sglang records
 every POST): streamed completions of each preset and budget, with workspace context, a stop
 rule that aborts, and a superseded request's abort."""
 

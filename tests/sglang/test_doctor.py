@@ -1,4 +1,4 @@
-"""`llada-lsp doctor` against the FAKE SGLang server (bench.fake_sglang): a healthy setup passes
+"""`llada-lsp doctor` against the FAKE SGLang server (tests.fakes.sglang): a healthy setup passes
 with a round trip, a wrong model family or a dead server fails with a readable line."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sglang_helpers import fake, llada2_dir
 
-from bench.fake_sglang import FakeRouter
 from llada_lsp.cli import main
+from tests.fakes.sglang import FakeRouter
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 

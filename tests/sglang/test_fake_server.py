@@ -1,4 +1,4 @@
-"""The fake SGLang server (bench.fake_sglang) behaves as sglang 0.5.23 does, over real HTTP.
+"""The fake SGLang server (tests.fakes.sglang) behaves as sglang 0.5.23 does, over real HTTP.
 
 Each test talks to it with the raw client below (asyncio streams; chunked SSE parsed here).
 """
@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from bench.fake_sglang import FakeRouter, FakeSglang
+from tests.fakes.sglang import FakeRouter, FakeSglang
 
 BLOCK = 8
 

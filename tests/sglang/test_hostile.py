@@ -2,7 +2,7 @@
 malformed field shape of a stream event, an endless line and a redirect end their request at
 once with a clear error, and a server that answered garbage is still recovered.
 
-The server is the FAKE SGLang server (bench.fake_sglang) with `/generate` (or `/ready`)
+The server is the FAKE SGLang server (tests.fakes.sglang) with `/generate` (or `/ready`)
 replaced by scripted bytes; the connection then stays open until the client closes it, so
 only the client's own checks can end the request before its deadline."""
 
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from sglang_helpers import collect, request, serving
 
-from bench.fake_http import Request, Responder
-from bench.fake_sglang import FakeSglang
 from llada_lsp import http_client as http
+from tests.fakes.http_server import Request, Responder
+from tests.fakes.sglang import FakeSglang
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 

@@ -1,5 +1,5 @@
 """The real `sglang-router` 0.3.2 (PyPI, a dev extra; its HTTP server is Rust and runs on the
-CPU) in front of two FAKE SGLang workers (bench.fake_sglang): the client finds it ready and
+CPU) in front of two FAKE SGLang workers (tests.fakes.sglang): the client finds it ready and
 lists its workers, a completion goes through it with its rid unchanged, and a cancelled
 request's abort reaches every worker (the router has no `/abort_request`). The router keeps
 worker connections alive between requests, which the fake serves (keep-alive)."""
@@ -18,11 +18,11 @@ import pytest
 import pytest_asyncio
 from sglang_helpers import REPLY, client, collect, fake, first_draft, llada2_dir, request
 
-from bench.fake_sglang import FakeSglang
 from engine.api import Plan
 from llada_lsp import http_client as http
 from llada_lsp import reconnect
 from llada_lsp.sglang_engine import SglangJob
+from tests.fakes.sglang import FakeSglang
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 pytest.importorskip("sglang_router", reason="the dev extra sglang-router==0.3.2 is not installed (./dev sets it up)")

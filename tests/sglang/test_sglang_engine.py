@@ -1,5 +1,5 @@
 """The SGLang engine client (llada_lsp.sglang_engine) against the FAKE SGLang server
-(bench.fake_sglang, loopback, no model) in this process: streaming, stops, aborts, errors,
+(tests.fakes.sglang, loopback, no model) in this process: streaming, stops, aborts, errors,
 start-up, loss and recovery, load balancing, router fan-out."""
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from sglang_helpers import (
     started,
 )
 
-from bench.fake_sglang import FakeRouter, FakeSglang
 from engine.api import Plan, apply_edits
 from engine.model.model_path import CHECKPOINTS_DIR
 from llada_lsp.capabilities import Capabilities
 from llada_lsp.sglang_engine import SglangEngineClient
+from tests.fakes.sglang import FakeRouter, FakeSglang
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 

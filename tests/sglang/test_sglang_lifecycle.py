@@ -1,5 +1,5 @@
 """The SGLang engine client against the FAKE SGLang server's 0.5.23 behaviours that bite a
-client (bench.fake_sglang): a server that refuses connections while it loads, a `/health`
+client (tests.fakes.sglang): a server that refuses connections while it loads, a `/health`
 that runs a generation, one abort per rid, and an abort that can arrive before its request."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sglang_helpers import REPLY, client, collect, fake, first_draft, request, serving, started
 
-from bench.fake_checkpoint import END_OF_MIDDLE
-from bench.fake_http import Request, Responder
-from bench.fake_sglang import FakeSglang
 from engine.api import Plan
+from tests.fakes.checkpoint import END_OF_MIDDLE
+from tests.fakes.http_server import Request, Responder
+from tests.fakes.sglang import FakeSglang
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
 

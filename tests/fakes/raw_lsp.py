@@ -1,5 +1,6 @@
 """A raw JSON-RPC client of the real server process: framed bytes written to its stdin,
-its framed output parsed (for tests that send what no well-behaved client library would).
+its framed output parsed (for tests that send what no well-behaved client library would, and
+for bench/keystroke_cost.py, which times the server without a client library's overhead).
 """
 
 from __future__ import annotations
@@ -8,9 +9,11 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from lsp_helpers import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 INIT = {"capabilities": {}, "initializationOptions": {"engine": "ws://127.0.0.1:9"}}
 
@@ -60,11 +63,19 @@ class Raw:
         self.stdin.write(data)
         await self.stdin.drain()
 
-    async def answer(self, msg_id: Any, timeout: float = 30) -> dict[str, Any]:
+    async def answer(self, msg_id: Any, timeout: float | None = 30) -> dict[str, Any]:
         """The response to `msg_id` (responses to other ids and notifications skipped)."""
         while True:
             m = await asyncio.wait_for(self.read(), timeout)
             if "method" not in m and m.get("id") == msg_id:
+                return m
+
+    async def until(self, method: str, pred: Callable[[Any], bool] | None = None,
+                    timeout: float = 30) -> dict[str, Any]:
+        """The next notification or request `method` whose params satisfy `pred` (others skipped)."""
+        while True:
+            m = await asyncio.wait_for(self.read(), timeout)
+            if m.get("method") == method and (pred is None or pred(m.get("params"))):
                 return m
 
     async def send_then_probe(self, data: bytes, timeout: float = 30) -> list[dict[str, Any]]:
@@ -72,7 +83,7 @@ class Raw:
         self.probes += 1
         probe = self.probes
         await self.write(data + msg(request(probe, "llada/debugInfo", {})))
-        before = []
+        before: list[dict[str, Any]] = []
         while True:
             m = await asyncio.wait_for(self.read(), timeout)
             if m.get("id") == probe and "method" not in m:
@@ -82,18 +93,19 @@ class Raw:
                 before.append(m)
 
 
-async def spawn() -> Raw:
-    """The server process (engine at a closed port: nothing loads), not yet initialized."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+async def spawn(root: Path = ROOT) -> Raw:
+    """The server process of the checkout at `root` (engine at a closed port: nothing loads),
+    not yet initialized."""
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "llada_lsp", stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env, cwd=root)
     return Raw(proc)
 
 
-async def initialized() -> Raw:
+async def initialized(root: Path = ROOT) -> Raw:
     """A server that answered initialize."""
-    r = await spawn()
+    r = await spawn(root)
     await r.write(msg(request(1, "initialize", INIT)))
     assert "capabilities" in (await r.answer(1, 60))["result"]
     await r.write(msg(notification("initialized", {})))

@@ -1,4 +1,4 @@
-"""The `/generate` request checks of sglang 0.5.23, for the fake server (`bench.fake_sglang`).
+"""The `/generate` request checks of sglang 0.5.23, for the fake server (`tests.fakes.sglang`).
 
 A fake for tests and benches. Each check cites the 0.5.23 code it follows (the wheel,
 `sglang/...`); the wording of the messages is the real server's, the code is ours.

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.fake_http import HttpServer, Request, Responder
-from bench.fake_http import request as http_request
+from tests.fakes.http_server import HttpServer, Request, Responder
+from tests.fakes.http_server import request as http_request
 
 
 class FakeRouter:

@@ -12,7 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
-TOKENIZER = Path(__file__).resolve().parent.parent / "engine" / "checkpoints" / "tiny-code" / "tokenizer.json"
+TOKENIZER = Path(__file__).resolve().parents[2] / "engine" / "checkpoints" / "tiny-code" / "tokenizer.json"
 END_OF_MIDDLE = 2  # tiny-code's end-of-middle id (its config.json "special")
 
 

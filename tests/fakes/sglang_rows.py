@@ -1,6 +1,6 @@
 """One request's row in the fake SGLang scheduler: block commits, stop rules, stream chunks.
 
-A fake for tests and benches (`bench.fake_sglang` is the server). What it follows in
+A fake for tests and benches (`tests.fakes.sglang` is the server). What it follows in
 sglang 0.5.23 (the wheel, `sglang/...`):
 
 - Block-granular commit aligned to absolute positions:

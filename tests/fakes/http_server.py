@@ -1,6 +1,6 @@
 """A minimal HTTP/1.1 server and client on asyncio streams, for the loopback fakes only.
 
-A fake for tests and benches (see `bench.fake_sglang`): just enough HTTP to stand in for
+A fake for tests and benches (see `tests.fakes.sglang`): just enough HTTP to stand in for
 uvicorn in front of SGLang. Requests: request line, headers, a `Content-Length` body (no
 chunked request bodies). Responses: `Content-Length` bodies, or a streamed body with
 `Transfer-Encoding: chunked` as uvicorn sends a Starlette `StreamingResponse`. Connections

@@ -4,13 +4,14 @@ serving a diffusion LM (`--dllm-algorithm`), following sglang 0.5.23 point by po
 No model runs here: replies are scripted token ids, one block per `block_delay_ms` round.
 It is what the SGLang engine client's tests and the bench talk to where no GPU is.
 
-    python bench/fake_sglang.py --port 0 --block-delay-ms 40 --reply-file F \
+    python -m tests.fakes.sglang_cli --port 0 --block-delay-ms 40 --reply-file F \
         --model-path inclusionAI/LLaDA2.0-mini --tokenizer engine/checkpoints/mini-code
 
-prints `{"port": N, "url": ...}` on stdout once it listens.
+prints `{"port": N, "url": ...}` on stdout once it listens. The scheduler (rows, rounds,
+aborts) is `tests.fakes.sglang_scheduler`; this module is its HTTP side.
 
-Followed (files of the 0.5.23 wheel, `sglang/...`; the row rules are in `fake_sglang_rows`,
-the request checks in `fake_sglang_contract`):
+Followed (files of the 0.5.23 wheel, `sglang/...`; the row rules are in `sglang_rows`,
+the request checks in `sglang_contract`):
 - Start-up: with `load_s` the port is bound but not listening, so connections are refused
   while the model loads (`srt/entrypoints/http_server.py:launch_server` starts uvicorn only
   after the scheduler processes are up); then `start_delay_s` of warm-up during which the
@@ -49,10 +50,10 @@ the request checks in `fake_sglang_contract`):
   manager between rounds and ends at once too, with what it has committed, as
   `FINISH_ABORT().to_json()` (`dllm_manager.pop_aborted_reqs`, `send_abort_output`).
 - Prefill: one prompt block per round, `prefill_delay_ms` each (one forward), and decoding rows
-  wait meanwhile (`srt/dllm/mixin/scheduler.py:_process_dllm_batches`; see fake_sglang_rows).
+  wait meanwhile (`srt/dllm/mixin/scheduler.py:_process_dllm_batches`; see sglang_rows).
 - HTTP/1.1 keep-alive as uvicorn serves it (the router reuses its worker connections): a
   client's going away is noticed without a second reader on the connection
-  (`bench.fake_http.Watch`).
+  (`tests.fakes.http_server.Watch`).
 - Client disconnect: a stream's background task aborts the rid 2 s after the response ends
   (`TokenizerManager.create_abort_task`, `asyncio.sleep(2)`); a non-streaming request notices
   on its 4 s wait timeout (`_stream_one_response`, `SGLANG_REQUEST_STATE_WAIT_TIMEOUT`).
@@ -60,90 +61,37 @@ Not modelled: batches of prompts, `n > 1`, logprobs, sessions, LoRA, the radix c
 OpenAI routes, API keys, FastAPI's 422 detail lists (a body that is not JSON gets a plain 422).
 """
 
+
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
 import socket
-import sys
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.fakes.http_server import HttpServer, Request, Responder, Watch
+from tests.fakes.sglang_contract import contract_error, request_error, sampling_params
+from tests.fakes.sglang_router import FakeRouter
+from tests.fakes.sglang_rows import Row, Timing
+from tests.fakes.sglang_scheduler import AbortRecord, Codec, Generator, SglangScheduler
 
-from bench.fake_http import HttpServer, Request, Responder, Watch  # noqa: E402
-from bench.fake_sglang_contract import contract_error, request_error, sampling_params, stop_strings  # noqa: E402
-from bench.fake_sglang_rows import (  # noqa: E402
-    Row,
-    Timing,
-    abort_reason,
-    chunk,
-    commit_round,
-    holds_stop_prefix,
-    waiting_abort_chunk,
-)
+__all__ = ["VERSION", "AbortRecord", "Codec", "FakeRouter", "FakeSglang", "Generator"]
 
-Generator = Callable[[list[int], dict[str, Any]], list[int]]
 VERSION = "0.5.23"
 
 
-@dataclass
-class AbortRecord:
-    t: float  # time.perf_counter() at arrival
-    rid: str
-    abort_all: bool
-    matched: list[str] = field(default_factory=list)
-    dropped: str = ""  # why the tokenizer manager did not forward it ("" when it did)
-
-
-class Codec:
-    """Text <-> ids with the checkpoint tokenizer, or one id per character without one."""
-
-    def __init__(self, tokenizer_dir: str | Path | None) -> None:
-        self.tok: Any = None
-        if tokenizer_dir is not None:
-            from tokenizers import Tokenizer
-
-            self.tok = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=False).ids) if self.tok else [ord(c) for c in text]
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True) if self.tok else "".join(map(chr, ids))
-
-    def token_id(self, token: str) -> int | None:
-        return self.tok.token_to_id(token) if self.tok else None
-
-
-class FakeSglang:
-    """In-process fake server. Counters for tests: `requests_received`, `received_rids`,
-    `aborted_rids` (rows ended by an abort), `abort_log` (every `/abort_request`),
-    `running_peak`, `rounds`, `timings[rid]`; `wait_for(pred)` awaits a state change."""
+class FakeSglang(SglangScheduler):
+    """In-process fake server: the scheduler (`SglangScheduler`) behind SGLang's HTTP routes.
+    Counters for tests: `requests_received`, `received_rids`, `bodies`, and the scheduler's
+    (`aborted_rids`, `abort_log`, `running_peak`, `rounds`, `timings[rid]`, `wait_for`)."""
 
     def __init__(
         self,
         *,
-        reply: str = "",
-        reply_fn: Callable[[str], str] | None = None,
-        generator: Generator | None = None,
-        tokenizer: str | Path | None = None,
-        end_token_id: int | None = None,
-        block_size: int = 32,
-        block_delay_ms: float = 40.0,
-        prefill_delay_ms: float | None = None,
-        max_running_requests: int | None = None,
-        fdfo: bool = True,
-        stall: Callable[[str, int], bool] | None = None,  # (rid, 1-based row round) -> unresolved
-        incremental_streaming_output: bool = False,
         model_path: str = "inclusionAI/LLaDA2.0-mini",
         architectures: Sequence[str] = ("LLaDA2MoeModelLM",),
         dllm_algorithm: str = "LowConfidence",
@@ -151,50 +99,30 @@ class FakeSglang:
         start_delay_s: float = 0.0,
         disconnect_abort_s: float = 2.0,
         nonstream_disconnect_s: float = 4.0,
-        tokenizer_worker_num: int = 1,
         load_s: float = 0.0,
         dispatch_delay_s: float = 0.001,
         health_poll_s: float = 1.0,
         health_timeout_s: float = 20.0,
+        **scheduling: Any,
     ) -> None:
-        self.codec = Codec(tokenizer)
-        self.reply, self.reply_fn, self.generator = reply, reply_fn, generator
-        self.end_token_id = end_token_id
-        self.block_size, self.block_delay_s = block_size, block_delay_ms / 1000.0
-        # a prefill round is one forward over one prompt block; a decode round commits a block
-        self.prefill_delay_s = (block_delay_ms if prefill_delay_ms is None else prefill_delay_ms) / 1000.0
-        self.max_running = 1 if max_running_requests is None else max_running_requests
-        self.fdfo, self.stall = fdfo, stall
-        self.incremental = incremental_streaming_output
+        """The HTTP side's settings; `scheduling`: `SglangScheduler`'s (the reply, the
+        tokenizer, block size and delays, `max_running_requests`, FDFO, ...)."""
+        super().__init__(**scheduling)
         self.model_path, self.architectures = model_path, list(architectures)
         self.dllm_algorithm = dllm_algorithm
         self.ready, self.start_delay_s = ready, start_delay_s
         self._ready_when_up = ready  # False: stays 503 until a test sets `ready`
         self.disconnect_abort_s, self.nonstream_disconnect_s = disconnect_abort_s, nonstream_disconnect_s
-        self.tokenizer_worker_num = tokenizer_worker_num
         self.load_s, self.dispatch_delay_s = load_s, dispatch_delay_s
         self.health_poll_s, self.health_timeout_s = health_poll_s, health_timeout_s
-        self.last_receive = time.perf_counter()  # `TokenizerManager.last_receive_tstamp`
         self.health_rows = 0  # generations queued by /health
         self.listening = False
         self._loaded = asyncio.Event()
         self.requests_received = 0
         self.received_rids: list[str] = []
         self.bodies: list[tuple[str, Any]] = []  # (path, parsed JSON body) of every POST, as received
-        self.aborted_rids: list[str] = []
-        self.abort_log: list[AbortRecord] = []
-        self.running_peak = 0
-        self.rounds = 0
-        self.timings: dict[str, Timing] = {}
         self.port: int | None = None
         self._http = HttpServer(self._handle)
-        self._waiting: deque[Row] = deque()
-        self._running: list[Row] = []
-        self._live: dict[str, Row] = {}
-        self._changed = asyncio.Condition()
-        self._work = asyncio.Event()
-        self._loop_task: asyncio.Task[None] | None = None
-        self._bg: set[asyncio.Task[Any]] = set()
         self.startup_time = time.time()
 
     # ---- lifecycle ----
@@ -254,113 +182,6 @@ class FakeSglang:
         self._waiting.clear()
         self._running.clear()
         self._live.clear()
-
-    async def wait_for(self, pred: Callable[[], bool], timeout: float = 5.0) -> None:
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(pred), timeout)
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    # ---- scheduling ----
-
-    def _stop_ids(self, sp: dict[str, Any]) -> set[int]:
-        ids = set(sp.get("stop_token_ids") or [])
-        if self.end_token_id is not None:
-            ids.add(self.end_token_id)  # the model's eos (`Req.eos_token_ids`)
-        return ids
-
-    async def _rounds(self) -> None:
-        while True:
-            await self._work.wait()
-            while self._waiting and len(self._running) < self.max_running:
-                row = self._waiting.popleft()
-                row.timing.admitted = time.perf_counter()
-                self._running.append(row)
-            self.running_peak = max(self.running_peak, len(self._running))
-            if not self._running:
-                self._work.clear()
-                continue
-            # prefill rows first: while one prefills, decoding rows wait (`_process_dllm_batches`)
-            prefill = [r for r in self._running if not r.prefilled]
-            batch = prefill or list(self._running)
-            await asyncio.sleep(self.prefill_delay_s if prefill else self.block_delay_s)  # one batched round
-            self.rounds += 1
-            for row in batch:
-                if row.done or row not in self._running:
-                    continue  # aborted during the forward
-                stalled = self.fdfo and self.stall is not None and row.prefilled and self.stall(row.rid, row.rounds + 1)
-                commit_round(row, self.block_size, bool(stalled), self._stop_ids(row.sp), self.codec.decode)
-                self._emit(row)
-            self.last_receive = time.perf_counter()
-            await self._notify()
-
-    def _emit(self, row: Row) -> None:
-        """Streams the row's step (`OutputStreamer.stream_output`); without FDFO a step that
-        committed nothing streams nothing (`process_batch_result_dllm` skips the output)."""
-        if row.done:
-            self._running.remove(row)
-            self._finish(row, chunk(row, self.codec.decode, self.incremental))
-        elif row.stream and not holds_stop_prefix(row, self.codec.decode):
-            if row.out or self.fdfo:
-                row.chunks.put_nowait(chunk(row, self.codec.decode, self.incremental))
-
-    def _finish(self, row: Row, final: dict[str, Any]) -> None:
-        row.timing.finished = time.perf_counter()
-        if (row.finish or {}).get("type") == "abort":
-            self.aborted_rids.append(row.rid)
-        self._live.pop(row.rid, None)
-        row.chunks.put_nowait(final)
-        row.chunks.put_nowait(None)
-
-    def _abort(self, rid: str, abort_all: bool) -> list[str]:
-        """`Scheduler.abort_request`: prefix match over queued and running rows."""
-        matched: list[str] = []
-        for row in list(self._waiting):
-            if abort_all or row.rid.startswith(rid):
-                self._waiting.remove(row)
-                self._finish(row, waiting_abort_chunk(row))
-                matched.append(row.rid)
-        for row in list(self._running):
-            if not row.done and (abort_all or row.rid.startswith(rid)):
-                # `dllm_manager.pop_aborted_reqs` + `send_abort_output`: a running dLLM row
-                # sits in the dLLM manager between rounds and ends at once, with what it has
-                row.finish = abort_reason()
-                self._running.remove(row)
-                self._finish(row, chunk(row, self.codec.decode, self.incremental))
-                matched.append(row.rid)
-        return matched
-
-    def abort(self, rid: str = "", abort_all: bool = False) -> AbortRecord:
-        """`TokenizerManager.abort_request` then the scheduler's; recorded in `abort_log`."""
-        rec = AbortRecord(time.perf_counter(), rid, abort_all)
-        self.abort_log.append(rec)
-        if not abort_all and not rid:
-            return rec
-        if not abort_all:
-            state = self._live.get(rid)
-            if state is not None:
-                if state.abort_sent:  # one abort per rid is forwarded
-                    rec.dropped = "abort already sent"
-                    return rec
-                state.abort_sent = True
-            elif self.tokenizer_worker_num == 1:
-                rec.dropped = "unknown rid"
-                return rec
-        rec.matched = self._abort(rid, abort_all)
-        return rec
-
-    def _later_abort(self, row: Row, delay: float) -> None:
-        async def run() -> None:
-            await asyncio.sleep(delay)
-            if row.rid in self._live and self._live[row.rid] is row:
-                self.abort(row.rid)
-                await self._notify()
-
-        task = asyncio.create_task(run())
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
 
     # ---- HTTP ----
 
@@ -447,18 +268,6 @@ class FakeSglang:
         await self._notify()
         await resp.send(200)
 
-    def _make_row(self, body: dict[str, Any]) -> Row:
-        sp = sampling_params(body)
-        prompt = body["input_ids"] if body.get("input_ids") is not None else self.codec.encode(body["text"])
-        if self.generator is not None:
-            target = list(self.generator(list(prompt), sp))
-        else:
-            text = self.reply_fn(self.codec.decode(prompt)) if self.reply_fn else self.reply
-            target = self.codec.encode(text) + ([self.end_token_id] if self.end_token_id is not None else [])
-        rid = body.get("rid") or uuid.uuid4().hex
-        return Row(rid, list(prompt), target, sp, bool(body.get("stream")), stop_strings(sp),
-                   Timing(time.perf_counter()), prefill_left=len(prompt) // self.block_size)
-
     async def _generate(self, req: Request, resp: Responder) -> None:
         body = _json_or_none(req)
         if body is None:
@@ -487,13 +296,6 @@ class FakeSglang:
             await self._stream(row, req, resp)
         else:
             await self._whole(row, req, resp)
-
-    def _dispatch(self, row: Row) -> None:
-        """The request reaches the scheduler's waiting queue (unless aborted meanwhile by a
-        disconnect, or the server was stopped)."""
-        if self._live.get(row.rid) is row:
-            self._waiting.append(row)
-            self._work.set()
 
     async def _reject(self, body: dict[str, Any], err: str, resp: Responder) -> None:
         if not body.get("stream"):
@@ -561,67 +363,3 @@ def _json_or_none(req: Request) -> Any:
         return req.json()
     except (ValueError, UnicodeDecodeError):
         return None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description="Fake SGLang 0.5.23 dLLM server (tests and benches only).")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--model-path", default="inclusionAI/LLaDA2.0-mini")
-    ap.add_argument("--tokenizer", default=None, help="directory holding tokenizer.json")
-    ap.add_argument("--reply", default="", help="reply text of every request")
-    ap.add_argument("--reply-file", default=None, help="file whose text is the reply")
-    ap.add_argument("--end-token", default=None, help="end token (text, looked up in the tokenizer, or an id)")
-    ap.add_argument("--block-size", type=int, default=32)
-    ap.add_argument("--block-delay-ms", type=float, default=40.0)
-    ap.add_argument("--prefill-delay-ms", type=float, default=None, help="a prefill round (default: the block delay)")
-    ap.add_argument("--load-s", type=float, default=0.0, help="refuse connections this long (the model loads)")
-    ap.add_argument("--max-running-requests", type=int, default=None)
-    ap.add_argument("--dllm-algorithm", default="LowConfidence")
-    ap.add_argument("--dllm-fdfo", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--fdfo-stall-every", type=int, default=0,
-                    help="under FDFO, a row's block stays unresolved on every Nth round (0: never)")
-    ap.add_argument("--incremental-streaming-output", action="store_true")
-    ap.add_argument("--start-delay-s", type=float, default=0.0)
-    return ap
-
-
-def fake_from_args(args: argparse.Namespace) -> FakeSglang:
-    reply = Path(args.reply_file).read_text() if args.reply_file else args.reply
-    codec = Codec(args.tokenizer)
-    end: int | None = None
-    if args.end_token is not None:
-        end = int(args.end_token) if args.end_token.isdigit() else codec.token_id(args.end_token)
-    every = args.fdfo_stall_every
-    stall = (lambda _rid, n: n % every == 0) if every > 0 else None
-    return FakeSglang(
-        reply=reply, tokenizer=args.tokenizer, end_token_id=end, block_size=args.block_size,
-        block_delay_ms=args.block_delay_ms, prefill_delay_ms=args.prefill_delay_ms, load_s=args.load_s,
-        max_running_requests=args.max_running_requests,
-        fdfo=args.dllm_fdfo, stall=stall, incremental_streaming_output=args.incremental_streaming_output,
-        model_path=args.model_path, dllm_algorithm=args.dllm_algorithm, start_delay_s=args.start_delay_s,
-    )
-
-
-async def _serve(args: argparse.Namespace) -> None:
-    fake = fake_from_args(args)
-    url = await fake.start(args.host, args.port)
-    print(json.dumps({"port": fake.port, "url": url}), flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await fake.stop()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    try:
-        asyncio.run(_serve(args))
-    except KeyboardInterrupt:
-        pass
-
-
-from bench.fake_sglang_router import FakeRouter  # noqa: E402,F401  (re-export)
-
-if __name__ == "__main__":
-    main()
