@@ -141,12 +141,12 @@ def alternated(n_arms: int, rounds: int, run_arm: Callable[[int], R]) -> list[li
 
 def chosen(task: Task, done: EngineEvent) -> str:
     """The candidate the language server would show: the first of the primary and its
-    alternatives that adds no parse error (llada_lsp.postprocess.first_fitting)."""
+    alternatives that adds no parse error (llada_lsp.completion.postprocess.first_fitting)."""
     cands = [done.text, *done.alternatives]
     if len(cands) == 1:
         return done.text
-    from llada_lsp.postprocess import first_fitting
-    from llada_lsp.syntax import adds_error
+    from llada_lsp.completion.postprocess import first_fitting
+    from llada_lsp.text.syntax import adds_error
 
     return cands[first_fitting(cands, lambda t: adds_error("python", None, task.prefix, t, task.suffix))]
 

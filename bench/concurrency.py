@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.api import CompletionRequest, Plan  # noqa: E402
 from engine.daemon import runtime  # noqa: E402
-from llada_lsp.ws_engine import WsConnection  # noqa: E402
+from llada_lsp.engines.ws_engine import WsConnection  # noqa: E402
 
 
 @dataclass

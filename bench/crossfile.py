@@ -17,9 +17,9 @@ Arms, on the same requests (`CompletionRequest.context`, laid out by the engine'
   3 below, nearest first), what a gatherer sees before the line is written;
 - `defs`: the definitions of the names the line to complete uses, then those of `near`: the
   gatherer's best case (the definitions it would find once the name is typed, or from imports);
-- `server`: what the language server itself sends (`llada_lsp.workspace.WorkspaceContext`): the
+- `server`: what the language server itself sends (`llada_lsp.context.workspace.WorkspaceContext`): the
   target file open without the line, its package directory as the workspace folder (indexed
-  by `llada_lsp.workspace_index`), within the safety limit of the `contextTokens` default for
+  by `llada_lsp.context.workspace_index`), within the safety limit of the `contextTokens` default for
   this engine (the engine's builder places what fits its share in tokens).
 The ordinary single-file tasks (bench/tasks.py's single_line, held-out standard-library files)
 run with no context and with one unrelated chunk (a definition from another held-out file):
@@ -146,10 +146,10 @@ def unrelated_chunks(tasks: Sequence[Task], seed: int) -> list[ContextChunk]:
 def server_contexts(cross: Sequence[CrossTask], max_context_tokens: int | None) -> list[tuple[ContextChunk, ...]]:
     """The language server's own context for each task: its gatherer over the package folder,
     the target document open with the line removed and the cursor where the line starts."""
-    from llada_lsp.documents import DocumentStore
-    from llada_lsp.options import Options
-    from llada_lsp.workspace import WorkspaceContext, gather_limit
-    from llada_lsp.workspace_index import WorkspaceIndex
+    from llada_lsp.context.workspace import WorkspaceContext, gather_limit
+    from llada_lsp.context.workspace_index import WorkspaceIndex
+    from llada_lsp.lsp.options import Options
+    from llada_lsp.text.documents import DocumentStore
 
     paths = {f.key: f.path for f in all_files()}
     limit = gather_limit(Options().context_tokens, max_context_tokens)

@@ -5,7 +5,7 @@ costs, against the automatic request an editor sends while typing. Same tasks, s
                             [--mode speedy|quality] [--invoked 4] [--threads 2]
 
 Each held-out infill task (bench.tasks) becomes a document (prefix + suffix, the cursor
-between) in the language server's own pipeline (`llada_lsp.completions.CompletionService`
+between) in the language server's own pipeline (`llada_lsp.completion.completions.CompletionService`
 over the in-process engine, no transport). Per task, with an empty suggestion cache (`--rescue`: the server's rescueAlternatives):
 an Automatic request (its answer time: the first complete draft, as shown while typing;
 its final text once the engine is done), then an Invoked request at the same place (decodes
@@ -33,11 +33,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tasks import KINDS, Task, edit_similarity, exact_match, make_tasks  # noqa: E402
-from llada_lsp.completions import CompletionService  # noqa: E402
-from llada_lsp.documents import DocumentStore  # noqa: E402
-from llada_lsp.engine_client import EngineClient, make_engine  # noqa: E402
-from llada_lsp.options import parse_options  # noqa: E402
-from llada_lsp.positions import text_position  # noqa: E402
+from llada_lsp.completion.completions import CompletionService  # noqa: E402
+from llada_lsp.engines.engine_client import EngineClient, make_engine  # noqa: E402
+from llada_lsp.lsp.options import parse_options  # noqa: E402
+from llada_lsp.text.documents import DocumentStore  # noqa: E402
+from llada_lsp.text.positions import text_position  # noqa: E402
 
 URI = "file:///bench/cycling.py"
 

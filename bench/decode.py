@@ -65,12 +65,12 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def repair(eng, task: Task, text: str, stats: dict, passes: int = REPAIR_PASSES) -> str:  # noqa: ANN001
-    """The language server's syntax repair of `text` (llada_lsp.completions.settle): remask
+    """The language server's syntax repair of `text` (llada_lsp.completion.completions.settle): remask
     the spans of an added parse error while that may help, then trim. The remasks' time is
     added to `stats`; its `forwards` is the request's running total (the first pass, its
     alternatives and every remask)."""
-    from llada_lsp.postprocess import remask_can_help, syntax_trim
-    from llada_lsp.syntax import adds_error, error_spans
+    from llada_lsp.completion.postprocess import remask_can_help, syntax_trim
+    from llada_lsp.text.syntax import adds_error, error_spans
 
     t0, previous = time.perf_counter(), None
     for _ in range(passes):

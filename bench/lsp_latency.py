@@ -24,7 +24,7 @@ adapter's overhead per request and the time from supersession to the abort reach
 server; URL `fake` runs the FAKE SGLang server in-process at a LLaDA2.1-mini block delay.
     python bench/lsp_latency.py --workspace-context [--quick] [--file F] [--open N]
 
-`--workspace-context` types into one file of a package (default llada_lsp/completions.py)
+`--workspace-context` types into one file of a package (default llada_lsp/completion/completions.py)
 while N other files of the same folder are open (those it imports first; the folder is the
 workspace root, so it is indexed too), twice in one run: with the server's workspace context
 off, then on. It reports the prompt reuse of each (the share of prompt tokens the engine
@@ -64,9 +64,9 @@ from llada_lsp.client import (  # noqa: E402 - after the path fix, for `python b
     open_document,
 )
 
-DEFAULT_FILE = ROOT / "tests/lsp/data/shapes.py.txt"
+DEFAULT_FILE = ROOT / "tests/llada_lsp/data/shapes.py.txt"
 BIG_PREFILL = 64  # prompt tokens prefilled by one answer: more than typing explains (a cache miss)
-PACKAGE_FILE = ROOT / "llada_lsp/completions.py"  # --workspace-context types into it
+PACKAGE_FILE = ROOT / "llada_lsp/completion/completions.py"  # --workspace-context types into it
 
 
 def siblings(path: Path, n: int) -> list[Path]:

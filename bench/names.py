@@ -13,9 +13,9 @@ removed, stop rule "line"), at a use (`ast.Name` or attribute load) of a name th
 and, as controls, `definition` (the cursor inside a name at its first binding: def, class,
 parameter, assignment target: new names) and `ordinary` (bench/tasks.py's single_line tasks).
 
-The names come from the language server's own analysis (`llada_lsp.name_hints.NameHints`):
+The names come from the language server's own analysis (`llada_lsp.context.name_hints.NameHints`):
 the target document open with the line cut at the cursor, its directory indexed as the
-workspace folder (llada_lsp.workspace_index). Arms on the same requests: `off` (no names) and
+workspace folder (llada_lsp.context.workspace_index). Arms on the same requests: `off` (no names) and
 `on` (the names, `namesKeepOwnAbove` at its default). Per kind: the share of tasks given names
 (`sent`), exact match of the identifier and of the whole line with Wilson intervals, the paired
 bootstrap interval of each difference, and p50 latency (the `on` arm's includes the server's
@@ -174,9 +174,9 @@ class ServerNames:
     """The language server's names for a task: its document open, its directory indexed."""
 
     def __init__(self) -> None:
-        from llada_lsp.documents import DocumentStore
-        from llada_lsp.name_hints import NameHints
-        from llada_lsp.workspace_index import WorkspaceIndex
+        from llada_lsp.context.name_hints import NameHints
+        from llada_lsp.context.workspace_index import WorkspaceIndex
+        from llada_lsp.text.documents import DocumentStore
 
         self._store, self._hints, self._index = DocumentStore, NameHints, WorkspaceIndex
         self.hints: dict[Path, Any] = {}
@@ -236,9 +236,9 @@ def run_pair(eng, tasks: list[NameTask], names: list[Names | None], names_ms: li
 def scope_cost(repeats: int = 200) -> dict[str, float]:
     """p50/p90 ms of the server's names on a 5,000-line file: typing inside one function
     (consecutive keystrokes: the top-level names reused) and at a new place each time (cold)."""
-    from llada_lsp.documents import DocumentStore
-    from llada_lsp.name_hints import NameHints
-    from llada_lsp.workspace_index import WorkspaceIndex
+    from llada_lsp.context.name_hints import NameHints
+    from llada_lsp.context.workspace_index import WorkspaceIndex
+    from llada_lsp.text.documents import DocumentStore
 
     srcs = [t for f in sorted(heldout_files(), key=lambda f: f.key) if f.key.startswith("stdlib/")
             and (t := read_text(f)) and t.isascii()]
@@ -325,7 +325,7 @@ def main() -> None:
         print(json.dumps({"bench": "names_scope", **cost}))
         return
     from engine.service import TextEngine
-    from llada_lsp.options import Options
+    from llada_lsp.lsp.options import Options
 
     n = 8 if args.quick else args.per_kind
     t_start = time.perf_counter()

@@ -5,7 +5,7 @@
 
 Tasks come from the held-out standard-library files of `engine/train/heldout.txt` (never
 training files), one edit each, the language server's own pipeline run on it
-(`llada_lsp.edit_analysis.analyze` -> `llada_lsp.edit_window` suggestions, masked fills through
+(`llada_lsp.nextedit.edit_analysis.analyze` -> `llada_lsp.nextedit.edit_window` suggestions, masked fills through
 `TextEngine.complete`, `keep`: off the edited line, no parse error added). Kinds:
 - `rename`: a parameter or local of a function (or a module-level function) renamed at its
   binding to a name of another token count; its true sites are found by an oracle independent
@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.next_edit_score import evaluate, gate, gated  # noqa: E402
 from bench.next_edit_systems import Answer, rows_fill, server_pipeline, textual  # noqa: E402
 from bench.next_edit_tasks import PARSER, Task, files, make_tasks  # noqa: E402
-from llada_lsp.edit_analysis import analyze  # noqa: E402
+from llada_lsp.nextedit.edit_analysis import analyze  # noqa: E402
 
 
 def analysis_speed(lines: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.next_edit_systems import Answer
 from bench.next_edit_tasks import Task
-from llada_lsp.edit_window import Suggested
+from llada_lsp.nextedit.edit_window import Suggested
 
 
 @dataclass

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.next_edit_tasks import Task
-from llada_lsp import edit_window as ew
-from llada_lsp.edit_analysis import analyze
-from llada_lsp.edit_window import Suggested
-from llada_lsp.positions import LineIndex
-from llada_lsp.syntax import count_errors, parser_for
+from llada_lsp.nextedit import edit_window as ew
+from llada_lsp.nextedit.edit_analysis import analyze
+from llada_lsp.nextedit.edit_window import Suggested
+from llada_lsp.text.positions import LineIndex
+from llada_lsp.text.syntax import count_errors, parser_for
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Answer:
 
 def server_pipeline(t: Task, fill: Callable[[list[Any]], list[tuple[str, float]]] | None, site_tokens: int
                     ) -> Answer:
-    """What the language server does (llada_lsp.next_edit), synchronously: analysis, analysis
+    """What the language server does (llada_lsp.nextedit.next_edit), synchronously: analysis, analysis
     suggestions, masked fills (`fill`: CompletionRequests -> (text, weakest confidence) each,
     decoded together as rows of the step loop; None: fills off, the gated default), the
     placeholder of each masked site no fill reaches (or whose fill adds a parse error), checks

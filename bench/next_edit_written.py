@@ -13,7 +13,7 @@ held-out standard library has no dataclass, NamedTuple, Go, Rust or JS code):
   follow-ups: each unpacking's targets as they were (the held-out files hold no function whose
   returned tuple of 3 or more values is unpacked in the same file: bench/data/next_edit/returns.py).
 
-The oracle reads the trees with the bench's own walk (not `llada_lsp.edit_analysis`).
+The oracle reads the trees with the bench's own walk (not `llada_lsp.nextedit.edit_analysis`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from tree_sitter import Node
 
-from llada_lsp.syntax import parser_for
+from llada_lsp.text.syntax import parser_for
 
 DATA = Path(__file__).resolve().parent / "data" / "next_edit"
 FILES = {"python": "records.py", "go": "shapes.go", "rust": "inventory.rs", "javascript": "widgets.js"}

@@ -8,7 +8,7 @@ are two teams, more OpenMP threads than cores on a small machine, and every op t
 parallel pays for it (libgomp stops spinning and sleeps on a futex when its threads outnumber
 the cores; the other team's workers compete for the cores). The daemon and the language
 server therefore run every torch op on one thread (`Daemon.serve_in_main_thread`,
-`llada_lsp.engine_client.InProcessEngine`'s worker).
+`llada_lsp.engines.engine_client.InProcessEngine`'s worker).
 
 Each arm runs in a fresh process (the teams cannot be undone), loads the embedded model and
 decodes the same single-line completions one at a time (the prompt cache off):

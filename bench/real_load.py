@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.adapters.published import LLADA_8B, LLADA_8B_TEMPLATE  # noqa: E402
-from tests.adapters.real_ckpts import _shapes, write_tokenizer  # noqa: E402
+from tests.engine.model.adapters.published import LLADA_8B, LLADA_8B_TEMPLATE  # noqa: E402
+from tests.engine.model.adapters.real_ckpts import _shapes, write_tokenizer  # noqa: E402
 
 SPECIAL = {126080: "<|startoftext|>", 126081: "<|endoftext|>", 126336: "<|mdm_mask|>",
            126346: "<|start_header_id|>", 126347: "<|end_header_id|>", 126348: "<|eot_id|>"}
@@ -124,7 +124,7 @@ def child_inprocess(path: str, threads: int, max_tokens: int) -> dict:
 
 async def _daemon_request(url: str, max_tokens: int) -> tuple[float, float, int]:
     from engine.api import CompletionRequest, Plan
-    from llada_lsp.ws_engine import WsConnection
+    from llada_lsp.engines.ws_engine import WsConnection
 
     conn = await WsConnection.open(url)
     try:

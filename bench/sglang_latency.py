@@ -1,6 +1,6 @@
 """The SGLang backend's own cost: `python bench/lsp_latency.py --engine sglang URL [--quick]`.
 
-Drives `llada_lsp.sglang_engine.SglangEngineClient` (the adapter the language server uses)
+Drives `llada_lsp.engines.sglang_engine.SglangEngineClient` (the adapter the language server uses)
 with completions cut from a real file, one at a time, and reports:
 
 - overhead per request (p50, p95): the adapter's wall time from `submit` to its done event
@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from engine.api import CompletionRequest, Plan
-from llada_lsp.sglang_engine import SglangEngineClient
-from llada_lsp.sglang_servers import SglangConfig
+from llada_lsp.engines.sglang_engine import SglangEngineClient
+from llada_lsp.engines.sglang_servers import SglangConfig
 from tests.fakes.checkpoint import END_OF_MIDDLE, llada2_dir
 from tests.fakes.sglang import Codec, FakeSglang
 
 ROOT = Path(__file__).resolve().parents[1]
-FILE = ROOT / "tests/lsp/data/shapes.py.txt"
+FILE = ROOT / "tests/llada_lsp/data/shapes.py.txt"
 BLOCK_DELAY_MS = 20.0  # LLaDA2.1-mini on an H100, one 32-token block (module docstring)
 PREFILL_DELAY_MS = 3.5  # one forward over one 32-token prompt block (module docstring)
 REPLY = "self.width * self.height\n"

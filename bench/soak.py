@@ -52,8 +52,8 @@ from llada_lsp.client import (  # noqa: E402
     plain,
 )
 
-FILES = [("tests/lsp/data/shapes.py.txt", "python"), ("tests/lsp/data/queue.ts", "typescript"),
-         ("tests/lsp/data/stack.go", "go"), ("tests/lsp/data/matrix.rs", "rust")]
+FILES = [("tests/llada_lsp/data/shapes.py.txt", "python"), ("tests/llada_lsp/data/queue.ts", "typescript"),
+         ("tests/llada_lsp/data/stack.go", "go"), ("tests/llada_lsp/data/matrix.rs", "rust")]
 LINES = {"python": "    total = compute(values, {k}) + offset\n",
          "typescript": "  const total{k} = this.items.length + {k};\n",
          "go": "\ttotal{k} := len(s.items) + {k}\n", "rust": "    let total{k} = self.rows * {k};\n"}

@@ -1,6 +1,6 @@
 """The SGLang client's SSE reader on hostile and heavy streams: `python bench/sse_parse.py [--mb N]`.
 
-A loopback server (asyncio, this process) streams chunked SSE to `llada_lsp.http_client`'s
+A loopback server (asyncio, this process) streams chunked SSE to `llada_lsp.engines.http_client`'s
 `Response.sse()`. Arms, each N MB (default 100):
 - `one line`: one `data:` line that never ends (issue 41: 9.8 CPU-seconds and +66 MB RSS at
   100 MB before the reader was bounded). The reader must refuse it at MAX_LINE_BYTES.
@@ -26,7 +26,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llada_lsp import http_client as http  # noqa: E402
+from llada_lsp.engines import http_client as http  # noqa: E402
 
 PIECE = 64 * 1024
 

@@ -68,7 +68,7 @@ def alternatives_for(plan: Plan, preset: str) -> int:
 
 def decided(plan: Plan, default: str) -> Plan:
     """`plan` with its preset (`default` when it names none) and its candidate count decided,
-    once: the language server decides them per request (`llada_lsp.plans.make_plan`), the step
+    once: the language server decides them per request (`llada_lsp.completion.plans.make_plan`), the step
     loop for a plan that comes without them (`Scheduler.submit`); from there they travel with
     the request and nothing derives them again."""
     preset = plan.preset or default
@@ -91,7 +91,7 @@ NAME_MAX_CHARS = 128
 @dataclass(frozen=True)
 class Names:
     """The known names that may complete the identifier the prefix ends with (the language
-    server's scope analysis, `llada_lsp.names`): the engine decodes the first identifier among
+    server's scope analysis, `llada_lsp.context.names`): the engine decodes the first identifier among
     them (`engine.decoding.constraint`), by the model's probabilities. `keep_own_above`: the
     model's own, unlisted name is kept when its confidence reaches this (above 1: never)."""
 

@@ -3,7 +3,7 @@ command lines (`--mode`), the SGLang backend and the engine (`engine.decoding.po
 each name's policy and config) share. Torch-free, so that `llada_lsp` may import it.
 
 A request names its preset in its plan (`engine.api.Plan.preset`); the language server always
-does (`llada_lsp.plans.make_plan`, from the `mode` option at the time of the request). A plan
+does (`llada_lsp.completion.plans.make_plan`, from the `mode` option at the time of the request). A plan
 that names none (another client of the daemon, a bench) gets DEFAULT_PRESET, decided once when
 the request enters the step loop (`engine.api.decided`).
 """

@@ -21,7 +21,7 @@ from pygls.lsp.client import LanguageClient
 
 from engine.api import TextEdit, apply_edits
 from llada_lsp import __version__
-from llada_lsp.positions import Encoding, LineIndex
+from llada_lsp.text.positions import Encoding, LineIndex
 
 SERVER = (sys.executable, "-m", "llada_lsp")  # the server of this checkout, over stdio
 T = TypeVar("T")

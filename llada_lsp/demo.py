@@ -36,7 +36,7 @@ from llada_lsp.client import (
     open_document,
 )
 from llada_lsp.samples import DEFAULT
-from llada_lsp.syntax import normalize_language
+from llada_lsp.text.syntax import normalize_language
 
 
 def docstring_holes(text: str) -> list[tuple[int, str]]:

@@ -15,9 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from llada_lsp import http_client as http
-from llada_lsp.options import Options
-from llada_lsp.sglang_servers import (
+from llada_lsp.engines import http_client as http
+from llada_lsp.engines.sglang_servers import (
     ModelMismatch,
     Server,
     ServerPool,
@@ -25,6 +24,7 @@ from llada_lsp.sglang_servers import (
     check_family,
     local_description,
 )
+from llada_lsp.lsp.options import Options
 
 Print = Callable[[str], None]
 PROBE = "def add(a, b):\n    return "  # the round trip's prompt

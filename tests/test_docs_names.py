@@ -1,6 +1,6 @@
 """The docs name only what exists (issue 45): every file path of this tree and every relative
 link of docs/*.md and README.md exists; docs/architecture.md (a request's life, told by module
-and symbol) is held to every file path (`llada_lsp/server.py`,
+and symbol) is held to every file path (`llada_lsp/lsp/server.py`,
 `engine/decoding/`), every bare file name (`stdio.py`), every relative link and every code
 symbol in backticks that docs/*.md and README.md name resolves in this tree. Symbols resolve by
 `ast` (nothing is imported, torch included): `module.name`, `package.module.Class.method`,

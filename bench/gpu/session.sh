@@ -21,7 +21,7 @@
 #   3. the daemon's batched scheduler on the GPU (bench/concurrency.py --quick --device cuda).
 # SKIP_KERNELS=1 / SKIP_CONC=1 leave out 2 / 3 (both measured in session 15) to train longer.
 # Writes at most 8 files to $OUT. GPU_SESSION_DRY=1 runs the plumbing on a CPU (a few seconds
-# of training, the GPU benchmarks skipped), as tests/engine/test_gpu_session.py does.
+# of training, the GPU benchmarks skipped), as tests/bench/test_gpu_session.py does.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-bench/out/gpu}

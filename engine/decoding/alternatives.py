@@ -10,7 +10,7 @@ prefill and ~n rows a step, not n requests. The forwards they run after the prim
 finished are the request's too: its `stats.forwards` (the shared `decode.Tally`) counts every
 forward that carried any of its rows, until the last candidate ends. The done event lists their final texts in rank
 order (`EngineEvent.alternatives`); the caller chooses: the language server prefers the first
-candidate that adds no parse error (`llada_lsp.postprocess.first_fitting`).
+candidate that adds no parse error (`llada_lsp.completion.postprocess.first_fitting`).
 
 Token ids only; text is the service's business.
 """

@@ -28,7 +28,7 @@ shift never crosses the block's end: the tail is cut, the gap filled with masks,
 clean blocks before it (the prompt and finished blocks, whose entries the cache keeps) never
 change, and the block's clean entries are written once, after it finishes, from its final
 tokens. The cache therefore holds exactly what an uncached forward of the window would
-compute (tests/adapters/test_indel.py checks it step by step).
+compute (tests/engine/model/adapters/test_indel.py checks it step by step).
 """
 
 from __future__ import annotations

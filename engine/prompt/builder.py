@@ -2,7 +2,7 @@
 a checkpoint's prompt ids, and a middle's tokens become the answer's text.
 
 `TextEngine` builds its prompts here (with token healing plugged in as `heal`); so does the
-SGLang backend of the language server (`llada_lsp.sglang_engine`), which tokenizes locally
+SGLang backend of the language server (`llada_lsp.engines.sglang_engine`), which tokenizes locally
 and sends ids, so that both engines see the same prompt for the same request. Budgets:
 `max_prompt_tokens` in all; the suffix takes at most `SUFFIX_SHARE` of it, the workspace
 context at most `CONTEXT_SHARE` (`max_context_tokens`, which the engine reports to the

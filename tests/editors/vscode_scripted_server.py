@@ -32,9 +32,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.api import CompletionRequest, EngineEvent, diff_edits  # noqa: E402
-from llada_lsp import cli, server  # noqa: E402
-from llada_lsp.engine_base import EngineClient, EngineJob, Progress  # noqa: E402
-from llada_lsp.next_edit import Answer, NextEditParams, NextEditService  # noqa: E402
+from llada_lsp import cli  # noqa: E402
+from llada_lsp.engines.engine_base import EngineClient, EngineJob, Progress  # noqa: E402
+from llada_lsp.lsp import server
+from llada_lsp.nextedit.next_edit import Answer, NextEditParams, NextEditService  # noqa: E402
 
 STEPS = ("width + height", "width * height", "width * height * depth")  # draft, refinement 1, 2
 OTHERS = ("height * width", "max(width, height)")  # the candidates an invoked request adds

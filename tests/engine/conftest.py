@@ -44,8 +44,8 @@ def steps_alone(model: torch.nn.Module, seq: Sequence, on_prefilled: Callable[[S
                 max_len: int | None = None) -> Iterator[TokenEvent]:
     """One hand-built `Sequence` stepped on its own cache row, for the decoder's contracts
     (its policy, stop, end, remask and layout rules); yields each step's token event, then done.
-    Not the engine's loop: requests are decoded by `engine.decoding.scheduler.Scheduler` (tests/daemon,
-    tests/engine/test_alternatives.py); this is its per-step body (prepare, `batch.execute`,
+    Not the engine's loop: requests are decoded by `engine.decoding.scheduler.Scheduler` (tests/engine/daemon,
+    tests/engine/decoding/test_alternatives.py); this is its per-step body (prepare, `batch.execute`,
     `Sequence.update`) with nothing else around it. `max_len`: the slot layout's length for a
     model without a KV cache."""
     attrs = new_slot_attrs(max_len or model.cache_len, seq.clean_len)  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 the repository root; `python -m pytest` and the bench scripts put the root on `sys.path`).
 
 - `sglang` (the HTTP side), `sglang_scheduler`, `sglang_rows`, `sglang_contract`: a FAKE SGLang
-  0.5.23 dLLM server, checked against the real wheel by tests/sglang/test_contract.py;
+  0.5.23 dLLM server, checked against the real wheel by tests/llada_lsp/engines/test_contract.py;
   `sglang_router`: a FAKE sglang-router 0.3.2; `sglang_cli`: the fake as a process;
   `http_server`: the minimal HTTP/1.1 server under both; `checkpoint`: a FAKE LLaDA2 checkpoint
   directory (the tiny-code tokenizer under a LLaDA2 config). Each module's docstring lists

@@ -12,7 +12,7 @@ What was verified in the wheel `sglang_router-0.3.2` (its HTTP server is Rust, c
 - `GET /workers` is served by `list_workers_rest`: `{"workers": [{"id", "url", "model_id",
   "priority", "cost", "worker_type": "regular", "is_healthy", "load", "connection_mode",
   "metadata"}, ...], ...}`, as the real 0.3.2 router answered it in front of this fake
-  (tests/sglang/test_real_router.py runs it); this fake returns the keys the client reads.
+  (tests/llada_lsp/engines/test_real_router.py runs it); this fake returns the keys the client reads.
 - Seen from the real router too: `/readiness` answers `{"status": "ready", "healthy_workers",
   "total_workers"}` (200), `/health` and `/liveness` a plain `OK`, `/model_info` 404 (it
   forwards only the deprecated `/get_model_info`), `/abort_request` 404 with an empty body.

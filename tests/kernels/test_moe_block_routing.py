@@ -71,14 +71,18 @@ def test_block_routing_reads_at_most_capacity_experts_a_block() -> None:
 @pytest.mark.parametrize("impl", ["eager", "reference", "triton"])
 def test_the_llada22_fixture_matches_its_reference_forward_on_every_path(impl: str, tmp_path: Path) -> None:
     """The whole tiny LLaDA2.2 model (block routing on) on each expert path against the
-    independent reference forward of tests/adapters/reference_models.py, float32, <= 1e-4."""
+    independent reference forward of tests/engine/model/adapters/reference_models.py, float32, <= 1e-4."""
     if impl == "triton" and not INTERPRETED:
         pytest.skip("the Triton path on CPU tensors needs TRITON_INTERPRET=1 before kernels is imported")
     from engine.model.adapters.llada2 import set_moe_impl
     from engine.model.loader import load_model
-    from tests.adapters.reference_models import block_causal, llada2_logits, load_checkpoint
-    from tests.adapters.tiny_ckpts import prompt_ids
-    from tests.adapters.tiny_llada22 import write_llada22
+    from tests.engine.model.adapters.reference_models import (
+        block_causal,
+        llada2_logits,
+        load_checkpoint,
+    )
+    from tests.engine.model.adapters.tiny_ckpts import prompt_ids
+    from tests.engine.model.adapters.tiny_llada22 import write_llada22
 
     ckpt = write_llada22(tmp_path / "llada22")
     m = load_model(ckpt, dtype=torch.float32).model

@@ -23,7 +23,7 @@ import {
 } from "../src/core";
 import { ROOT, modelDir, startServer, stopServer, type RealServer } from "./realServer";
 
-const DATA = path.join(ROOT, "tests/lsp/data"); // the language server tests' real files
+const DATA = path.join(ROOT, "tests/llada_lsp/data"); // the language server tests' real files
 
 async function poll<T>(what: string, timeoutMs: number, fn: () => T | undefined | false | Promise<T | undefined | false>): Promise<T> {
   const deadline = Date.now() + timeoutMs;

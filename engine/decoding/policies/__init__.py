@@ -24,7 +24,7 @@ POLICIES: dict[str, tuple[type, Callable[[Any], Policy]]] = {
 }
 
 # preset name -> (policy name, config): one entry per name of engine.presets.PRESET_NAMES, in its
-# order (the names' one list; tests/engine/test_decode.py checks that they agree)
+# order (the names' one list; tests/engine/decoding/test_decode.py checks that they agree)
 PRESETS: dict[str, tuple[str, Any]] = {
     "speedy": ("draft_edit", SPEEDY),
     "quality": ("draft_edit", QUALITY),

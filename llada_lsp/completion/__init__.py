@@ -1,0 +1,1 @@
+"""A completion's pipeline: plan, caches, engine events, cleaning, answer and refinements."""

@@ -1,0 +1,124 @@
+"""Settling an engine job: read its events until a text is worth showing.
+
+A request's first complete draft (its final text, when the caller waits for it) is cleaned
+(`llada_lsp.completion.weighing`); one that adds a parse error waits for the engine's own edits and then
+has the error's tokens sent back for re-masking (syntax-guided edit: up to
+`syntax_remask_passes` engine passes, while a pass may help), and is trimmed to the longest
+prefix that parses when that does not fix it. Among alternatives the first candidate that
+fits is the one shown (`Weigher.pick`). An answer that came out empty from fewer candidates
+is decoded again with `rescue_alternatives` of them (`Settler.rescue`). The completion
+service settles its requests and its speculations here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+
+from engine.api import CompletionRequest, EngineEvent
+from llada_lsp.completion.answers import InFlight, Settled
+from llada_lsp.completion.postprocess import raw_spans, remask_can_help
+from llada_lsp.completion.weighing import Weigher
+from llada_lsp.engines.capabilities import Capabilities
+from llada_lsp.engines.engine_base import EngineClient, EngineJob
+from llada_lsp.lsp.options import Options
+
+log = logging.getLogger(__name__)
+
+
+class Settler:
+    """Drives engine jobs to their answer; `jobs`: the service's running job per document (a
+    remask's job takes its request's place there, so a newer request cancels it)."""
+
+    def __init__(self, engine: EngineClient, options: Options, weigh: Weigher,
+                 counters: Counter[str], jobs: dict[str, EngineJob]) -> None:
+        self.engine, self.options, self.weigh = engine, options, weigh
+        self.counters, self.jobs = counters, jobs
+
+    async def settle(self, job: EngineJob, req: InFlight, wanted: Callable[[], bool],
+                     until_done: bool) -> Settled | str:
+        """Drive `job` to a text worth showing: its first complete draft (its final text with
+        `until_done`) that adds no parse error. A final text that still adds one has the
+        error's tokens re-masked (up to `syntax_remask_passes` engine passes, while a pass may
+        help: not when the error covers all of it, nor after a pass that changed nothing);
+        after that it is trimmed to the longest prefix that parses. A string result says why
+        nothing."""
+        passes = 0
+        bad: tuple[str, EngineJob, EngineEvent] | None = None
+        while True:
+            nxt: EngineJob | None = None
+            async for ev, t_ev in job.events():
+                if ev.kind == "error" and bad is not None:  # a remask failed: trim what we had
+                    self.counters["syntax_remask_failed"] += 1
+                    log.info("remask of %s failed: %s", req.cid, ev.error)
+                    return Settled(self.weigh.trim(bad[0], req), bad[1], bad[2])
+                if ev.kind == "error":
+                    self.counters["engine_errors"] += 1
+                    log.warning("engine error for %s: %s", req.cid, ev.error)
+                    return f"engine error: {ev.error}"
+                if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
+                    return f"engine request {job.cancel_reason or ev.reason}"
+                done = ev.kind == "done"
+                if not done and (until_done or not ev.draft_complete):
+                    continue
+                text = self.weigh.clean(ev.text, req)
+                chosen = 0
+                others: tuple[str, ...] = ()
+                if done and ev.alternatives:
+                    text, chosen, others = self.weigh.pick(ev, req, text)
+                if not text and not done:
+                    continue  # an empty draft: wait for the edits
+                if not wanted():
+                    job.cancel("superseded")
+                    return "document changed while drafting"
+                spans = self.weigh.new_errors(req, text)
+                if spans and not done:
+                    continue  # the engine's own edits may fix it; else remask at the end
+                if not done and self.weigh.line_awaits_alternatives(req, text):
+                    continue  # a broken line with candidates coming: show the one that fits
+                req.engine_ms += (t_ev - job.submitted_at) * 1000
+                if spans and chosen == 0 and self.caps().remask and passes < self.options.syntax_remask_passes \
+                        and remask_can_help(text, spans, bad[0] if bad is not None else None):
+                    nxt = self.engine.remask(job, raw_spans(ev.text, text, spans))
+                    if nxt is not None:
+                        passes += 1
+                        self.counters["syntax_remasks"] += 1
+                        bad = (text, job, ev)
+                        break
+                if spans:
+                    self.counters["syntax_unfixed"] += 1
+                    text = self.weigh.trim(text, req)
+                elif passes:
+                    self.counters["syntax_fixed"] += 1
+                return Settled(text, job, ev, others)
+            if nxt is None:
+                return "engine stream ended"
+            if not req.speculative and self.jobs.get(req.uri) is job:
+                self.jobs[req.uri] = nxt  # a newer request cancels the remask
+            job = req.job = nxt
+
+    def caps(self) -> Capabilities:
+        return Capabilities.of(self.engine.info)
+
+    async def rescue(self, empty: Settled, req: InFlight, wanted: Callable[[], bool]) -> Settled:
+        """An answer that came out empty, from fewer than `rescue_alternatives` candidates:
+        decode that many (the prompt is in the engine's prompt cache) and settle on the first
+        that fits. Returns `empty` when that finds nothing either (or is off)."""
+        n, plan = min(self.options.rescue_alternatives, self.caps().alternatives), empty.job.completion.plan
+        if n <= req.candidates or not wanted():
+            return empty
+        self.counters["empty_rescues"] += 1
+        req.candidates = n
+        job = self.engine.submit(CompletionRequest(req.cid, req.uri, req.plan.prefix, req.plan.suffix,
+                                                   replace(plan, alternatives=n), empty.job.request.context,
+                                                   empty.job.completion.names))
+        if self.jobs.get(req.uri) is empty.job:
+            self.jobs[req.uri] = job  # a newer request cancels the rescue
+        req.job = job
+        out = await self.settle(job, req, wanted, until_done=True)
+        if isinstance(out, str) or not out.text:
+            return empty
+        self.counters["empty_rescued"] += 1
+        return out

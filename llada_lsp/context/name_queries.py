@@ -1,0 +1,163 @@
+"""Per-language facts for `llada_lsp.context.names`: the tree-sitter patterns that bind names, the
+node types that open a scope, the words that introduce a new name, builtins and keywords.
+
+Each pattern compiles on its own: one a grammar version does not know is skipped (logged),
+the others still work. Languages served: Python, JavaScript, TypeScript (and their React
+variants). Others get no names, so no constraint.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import logging
+from dataclasses import dataclass
+from functools import cache
+
+import tree_sitter as ts
+
+from llada_lsp.text.syntax import grammar
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LanguageNames:
+    root: str  # the tree's root node type
+    top: tuple[str, ...]  # patterns (capture @n) of the names a file binds at its top level
+    local: tuple[str, ...]  # patterns of the names a function binds (run over its range)
+    members: tuple[str, ...]  # patterns of a class's members: @n, with @o the receiver when there is one
+    receiver: str  # `self` / `this`
+    functions: frozenset[str]  # node types whose range is a scope of locals
+    classes: frozenset[str]
+    parameters: frozenset[str]  # a cursor inside one of these writes a new name
+    def_words: frozenset[str]  # a word after one of these is a new name
+    skip: frozenset[str]  # node types at the cursor where no name is used (strings, comments)
+    always: frozenset[str]  # builtins and keywords
+
+
+_PY_LOCAL = (
+    "(parameters (identifier) @n)", "(default_parameter name: (identifier) @n)",
+    "(typed_parameter (identifier) @n)", "(typed_default_parameter name: (identifier) @n)",
+    "(list_splat_pattern (identifier) @n)", "(dictionary_splat_pattern (identifier) @n)",
+    "(lambda_parameters (identifier) @n)",
+    "(assignment left: (identifier) @n)", "(assignment left: (pattern_list (identifier) @n))",
+    "(assignment left: (tuple_pattern (identifier) @n))", "(augmented_assignment left: (identifier) @n)",
+    "(for_statement left: (identifier) @n)", "(for_statement left: (pattern_list (identifier) @n))",
+    "(for_in_clause left: (identifier) @n)", "(for_in_clause left: (pattern_list (identifier) @n))",
+    "(as_pattern alias: (as_pattern_target (identifier) @n))", "(named_expression name: (identifier) @n)",
+    "(function_definition name: (identifier) @n)", "(class_definition name: (identifier) @n)",
+    "(import_from_statement name: (dotted_name . (identifier) @n .))",
+    "(aliased_import alias: (identifier) @n)", "(import_statement name: (dotted_name . (identifier) @n))",
+    "(global_statement (identifier) @n)", "(nonlocal_statement (identifier) @n)",
+)
+_PY_TOP = (
+    "(module (function_definition name: (identifier) @n))",
+    "(module (class_definition name: (identifier) @n))",
+    "(module (decorated_definition definition: (function_definition name: (identifier) @n)))",
+    "(module (decorated_definition definition: (class_definition name: (identifier) @n)))",
+    "(module (expression_statement (assignment left: (identifier) @n)))",
+    "(module (expression_statement (assignment left: (pattern_list (identifier) @n))))",
+    "(module (if_statement (block (expression_statement (assignment left: (identifier) @n)))))",
+    "(import_from_statement name: (dotted_name . (identifier) @n .))",
+    "(aliased_import alias: (identifier) @n)", "(import_statement name: (dotted_name . (identifier) @n))",
+)
+_PY_MEMBERS = (
+    "(assignment left: (attribute object: (identifier) @o attribute: (identifier) @n))",
+    "(class_definition body: (block (function_definition name: (identifier) @n)))",
+    "(class_definition body: (block (decorated_definition definition: (function_definition name: (identifier) @n))))",
+    "(class_definition body: (block (expression_statement (assignment left: (identifier) @n))))",
+)
+
+_JS_LOCAL = (
+    "(variable_declarator name: (identifier) @n)", "(function_declaration name: (identifier) @n)",
+    "(class_declaration name: (identifier) @n)", "(class_declaration name: (type_identifier) @n)",
+    "(formal_parameters (identifier) @n)", "(required_parameter pattern: (identifier) @n)",
+    "(optional_parameter pattern: (identifier) @n)", "(assignment_pattern left: (identifier) @n)",
+    "(shorthand_property_identifier_pattern) @n", "(array_pattern (identifier) @n)",
+    "(arrow_function parameter: (identifier) @n)", "(catch_clause parameter: (identifier) @n)",
+    "(import_specifier name: (identifier) @n)", "(import_specifier alias: (identifier) @n)",
+    "(import_clause (identifier) @n)", "(namespace_import (identifier) @n)",
+)
+_JS_TOP = (
+    "(program (lexical_declaration (variable_declarator name: (identifier) @n)))",
+    "(program (variable_declaration (variable_declarator name: (identifier) @n)))",
+    "(program (function_declaration name: (identifier) @n))",
+    "(program (class_declaration name: (identifier) @n))",
+    "(program (class_declaration name: (type_identifier) @n))",
+    "(program (export_statement declaration: (lexical_declaration (variable_declarator name: (identifier) @n))))",
+    "(program (export_statement declaration: (function_declaration name: (identifier) @n)))",
+    "(program (export_statement declaration: (class_declaration name: (identifier) @n)))",
+    "(program (export_statement declaration: (class_declaration name: (type_identifier) @n)))",
+    "(import_specifier name: (identifier) @n)", "(import_specifier alias: (identifier) @n)",
+    "(import_clause (identifier) @n)", "(namespace_import (identifier) @n)",
+)
+_JS_MEMBERS = (
+    "(assignment_expression left: (member_expression object: (this) @o property: (property_identifier) @n))",
+    "(method_definition name: (property_identifier) @n)", "(field_definition property: (property_identifier) @n)",
+    "(public_field_definition name: (property_identifier) @n)",
+)
+_JS_WORDS = ("await break case catch class const continue debugger default delete do else export extends "
+             "false finally for function if import in instanceof let new null return super switch this "
+             "throw true try typeof undefined var void while with yield async of static get set "
+             "Array Boolean Date Error JSON Map Math Number Object Promise Proxy Reflect RegExp Set "
+             "String Symbol WeakMap WeakSet BigInt console document window globalThis parseInt "
+             "parseFloat isNaN isFinite setTimeout clearTimeout setInterval clearInterval fetch "
+             "require module exports process structuredClone queueMicrotask encodeURIComponent "
+             "decodeURIComponent TypeError RangeError SyntaxError Infinity NaN")
+_TS_WORDS = " interface type enum implements private protected public readonly declare namespace keyof " \
+            "abstract as is any unknown never string number boolean object Record Partial Readonly"
+
+_PY = LanguageNames(
+    "module", _PY_TOP, _PY_LOCAL, _PY_MEMBERS, "self",
+    frozenset({"function_definition", "lambda"}), frozenset({"class_definition"}),
+    frozenset({"parameters", "lambda_parameters"}),
+    frozenset({"def", "class", "import", "from", "as", "global", "nonlocal", "for"}),
+    frozenset({"string", "string_content", "comment", "concatenated_string"}),
+    frozenset(n for n in (*dir(builtins), *keyword.kwlist, *keyword.softkwlist) if n.isidentifier()),
+)
+_JS = LanguageNames(
+    "program", _JS_TOP, _JS_LOCAL, _JS_MEMBERS, "this",
+    frozenset({"function_declaration", "function_expression", "arrow_function", "method_definition",
+               "generator_function_declaration", "function"}),
+    frozenset({"class_declaration", "class"}),
+    frozenset({"formal_parameters"}),
+    frozenset({"function", "class", "let", "const", "var", "import", "as", "interface", "type", "enum"}),
+    frozenset({"string", "string_fragment", "template_string", "comment", "regex"}),
+    frozenset(_JS_WORDS.split()),
+)
+_TS = LanguageNames(_JS.root, _JS.top, _JS.local, _JS.members, _JS.receiver, _JS.functions,
+                    _JS.classes | {"abstract_class_declaration"}, _JS.parameters, _JS.def_words, _JS.skip,
+                    frozenset((_JS_WORDS + _TS_WORDS).split()))
+
+SPECS: dict[str, LanguageNames] = {"python": _PY, "javascript": _JS, "javascriptreact": _JS,
+                                   "typescript": _TS, "typescriptreact": _TS}
+
+
+@dataclass(frozen=True)
+class Compiled:
+    spec: LanguageNames
+    top: ts.Query | None
+    local: ts.Query | None
+    members: ts.Query | None
+
+
+def _compile(lang: ts.Language, patterns: tuple[str, ...]) -> ts.Query | None:
+    ok = []
+    for p in patterns:
+        try:
+            ts.Query(lang, p)
+        except (ts.QueryError, ValueError, NameError) as e:  # a node type this grammar version lacks
+            log.debug("names: pattern skipped (%s): %s", e, p)
+            continue
+        ok.append(p)
+    return ts.Query(lang, "\n".join(ok)) if ok else None
+
+
+@cache
+def compiled(language_id: str) -> Compiled | None:
+    """The queries of a language, or None (not served, or no grammar)."""
+    spec, lang = SPECS.get(language_id), grammar(language_id)
+    if spec is None or lang is None:
+        return None
+    return Compiled(spec, _compile(lang, spec.top), _compile(lang, spec.local), _compile(lang, spec.members))

@@ -1,0 +1,316 @@
+"""The engine interface the language server uses: `EngineClient.submit(request)` returns an
+`EngineJob` whose `events()` async-iterates the engine's text events. A newer job for the same
+`doc_key` cancels the older one (between forwards); `job.cancel()` does the same on demand.
+Implementations: `llada_lsp.engines.engine_client.InProcessEngine` (the engine in a worker thread),
+`llada_lsp.engines.ws_engine.WsEngineClient` (the resident daemon) and
+`llada_lsp.engines.sglang_engine.SglangEngineClient` (SGLang servers); `engine_client.make_engine`
+picks one. Torch-free.
+
+The job bookkeeping is here, once for every client: `new_job` creates a job (its deadlines,
+the older job of its document superseded), `start_job` counts it into the engine, `deliver`
+hands it an event (its first done or error ends it: counted, no longer running), `release`
+forgets it. A client only transports: it sends a job, cancels it on the wire (`send_cancel`)
+and delivers what comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from engine.api import CompletionRequest, EngineEvent
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int], None]  # (message, percentage)
+StateListener = Callable[[str, str], None]  # (state, message): the engine's state changed
+TIMED_OUT = "timed out"  # the start of an error event's text when a deadline passed
+END_KINDS = ("done", "error")  # the events that end a job
+STOPPED = ("cancelled", "superseded")  # the done reasons of a job ended before its end
+
+
+J = TypeVar("J", bound="EngineJob")
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine could not be started or reached."""
+
+
+@dataclass
+class EngineJob:
+    request: CompletionRequest
+    loop: asyncio.AbstractEventLoop
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = ""
+    submitted_at: float = field(default_factory=time.perf_counter)
+    started_at: float | None = None  # the engine began working on it
+    finished: bool = False
+    ran: bool = False  # it reached the engine (not skipped while queued)
+    first_deadline_s: float | None = None  # its first event must arrive within this
+    deadline_s: float | None = None  # and its last (done or error) within this
+    on_timeout: Callable[[EngineJob], None] | None = None
+    on_cancel: Callable[[EngineJob], None] | None = None  # its client's cancel on the wire (on the loop)
+    counted: bool = False  # counted among its document's running requests
+    ended: bool = False  # its done or error event was delivered (`EngineClient.deliver`)
+    _seen_first: bool = False
+    _queue: asyncio.Queue[tuple[EngineEvent, float]] = field(default_factory=asyncio.Queue)
+
+    @property
+    def doc_key(self) -> str:
+        """The key jobs supersede by."""
+        return self.request.doc_key
+
+    @property
+    def completion(self) -> CompletionRequest:
+        """The job's completion request."""
+        return self.request
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """From any thread: mark it cancelled; the first cancel of an unfinished job is sent on
+        the wire (`on_cancel`, on the job's event loop)."""
+        if self.cancel_event.is_set():
+            return
+        self.cancel_reason = reason
+        self.cancel_event.set()
+        if not self.finished and self.on_cancel is not None:
+            self.call_on_loop(self.on_cancel, self)
+
+    def call_on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        """`fn(*args)` now when called on the job's loop, else soon on it (a closed loop: never)."""
+        try:
+            on_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            fn(*args)
+        else:
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(fn, *args)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    @property
+    def done_reason(self) -> str:
+        """The done reason of a cancelled job: superseded by a newer one, or cancelled."""
+        return "superseded" if self.cancel_reason == "superseded" else "cancelled"
+
+    def push(self, event: EngineEvent) -> None:
+        """Called from any thread: hand one event to the awaiting coroutine."""
+        item = (event, time.perf_counter())
+        try:
+            self.loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: the server is shutting down
+            pass
+
+    def _wait_s(self) -> tuple[float | None, str]:
+        """Seconds left before the next event is overdue (None: no deadline), and which."""
+        now = time.perf_counter()
+        waits: list[tuple[float, str]] = []
+        if self.deadline_s is not None:
+            waits.append((self.submitted_at + self.deadline_s - now, f"in {self.deadline_s:g} s"))
+        if self.first_deadline_s is not None and not self._seen_first:
+            waits.append((self.submitted_at + self.first_deadline_s - now,
+                          f"with a first event in {self.first_deadline_s:g} s"))
+        if not waits:
+            return None, ""
+        left, what = min(waits)
+        return max(left, 0.0), what
+
+    async def _next(self) -> tuple[EngineEvent, float]:
+        """The next event, or an error event once a deadline has passed (the job is then
+        cancelled, so that the engine drops it, and `on_timeout` is told)."""
+        left, what = self._wait_s()
+        try:
+            item = await asyncio.wait_for(self._queue.get(), left)
+        except TimeoutError:
+            self.cancel("timeout")
+            self.finished = True
+            if self.on_timeout is not None:
+                self.on_timeout(self)
+            return EngineEvent("error", self.request.request_id, "",
+                               error=f"{TIMED_OUT}: the engine did not answer {what}"), time.perf_counter()
+        self._seen_first = True
+        return item
+
+    async def events(self) -> AsyncIterator[tuple[EngineEvent, float]]:
+        """(event, time it left the engine) until done or error; a passed deadline ends it
+        with an error event."""
+        while True:
+            ev, t = await self._next()
+            yield ev, t
+            if ev.kind in END_KINDS:
+                return
+
+
+class EngineClient(ABC):
+    """What the language server needs from an engine, wherever it runs, and the bookkeeping of
+    its jobs, the same for every client (see the module docstring)."""
+
+    # the engine itself ends a document's older request when a newer one arrives (by document
+    # key); False: the client cancels the older one on the wire
+    engine_supersedes = True
+
+    def __init__(self) -> None:
+        self.state = "idle"  # idle | loading | ready | error
+        self.error: str | None = None
+        self.info: dict[str, Any] = {}
+        self.counters: dict[str, int] = {"submitted": 0, "engine_calls": 0, "skipped": 0,
+                                         "cancelled": 0, "max_running_per_doc": 0, "timeouts": 0}
+        self.first_deadline_s: float | None = 10.0  # per request (options engineFirstEventMs)
+        self.deadline_s: float | None = 30.0  # (options engineTimeoutMs)
+        self.on_state: StateListener | None = None
+        self._latest: dict[str, EngineJob] = {}  # the newest job of each document
+        self._live: dict[int, EngineJob] = {}  # jobs not released yet, by id() (unhashable)
+        self._per_doc: dict[str, int] = {}  # jobs in the engine now, by document
+        self._lock = threading.Lock()  # `deliver` may run on the engine's thread
+
+    # -- job bookkeeping ------------------------------------------------------------------------
+    def new_job(self, request: CompletionRequest, job_type: type[J], **fields: Any) -> J:
+        """A job of `request` on the running loop, with this client's deadlines and cancel
+        (`send_cancel`); the older unfinished job of its document is superseded."""
+        job = job_type(request, asyncio.get_running_loop(), on_cancel=self.send_cancel, **fields)
+        self.with_deadlines(job)
+        older = self._latest.get(job.doc_key)
+        if older is not None and not older.finished:
+            self.supersede(older)
+        self._latest[job.doc_key] = job
+        self._live[id(job)] = job
+        self.counters["submitted"] += 1
+        return job
+
+    def supersede(self, older: EngineJob) -> None:
+        """A newer job of its document arrived: `older` no longer counts as running; the engine
+        ends it by document key (`engine_supersedes`), else it is cancelled on the wire."""
+        if self.engine_supersedes:
+            older.cancel_reason = "superseded"
+            older.cancel_event.set()
+        else:
+            older.cancel("superseded")
+        self._count(older, False)
+
+    def send_cancel(self, job: EngineJob) -> None:
+        """The transport: tell the engine that `job` is cancelled (on the loop, once, while the
+        job is unfinished). Nothing by default."""
+        return None
+
+    def start_job(self, job: EngineJob) -> None:
+        """`job` reaches the engine now: an engine call, running for its document."""
+        self.counters["engine_calls"] += 1
+        job.ran, job.started_at = True, time.perf_counter()
+        self._count(job, True)
+
+    def deliver(self, job: EngineJob, ev: EngineEvent) -> None:
+        """From any thread: hand `ev` to `job`. Its first done or error ends it (counted as
+        cancelled when it was cancelled or superseded); later events are dropped."""
+        if job.ended:
+            return
+        if ev.kind in END_KINDS:
+            self._end(job, stopped=ev.reason in STOPPED)
+        job.push(ev)
+
+    def end_cancelled(self, job: EngineJob, text: str = "") -> None:
+        """End a cancelled job with a done event of its reason (superseded or cancelled)."""
+        self.deliver(job, EngineEvent("done", job.request.request_id, text, reason=job.done_reason))  # type: ignore[arg-type]
+
+    def fail(self, job: EngineJob, error: str, text: str = "") -> None:
+        """End `job` with an error event."""
+        self.deliver(job, EngineEvent("error", job.request.request_id, text, error=error))
+
+    def skip(self, job: EngineJob) -> None:
+        """End a job cancelled before it reached the engine: counted as skipped."""
+        if not job.ended:
+            self.counters["skipped"] += 1
+            self._end(job, stopped=False)
+            job.push(EngineEvent("done", job.request.request_id, "", reason=job.done_reason))  # type: ignore[arg-type]
+
+    def release(self, job: EngineJob) -> None:
+        """The transport is done with `job`: finished, no longer running nor live."""
+        job.finished = True
+        self._count(job, False)
+        self._live.pop(id(job), None)
+
+    def live(self) -> list[EngineJob]:
+        """The jobs not released yet."""
+        return list(self._live.values())
+
+    def cancel_all(self, reason: str = "shutdown") -> None:
+        for job in self.live():
+            job.cancel(reason)
+
+    def _end(self, job: EngineJob, stopped: bool) -> None:
+        job.ended = job.finished = True
+        if stopped:
+            self.counters["cancelled"] += 1
+        self._count(job, False)
+
+    def _count(self, job: EngineJob, running: bool) -> None:
+        """Count `job` among its document's running requests (once), or stop counting it."""
+        with self._lock:
+            if job.counted == running:
+                return
+            job.counted, key = running, job.doc_key
+            n = self._per_doc[key] = self._per_doc.get(key, 0) + (1 if running else -1)
+            if n <= 0:
+                del self._per_doc[key]
+            self.counters["max_running_per_doc"] = max(self.counters["max_running_per_doc"], n)
+
+    def running(self) -> int:
+        """Jobs in the engine now (started; not ended, superseded or released)."""
+        return sum(self._per_doc.values())
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    def set_deadlines(self, first_ms: int, total_ms: int) -> None:
+        """Deadlines of the requests submitted from now on (0 = none)."""
+        self.first_deadline_s = first_ms / 1000 if first_ms > 0 else None
+        self.deadline_s = total_ms / 1000 if total_ms > 0 else None
+
+    def with_deadlines(self, job: EngineJob) -> EngineJob:
+        job.first_deadline_s, job.deadline_s = self.first_deadline_s, self.deadline_s
+        job.on_timeout = self.job_timed_out
+        return job
+
+    def job_timed_out(self, job: EngineJob) -> None:
+        """A request passed a deadline (it has been cancelled); subclasses check the engine."""
+        self.counters["timeouts"] += 1
+        log.warning("engine request %s timed out", job.request.request_id)
+
+    def set_state(self, state: str, error: str | None = None, new_reason: bool = False) -> None:
+        """Change the state; the listener hears of each change once (`new_reason`: also of a
+        changed reason in the same state)."""
+        changed = state != self.state or (new_reason and (error or "") != (self.error or ""))
+        self.state, self.error = state, error
+        if changed and self.on_state is not None:
+            self.on_state(state, error or "")
+
+    def start_explicitly(self) -> bool:
+        """The user asked for the engine (`llada.startEngine`): start it even where it was
+        stopped on purpose (`llada-engine stop`). False: nothing of the kind for this engine."""
+        return False
+
+    @abstractmethod
+    async def start(self, progress: Progress) -> None:
+        """Load or connect; sets `state` to ready or error (never raises)."""
+
+    @abstractmethod
+    def submit(self, request: CompletionRequest) -> EngineJob:
+        """Queue a request; an older unfinished job for the same doc_key is cancelled."""
+
+    def remask(self, job: EngineJob, spans: list[tuple[int, int]]) -> EngineJob | None:
+        """Syntax-guided edit hook: re-decode the characters in `spans` of the finished job's
+        text. None when the engine has no remask entry point."""
+        return None
+
+    @abstractmethod
+    async def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""The protocol: the LSP handlers, stdio, framing, the lifecycle, options and limits."""

@@ -1,0 +1,1 @@
+"""Next-edit suggestions: the edit analysis and the follow-up sites."""

@@ -1,0 +1,1 @@
+"""Open documents, their syntax trees and positions: what every other group reads."""

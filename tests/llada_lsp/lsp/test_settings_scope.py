@@ -1,0 +1,73 @@
+"""Machine-scoped settings (issue 31, item 6): `engine`, `engineToken`, `model` and `device` move
+the user's text and token elsewhere or load programs, so a workspace cannot set them. Only
+`initializationOptions` (the editor's user-level configuration) count; the same keys answered
+to `workspace/configuration` or pushed in `didChangeConfiguration` are refused, once each
+with a message, while the workspace's other settings still apply.
+
+A fake engine daemon (a real websockets server on 127.0.0.1) records whatever reaches it: it
+must receive nothing, neither the token in $LLADA_ENGINE_TOKEN nor the document text."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+from lsprotocol import types as t
+
+from llada_lsp.lsp.options import MACHINE_SCOPED, workspace_settings
+from tests.llada_lsp.lsp_helpers import (
+    DATA,
+    debug_info,
+    inline,
+    needs_model,
+    open_doc,
+    position_of,
+    recording_daemon,
+    server_config,
+    start_session,
+)
+
+SECRET = "secret-token-of-the-user"
+
+
+def test_workspace_settings_drop_every_machine_scoped_key() -> None:
+    kept, refused = workspace_settings({"llada": {"engine": "ws://x", "engineToken": "t", "model": "/m",
+                                                  "device": "cuda", "mode": "quality", "engine_token": "u"}})
+    assert kept == {"mode": "quality"}
+    assert set(refused) == {"engine", "engineToken", "model", "device", "engine_token"}
+    assert {"engine", "engine_token", "model", "device"} <= MACHINE_SCOPED
+    assert workspace_settings(None) == (None, {})
+
+
+@needs_model
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_workspace_cannot_point_the_engine_elsewhere(tmp_path: Path) -> None:
+    async with recording_daemon("EVIL()") as (url, received):
+        client = await server_config(LLADA_ENGINE_TOKEN=SECRET, LLADA_RUNTIME_DIR=str(tmp_path)).start()
+        try:
+            client.set_configuration({"llada": {"engine": url, "model": str(tmp_path), "device": "cuda",
+                                                "mode": "quality", "debounceMs": 3}})
+            await start_session(client, {"engine": "inprocess", "speculative": False})
+            info = await debug_info(client)
+            assert info["options"]["engine"] == "inprocess" and info["options"]["device"] == "cpu"
+            assert info["options"]["model"] != str(tmp_path)
+            assert info["options"]["mode"] == "quality" and info["options"]["debounce_ms"] == 3
+            refused = [m.message for m in client.messages if "is ignored" in m.message]
+            assert sorted(r.split("'")[1] for r in refused) == ["device", "engine", "model"], refused
+            # pushed settings: refused too; the same value again is not shown again
+            client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
+                settings={"llada": {"engine": url, "engineToken": "x", "languages": ["python"]}}))
+            info = await debug_info(client)
+            assert info["options"]["engine"] == "inprocess" and info["options"]["languages"] == ["python"]
+            assert info["options"]["engine_token"] is None
+            assert len([m for m in client.messages if "'engine'" in m.message]) == 1
+            text = (DATA / "shapes.py.txt").read_text()
+            uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / "scope.py").as_uri())
+            await asyncio.wait_for(inline(client, uri, position_of(text, "        return math.")), 60)
+            assert received == []  # neither the token nor the text left for the workspace's URL
+        finally:
+            with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
+                await asyncio.wait_for(client.shutdown_session(), 10)
+            await client.stop()

@@ -1,0 +1,174 @@
+"""Edit analysis on real tree-sitter grammars: the edit's kind and its follow-up sites."""
+
+from __future__ import annotations
+
+import pytest
+
+from llada_lsp.nextedit.edit_analysis import Analysis, analyze, common_ends
+from llada_lsp.text.syntax import parser_for
+
+
+def run(lang: str, old: str, new: str) -> Analysis:
+    p = parser_for(lang)
+    assert p is not None
+    return analyze(lang, old, new, p.parse(old.encode()), p.parse(new.encode()))
+
+
+def applied(text: str, a: Analysis, fills: dict[int, str] | None = None) -> str:
+    for k, s in sorted(enumerate(a.sites), key=lambda ks: -ks[1].start):
+        body = s.prior if s.prior is not None else (fills or {})[k]
+        text = text[:s.start] + s.before + body + s.after + text[s.end:]
+    return text
+
+
+PY_OLD = '''def total(items, rate):
+    count = 0
+    for item in items:
+        count += item.count * rate  # count the items
+    print("count", count)
+    return [count for count in range(count)]
+
+
+def other(count):
+    return count
+'''
+
+
+def test_common_ends() -> None:
+    assert common_ends("abcXdef", "abcYYdef") == (3, 3)
+    assert common_ends("aaa", "aaaa") == (3, 0)
+
+
+def test_python_rename_skips_distractors() -> None:
+    new = PY_OLD.replace("    count = 0", "    n_total = 0", 1)
+    a = run("python", PY_OLD, new)
+    assert a.kind == "rename" and "count -> n_total" in a.detail
+    # the binding's uses follow; the attribute, the comment, the string, the comprehension's
+    # own `count` and the other function's parameter do not
+    want = new
+    for use, renamed in (("count += item", "n_total += item"), ('print("count", count)', 'print("count", n_total)'),
+                         ("range(count)]", "range(n_total)]")):
+        want = want.replace(use, renamed, 1)
+    assert want.count("n_total") == 4
+    assert applied(new, a) == want
+
+
+def test_python_parameter_rename_and_partial_updates() -> None:
+    new = PY_OLD.replace("def total(items, rate)", "def total(things, rate)")
+    a = run("python", PY_OLD, new)
+    assert [new[s.start:s.end] for s in a.sites] == ["items"] and a.sites[0].prior == "things"
+    # the user already renamed the use: the same rename, nothing left to do
+    done = new.replace("in items:", "in things:")
+    b = run("python", PY_OLD, done)
+    assert b.kind == "rename" and b.sites == ()
+
+
+def test_python_use_switched_is_no_rename() -> None:
+    new = PY_OLD.replace("return count\n", "return other\n")
+    assert run("python", PY_OLD, new).kind == "none"
+
+
+def test_python_attribute_and_method_rename() -> None:
+    old = '''class A:
+    def __init__(self, b):
+        self.size = b.size
+
+    def grow(self):
+        return self.size + 1
+
+    def twice(self):
+        return self.grow() + other.grow()
+'''
+    a = run("python", old, old.replace("self.size = b", "self.length = b"))
+    assert a.kind == "rename" and len(a.sites) == 1  # b.size: another object's attribute
+    new = old.replace("def grow(self)", "def enlarge(self)")
+    b = run("python", old, new)
+    assert applied(new, b).count("self.enlarge()") == 1 and "other.grow()" in applied(new, b)
+
+
+def test_python_parameter_added_removed_reordered() -> None:
+    old = '''def area(w, h):
+    return w * h
+
+
+x = area(2, 3)
+y = area(width, height)
+'''
+    new = old.replace("def area(w, h)", "def area(w, h, scale)")
+    a = run("python", old, new)
+    assert a.kind == "param_added" and len(a.sites) == 2 and all(s.prior is None for s in a.sites)
+    assert applied(new, a, {0: "1", 1: "k"}).endswith("x = area(2, 3, 1)\ny = area(width, height, k)\n")
+    new = old.replace("def area(w, h)", "def area(h)")
+    b = run("python", old, new)
+    assert b.kind == "param_removed" and applied(new, b).endswith("x = area(3)\ny = area(height)\n")
+    new = old.replace("def area(w, h)", "def area(h, w)")
+    c = run("python", old, new)
+    assert c.kind == "param_reordered" and applied(new, c).endswith("x = area(3, 2)\ny = area(height, width)\n")
+
+
+def test_python_noise_edits() -> None:
+    for new in (PY_OLD.replace('"count"', '"total"'), PY_OLD.replace("count = 0", "count = 1"),
+                PY_OLD.replace("    return [", "    log(count)\n    return [")):
+        assert run("python", PY_OLD, new).kind == "none"
+
+
+JS_OLD = '''function scale(v, k) {
+  const out = v * k;
+  const f = (out) => out + 1;
+  return f(out) + obj.out;
+}
+const r = scale(1, 2);
+'''
+
+
+@pytest.mark.parametrize("lang", ["javascript", "typescript"])
+def test_js_rename_and_params(lang: str) -> None:
+    new = JS_OLD.replace("const out = v", "const res = v")
+    a = run(lang, JS_OLD, new)
+    assert applied(new, a).splitlines()[3] == "  return f(res) + obj.out;"
+    assert "(out) => out + 1" in applied(new, a)
+    new = JS_OLD.replace("function scale(v, k)", "function scale(k, v)")
+    b = run(lang, JS_OLD, new)
+    assert b.kind == "param_reordered" and "scale(2, 1)" in applied(new, b)
+
+
+def test_go_rename_and_param_added() -> None:
+    old = '''package m
+
+func sum(xs []int) int {
+	t := 0
+	for _, x := range xs {
+		t += x
+	}
+	return t
+}
+
+func use() int { return sum(nil) }
+'''
+    new = old.replace("\tt := 0", "\ttotal := 0")
+    a = run("go", old, new)
+    assert a.kind == "rename" and len(a.sites) == 2
+    new = old.replace("func sum(xs []int)", "func sum(xs []int, base int)")
+    b = run("go", old, new)
+    assert b.kind == "param_added" and applied(new, b, {0: "0"}).endswith("return sum(nil, 0) }\n")
+
+
+def test_rust_rename_and_param_removed() -> None:
+    old = '''fn dist(a: f64, b: f64) -> f64 {
+    let d = a - b;
+    let g = |d: f64| d * 2.0;
+    d.abs() + g(d)
+}
+
+fn main() { let s = dist(1.0, 2.0); }
+'''
+    new = old.replace("let d = a - b", "let delta = a - b")
+    a = run("rust", old, new)
+    assert applied(new, a).splitlines()[3] == "    delta.abs() + g(delta)"
+    new = old.replace("fn dist(a: f64, b: f64)", "fn dist(a: f64)")
+    b = run("rust", old, new)
+    assert b.kind == "param_removed" and applied(new, b).endswith("dist(1.0); }\n")
+
+
+def test_unsupported_language_is_none() -> None:
+    assert analyze("lua", "a", "b", None, None).kind == "none"  # type: ignore[arg-type]
