@@ -23,7 +23,7 @@ MAX_HEADER_LINES = 100
 
 
 @dataclass
-class Request:
+class HttpRequest:
     method: str
     path: str
     headers: dict[str, str]
@@ -40,9 +40,9 @@ class Watch:
     the connection's `connection_lost`), without breaking keep-alive: the one pending read
     is finished before the connection reads its next request (two readers on one stream
     raise `readuntil() called while another coroutine is already waiting`), and a byte of
-    that next request read meanwhile is handed on (`Request.carry`)."""
+    that next request read meanwhile is handed on (`HttpRequest.carry`)."""
 
-    def __init__(self, req: Request) -> None:
+    def __init__(self, req: HttpRequest) -> None:
         self.req = req
         self.task: asyncio.Task[bytes] = asyncio.create_task(req.reader.read(1))
 
@@ -107,10 +107,10 @@ class Responder:
         await self.writer.drain()
 
 
-Handler = Callable[[Request, Responder], Awaitable[None]]
+Handler = Callable[[HttpRequest, Responder], Awaitable[None]]
 
 
-async def read_request(reader: asyncio.StreamReader, carry: bytes = b"") -> Request | None:
+async def read_request(reader: asyncio.StreamReader, carry: bytes = b"") -> HttpRequest | None:
     """One request from the stream (after `carry`, its first bytes if already read), or None
     at a clean end of the connection."""
     line = carry + await reader.readline()
@@ -123,7 +123,7 @@ async def read_request(reader: asyncio.StreamReader, carry: bytes = b"") -> Requ
     headers = await _read_headers(reader)
     length = int(headers.get("content-length", "0"))
     body = await reader.readexactly(length) if length else b""
-    return Request(method.upper(), urlsplit(target).path, headers, body, reader)
+    return HttpRequest(method.upper(), urlsplit(target).path, headers, body, reader)
 
 
 async def _read_headers(reader: asyncio.StreamReader) -> dict[str, str]:

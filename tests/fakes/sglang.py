@@ -73,7 +73,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tests.fakes.http_server import HttpServer, Request, Responder, Watch
+from tests.fakes.http_server import HttpRequest, HttpServer, Responder, Watch
 from tests.fakes.sglang_contract import contract_error, request_error, sampling_params
 from tests.fakes.sglang_router import FakeRouter
 from tests.fakes.sglang_rows import Row, Timing
@@ -185,8 +185,8 @@ class FakeSglang(SglangScheduler):
 
     # ---- HTTP ----
 
-    async def _handle(self, req: Request, resp: Responder) -> None:
-        routes: dict[tuple[str, str], Callable[[Request, Responder], Any]] = {
+    async def _handle(self, req: HttpRequest, resp: Responder) -> None:
+        routes: dict[tuple[str, str], Callable[[HttpRequest, Responder], Any]] = {
             ("GET", "/ready"): self._ready,
             ("GET", "/health"): self._health,
             ("GET", "/health_generate"): self._health,
@@ -208,11 +208,11 @@ class FakeSglang(SglangScheduler):
         else:
             await resp.send_json(404, {"detail": "Not Found"})
 
-    async def _ready(self, req: Request, resp: Responder) -> None:
+    async def _ready(self, req: HttpRequest, resp: Responder) -> None:
         """`http_server.py:ready`: the server's state, at once."""
         await resp.send(200 if self.ready else 503)
 
-    async def _health(self, req: Request, resp: Responder) -> None:
+    async def _health(self, req: HttpRequest, resp: Responder) -> None:
         """`http_server.py:health_generate`: 503 while starting; else a 1-token generation
         (rid `HEALTH_CHECK_...`, input_ids [0]) is queued like any request (it takes a running
         slot when its turn comes), and the answer is 200 at the first `health_poll_s` tick
@@ -247,10 +247,10 @@ class FakeSglang(SglangScheduler):
             "model_type": "llada2_moe", "architectures": self.architectures,
         }
 
-    async def _model_info(self, req: Request, resp: Responder) -> None:
+    async def _model_info(self, req: HttpRequest, resp: Responder) -> None:
         await resp.send_json(200, self.model_info())
 
-    async def _server_info(self, req: Request, resp: Responder) -> None:
+    async def _server_info(self, req: HttpRequest, resp: Responder) -> None:
         await resp.send_json(200, {
             "model_path": self.model_path, "served_model_name": self.model_path,
             "dllm_algorithm": self.dllm_algorithm, "dllm_algorithm_config": None,
@@ -262,13 +262,13 @@ class FakeSglang(SglangScheduler):
             "version": VERSION, "frontend": "python",
         })
 
-    async def _abort_request(self, req: Request, resp: Responder) -> None:
+    async def _abort_request(self, req: HttpRequest, resp: Responder) -> None:
         body = _json_or_none(req) or {}
         self.abort(str(body.get("rid") or ""), bool(body.get("abort_all", False)))
         await self._notify()
         await resp.send(200)
 
-    async def _generate(self, req: Request, resp: Responder) -> None:
+    async def _generate(self, req: HttpRequest, resp: Responder) -> None:
         body = _json_or_none(req)
         if body is None:
             await resp.send_json(422, {"detail": "JSON decode error"})
@@ -316,7 +316,7 @@ class FakeSglang(SglangScheduler):
         get.cancel()
         raise ConnectionResetError("client went away")
 
-    async def _stream(self, row: Row, req: Request, resp: Responder) -> None:
+    async def _stream(self, row: Row, req: HttpRequest, resp: Responder) -> None:
         watch = Watch(req)
         gone = asyncio.create_task(watch.gone())
         try:
@@ -337,7 +337,7 @@ class FakeSglang(SglangScheduler):
             gone.cancel()
             await watch.close()
 
-    async def _whole(self, row: Row, req: Request, resp: Responder) -> None:
+    async def _whole(self, row: Row, req: HttpRequest, resp: Responder) -> None:
         watch = Watch(req)
         gone = asyncio.create_task(watch.gone())
         final: dict[str, Any] | None = None
@@ -358,7 +358,7 @@ class FakeSglang(SglangScheduler):
             await watch.close()
 
 
-def _json_or_none(req: Request) -> Any:
+def _json_or_none(req: HttpRequest) -> Any:
     try:
         return req.json()
     except (ValueError, UnicodeDecodeError):

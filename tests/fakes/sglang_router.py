@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.http_server import HttpServer, Request, Responder
+from tests.fakes.http_server import HttpRequest, HttpServer, Responder
 from tests.fakes.http_server import request as http_request
 
 
@@ -56,7 +56,7 @@ class FakeRouter:
         return {"workers": infos, "total": len(infos),
                 "stats": {"prefill_count": 0, "decode_count": 0, "regular_count": len(infos)}}
 
-    async def _handle(self, req: Request, resp: Responder) -> None:
+    async def _handle(self, req: HttpRequest, resp: Responder) -> None:
         if req.method == "GET" and req.path == "/workers":
             await resp.send_json(200, self.list_workers())
         elif req.method == "GET" and req.path == "/readiness":
@@ -76,7 +76,7 @@ class FakeRouter:
             self.refused.append(req.path)
             await resp.send(404)
 
-    async def _forward(self, worker: str, req: Request, resp: Responder) -> None:
+    async def _forward(self, worker: str, req: HttpRequest, resp: Responder) -> None:
         up = await http_request(worker, req.method, req.path, req.json())
         try:
             if up.headers.get("transfer-encoding", "").lower() == "chunked":

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from llada_lsp.engines import http_client as http
-from tests.fakes.http_server import Request, Responder
+from tests.fakes.http_server import HttpRequest, Responder
 from tests.fakes.sglang import FakeSglang
 from tests.llada_lsp.engines.sglang_helpers import collect, request, serving
 
@@ -75,11 +75,11 @@ class Hostile(FakeSglang):
         self.raw, self.bad_ready, self.bad_ready_times = raw, bad_ready, bad_ready_times
         self.generate_calls = 0
 
-    async def _generate(self, req: Request, resp: Responder) -> None:
+    async def _generate(self, req: HttpRequest, resp: Responder) -> None:
         self.generate_calls += 1
         await self._raw(self.raw, req, resp)
 
-    async def _ready(self, req: Request, resp: Responder) -> None:
+    async def _ready(self, req: HttpRequest, resp: Responder) -> None:
         if self.bad_ready_times > 0:
             self.bad_ready_times -= 1
             await self._raw(self.bad_ready, req, resp)
@@ -87,7 +87,7 @@ class Hostile(FakeSglang):
             await super()._ready(req, resp)
 
     @staticmethod
-    async def _raw(raw: bytes, req: Request, resp: Responder) -> None:
+    async def _raw(raw: bytes, req: HttpRequest, resp: Responder) -> None:
         resp.writer.write(raw)
         resp.sent = True
         await resp.writer.drain()
@@ -153,7 +153,7 @@ class Endless(FakeSglang):
         super().__init__(**kw)
         self.total, self.sent = total, 0
 
-    async def _generate(self, req: Request, resp: Responder) -> None:
+    async def _generate(self, req: HttpRequest, resp: Responder) -> None:
         await resp.start_stream()
         piece = b"data: " + b"7" * (256 * 1024)
         try:

@@ -12,7 +12,7 @@ import pytest
 
 from engine.api import Plan
 from tests.fakes.checkpoint import END_OF_MIDDLE
-from tests.fakes.http_server import Request, Responder
+from tests.fakes.http_server import HttpRequest, Responder
 from tests.fakes.sglang import FakeSglang
 from tests.llada_lsp.engines.sglang_helpers import (
     REPLY,
@@ -120,7 +120,7 @@ class OlderServer(FakeSglang):
         super().__init__(**kw)
         self.gets: list[str] = []
 
-    async def _handle(self, req: Request, resp: Responder) -> None:
+    async def _handle(self, req: HttpRequest, resp: Responder) -> None:
         if req.method == "GET":
             self.gets.append(req.path)
         if req.path in ("/ready", "/model_info"):
