@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.editors.conftest import ROOT
+from tests.procs import stop_process
 
 VSCODE = ROOT / "editors" / "vscode"
 SETUP = VSCODE / "test-real" / "setup.sh"
@@ -117,12 +118,8 @@ class CodeServer:
         return f"http://127.0.0.1:{self.port}/?folder={folder}"
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        if self.proc is not None:
+            stop_process(self.proc, 15, 5)
         self.log.close()
 
 
