@@ -56,13 +56,7 @@ from lsprotocol import types as t
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from llada_lsp.client import (  # noqa: E402 - after the path fix, for `python bench/lsp_latency.py`
-    LladaClient,
-    completion_id,
-    debug_info,
-    keystroke,
-    open_document,
-)
+from llada_lsp import client as lc  # noqa: E402 - after the path fix, for `python bench/lsp_latency.py`
 
 DEFAULT_FILE = ROOT / "tests/llada_lsp/data/shapes.py.txt"
 BIG_PREFILL = 64  # prompt tokens prefilled by one answer: more than typing explains (a cache miss)
@@ -113,7 +107,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     body = whole[: min(len(whole), 60 if args.quick else args.chars)]
     text = full[:start] + full[start + len(whole):]  # the whole body goes; its start is typed
     uri = path.as_uri()
-    client = LladaClient("llada-bench")
+    client = lc.LladaClient("llada-bench")
     init: dict[str, Any] = {"mode": args.mode, "workspaceContext": bool(args.context_on)}
     if args.alternatives:
         init["alternatives"] = args.alternatives
@@ -122,15 +116,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.model:
         init["model"] = args.model
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
-    server = ["-m", "llada_lsp"] if not args.server_script else [args.server_script]
     root = path.parent.as_uri() if args.workspace_context else None
-    await client.start(init, [sys.executable, *prof, *server], caps=t.ClientCapabilities(), root_uri=root)
+    await client.start(init, lc.server_command(args.server_script, *prof), caps=t.ClientCapabilities(), root_uri=root)
     name = path.name.removesuffix(".txt")
     lid = {".py": "python", ".ts": "typescript", ".go": "go", ".rs": "rust"}.get(
         name[name.rfind("."):], "plaintext")
     for other in siblings(path, args.open) if args.workspace_context else []:
-        open_document(client, other.as_uri(), lid, other.read_text())
-    open_document(client, uri, lid, text)
+        lc.open_document(client, other.as_uri(), lid, other.read_text())
+    lc.open_document(client, uri, lid, text)
     timeline: list[Any] = []
     rows: list[dict[str, Any]] = []
     tasks = []
@@ -140,7 +133,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async def request(version: int, sent: asyncio.Future[Any], t_key: float) -> None:
         res = await sent
         t_first = time.perf_counter()
-        cid = completion_id(res if isinstance(res, t.InlineCompletionList) else None)
+        cid = lc.completion_id(res)
         rows.append({"version": version, "t_key": t_key, "t_first": t_first, "cid": cid})
         if args.dump:
             timeline.append((t_key, t_first, cid))
@@ -150,7 +143,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         version = k + 2
         t_key = time.perf_counter()
         # written at once, as an editor does on a keystroke (the answer is awaited in a task)
-        pos, sent = keystroke(client, uri, version, line, col, ch)
+        pos, sent = lc.keystroke(client, uri, version, line, col, ch)
         line, col = pos.line, pos.character
         tasks.append(asyncio.ensure_future(request(version, sent, t_key)))
         await asyncio.sleep(max(0.0, t_begin + (k + 1) / args.cps - time.perf_counter()))  # typing pace
@@ -160,7 +153,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await client.until(lambda: all(client.stats_of(r["cid"]) for r in answered), 60)
     except TimeoutError:
         pass  # reported as fewer stats
-    server_info = await debug_info(client)
+    server_info = await lc.debug_info(client)
     await client.close()
     stats = {s["completionId"]: s for s in client.stats}
     final_at = {n.params["completionId"]: n.at for n in client.notes

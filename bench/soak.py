@@ -43,14 +43,7 @@ from lsprotocol import types as t
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from engine.daemon import runtime  # noqa: E402 - after the path fix, for `python bench/soak.py`
-from llada_lsp.client import (  # noqa: E402
-    LladaClient,
-    completion_id,
-    debug_info,
-    keystroke,
-    open_document,
-    plain,
-)
+from llada_lsp import client as lc  # noqa: E402
 
 FILES = [("tests/llada_lsp/data/shapes.py.txt", "python"), ("tests/llada_lsp/data/queue.ts", "typescript"),
          ("tests/llada_lsp/data/stack.go", "go"), ("tests/llada_lsp/data/matrix.rs", "rust")]
@@ -97,14 +90,14 @@ class Sent:
 
 @dataclass
 class Soak:
-    client: LladaClient = field(default_factory=lambda: LladaClient("llada-soak"))
+    client: lc.LladaClient = field(default_factory=lambda: lc.LladaClient("llada-soak"))
     sent: list[Sent] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)  # the server's RSS (kB) after each storm
 
     def __post_init__(self) -> None:
         @self.client.feature("window/showMessage")
         def _show(ls: Any, params: Any) -> None:
-            print("  server says:", plain(params).get("message"), file=sys.stderr)
+            print("  server says:", lc.plain(params).get("message"), file=sys.stderr)
 
     async def wait_state(self, state: str, after: float, timeout: float) -> float:
         """The time of the first `state` status after `after` (waits for it)."""
@@ -122,7 +115,7 @@ class Soak:
     def key(self, doc: Doc, col: int, ch: str, storm: int, last: bool) -> None:
         doc.version += 1
         t_key = time.perf_counter()
-        pos, fut = keystroke(self.client, doc.uri, doc.version, doc.line, col, ch)
+        pos, fut = lc.keystroke(self.client, doc.uri, doc.version, doc.line, col, ch)
         doc.line = pos.line
         s = Sent(doc, doc.version, t_key, storm, last)
         self.sent.append(s)
@@ -136,7 +129,7 @@ class Soak:
             return
         res = fut.result()
         s.items = len(res.items if isinstance(res, t.InlineCompletionList) else (res or []))
-        s.cid = completion_id(res if isinstance(res, t.InlineCompletionList) else None)
+        s.cid = lc.completion_id(res)
 
     async def storm(self, docs: list[Doc], k: int, cps: float) -> None:
         """Every document gets one line typed, all at once, at `cps` keys per second each; then
@@ -174,7 +167,7 @@ def daemon_pid(soak_info: dict[str, Any]) -> int:
 async def fault(soak: Soak, kind: str, run_dir: Path, docs: list[Doc], k: int, cps: float,
                 recovery: dict[str, list[float]], frozen: list[int]) -> None:
     """Inject one fault while a storm is typed; record the time until the server is ready."""
-    pid = daemon_pid(await debug_info(soak.client))
+    pid = daemon_pid(await lc.debug_info(soak.client))
     storm = asyncio.ensure_future(soak.storm(docs, k, cps))
     await asyncio.sleep(0.3)  # into the storm
     t0 = time.perf_counter()
@@ -209,7 +202,7 @@ async def open_docs(soak: Soak, n: int) -> list[Doc]:
         rel, lang = FILES[i % len(FILES)]
         text = (ROOT / rel).read_text()
         uri = (ROOT / f"soak{i}{Path(rel).suffix}").as_uri()
-        open_document(soak.client, uri, lang, text)
+        lc.open_document(soak.client, uri, lang, text)
         docs.append(Doc(uri, lang, line=min(text.count("\n"), 12)))
     return docs
 
@@ -222,9 +215,9 @@ async def run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
                             "maxTokens": {"line": 16, "statements": 16, "block": 16}}
     if args.model:
         init["model"] = args.model
-    server = [args.server_script] if args.server_script else ["-m", "llada_lsp"]
-    await soak.client.start(init, [sys.executable, *server, "--log-file", str(run_dir.parent / "server.log")],
-                            env=env, caps=t.ClientCapabilities(), transient_errors=True)
+    server = lc.server_command(args.server_script)
+    await soak.client.start(init, [*server, "--log-file", str(run_dir.parent / "server.log")], env=env,
+                            caps=t.ClientCapabilities(), transient_errors=True)
     server_pid = soak.client.server_pid
     docs = await open_docs(soak, args.docs)
     recovery: dict[str, list[float]] = {"kill": [], "freeze": []}
@@ -254,7 +247,7 @@ async def run(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
         await soak.storm(docs, (k := k + 1), args.cps)
     await soak.settle(soak.sent, 45.0)  # past the server's engine deadline (30 s)
     rss_end = rss_kb(server_pid)
-    info = await debug_info(soak.client)
+    info = await lc.debug_info(soak.client)
     await soak.client.close()
     versions = soak.refine_versions()
     stale = sum(1 for s in soak.sent if s.cid and s.cid in versions and versions[s.cid] != s.version)

@@ -112,6 +112,12 @@ def capabilities(encodings: Sequence[str] = ("utf-16",), *, progress: bool = Fal
             inline_completion=t.InlineCompletionClientCapabilities()))
 
 
+
+def server_command(script: str | None = None, *python_args: str) -> list[str]:
+    """The command that starts the server: this checkout's (`SERVER`), or `script` run by this
+    Python; `python_args` go to the interpreter (e.g. `-m cProfile -o out`)."""
+    return [sys.executable, *python_args, *([script] if script else SERVER[1:])]
+
 class LladaClient(Recorder):
     """A pygls client with the session steps."""
 
@@ -216,9 +222,12 @@ def first_text(res: t.InlineCompletionList | None) -> str:
     return texts[0] if texts else ""
 
 
-def completion_id(res: t.InlineCompletionList | None) -> str | None:
-    """The completion id in the first item's accept command."""
-    if not res or not res.items or res.items[0].command is None or not res.items[0].command.arguments:
+def completion_id(res: t.InlineCompletionList | list[t.InlineCompletionItem] | None) -> str | None:
+    """The completion id in the first item's accept command (None for a bare list of items:
+    the server always answers with a list object)."""
+    if not isinstance(res, t.InlineCompletionList) or not res.items:
+        return None
+    if res.items[0].command is None or not res.items[0].command.arguments:
         return None
     return str(res.items[0].command.arguments[0])
 

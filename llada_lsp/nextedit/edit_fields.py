@@ -49,11 +49,7 @@ def field_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_t
     kind = RECORDS.get(lang)
     if kind is None:
         return None
-    x, y = a, bn
-    while x < y and nt.text[x].isspace():
-        x += 1
-    while y > x and nt.text[y - 1].isspace():
-        y -= 1
+    x, y = _trimmed(nt, a, bn)
     nrec = _record(new_tree, nt.byte(x), nt.byte(y), kind)
     name_node = nrec.child_by_field_name("name") if nrec is not None else None
     if nrec is None or name_node is None:
@@ -83,6 +79,15 @@ def field_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_t
         sites = [s for body in _literals(lang, nt, new_tree, name)
                  if (s := _insert_keyed(lang, nt, body, nn[:i], on, field, label)) is not None]
     return "field_added", f"{name}: +{field} at {i}", tuple(sites), definition
+
+
+def _trimmed(t: Text, a: int, b: int) -> tuple[int, int]:
+    """The changed stretch [a, b) of `t` without its leading and trailing whitespace."""
+    while a < b and t.text[a].isspace():
+        a += 1
+    while b > a and t.text[b - 1].isspace():
+        b -= 1
+    return a, b
 
 
 def _record(tree: ts.Tree, b0: int, b1: int, kind: str) -> ts.Node | None:
@@ -225,11 +230,7 @@ def return_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_
                   ) -> tuple[str, str, tuple[Site, ...], tuple[int, int] | None] | None:
     if lang is not PY:
         return None
-    x, y = a, bn
-    while x < y and nt.text[x].isspace():
-        x += 1
-    while y > x and nt.text[y - 1].isspace():
-        y -= 1
+    x, y = _trimmed(nt, a, bn)
     ob0, ob1 = ot.byte(min(x, len(ot.text))), ot.byte(min(max(x, bo), len(ot.text)))
     if ob1 <= ob0:  # a pure insertion: the old node just before it
         ob0 = ob1 = max(0, ob0 - 1)

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import msgpack
 
+from tests.procs import stop_process
+
 T = TypeVar("T")
 
 
@@ -68,13 +70,7 @@ class Screen:
         self.request("nvim_input", keys)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None

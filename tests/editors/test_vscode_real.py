@@ -23,11 +23,8 @@ import pytest
 
 from tests.editors.conftest import ROOT
 from tests.editors.vscode_real import (
-    CodeServer,
     Workbench,
-    build_vsix,
-    install,
-    open_workbench,
+    vscode_session,
     wait_for,
 )
 from tests.editors.vscode_scripted_server import OTHERS, STEPS
@@ -67,14 +64,7 @@ CONNECT, RETRY = (0, [9, 10]), (4, [11, 12])  # (the def's line, its calls' line
 
 @pytest.fixture(scope="module")
 def vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    binary, setup_s = install()
-    vsix = build_vsix()
     home = tmp_path_factory.mktemp("vscode-real")
-    folder = home / "project"
-    folder.mkdir()
-    (folder / "calc.py").write_text(SOURCE)
-    for name in ("calls.py", "calls_all.py", "orders.py", "orders_all.py"):  # the placeholder cases
-        (folder / name).write_text(CALLS)
     control = home / "control"
     control.mkdir()
     server = home / "bin" / "llada-lsp"
@@ -99,18 +89,15 @@ def vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         "update.mode": "none",
         "python.defaultInterpreterPath": "",
     }
-    cs = CodeServer(binary, home, vsix, settings)
-    cs.env.update({"LLADA_SCRIPT_DIR": str(control), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
-    url = cs.start(folder)
+    # calc.py is opened; the others are the placeholder cases'
+    files = {"calc.py": SOURCE, **dict.fromkeys(("calls.py", "calls_all.py", "orders.py", "orders_all.py"), CALLS)}
+    env: dict[str, str | None] = {"LLADA_SCRIPT_DIR": str(control), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:
-        with open_workbench(url, home, "calc.py") as (wb, page):
-            global LOGS
-            LOGS = [home / "server.log", home / "code-server.log"]
-            yield {"wb": wb, "page": page, "control": control, "cs": cs, "server": server, "home": home,
-                   "setup_s": setup_s, "figures": {}}
-    finally:
-        cs.stop()
+    with vscode_session(home, files, settings, env) as (wb, page, cs, setup_s):
+        global LOGS
+        LOGS = [home / "server.log", home / "code-server.log"]
+        yield {"wb": wb, "page": page, "control": control, "cs": cs, "server": server, "home": home,
+               "setup_s": setup_s, "figures": {}}
 
 
 LOGS: list[Path] = []  # the server's and code-server's logs, kept with a failure's screenshot

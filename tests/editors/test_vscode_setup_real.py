@@ -19,11 +19,8 @@ import pytest
 from tests.editors.conftest import ROOT, needs_model
 from tests.editors.test_vscode_real import screenshot_on_failure
 from tests.editors.vscode_real import (
-    CodeServer,
     Workbench,
-    build_vsix,
-    install,
-    open_workbench,
+    vscode_session,
     wait_for,
 )
 
@@ -40,29 +37,17 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def workbench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workbench, Any, Path]]:
-    binary, _ = install()
-
-    vsix = build_vsix()
     home = tmp_path_factory.mktemp("vscode-setup")
-    folder = home / "project"  # no .venv of its own
-    folder.mkdir()
-    (folder / "shapes.py").write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n")
+    files = {"shapes.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"}  # a project with no .venv of its own
     settings = {"workbench.startupEditor": "none", "security.workspace.trust.enabled": False,
                 "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
                 "llada.nextEdit.enabled": False, "python.defaultInterpreterPath": ""}
-    cs = CodeServer(binary, home, vsix, settings)
     # what a new user's shell has: no LLADA_LSP, no .venv on PATH
-    cs.env.pop("LLADA_LSP", None)
-    cs.env.pop("VIRTUAL_ENV", None)
-    cs.env["PATH"] = os.pathsep.join(p for p in cs.env.get("PATH", "").split(os.pathsep)
-                                     if p and not (Path(p) / "llada-lsp").exists())
-    cs.env["OMP_NUM_THREADS"] = "1"
-    url = cs.start(folder)
-    try:
-        with open_workbench(url, home, "shapes.py") as (wb, page):
-            yield wb, page, home
-    finally:
-        cs.stop()
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if p and not (Path(p) / "llada-lsp").exists())
+    env = {"LLADA_LSP": None, "VIRTUAL_ENV": None, "PATH": path, "OMP_NUM_THREADS": "1"}
+    with vscode_session(home, files, settings, env) as (wb, page, _, _):
+        yield wb, page, home
 
 
 def test_the_checkouts_server_is_found_and_completes(workbench: tuple[Workbench, Any, Path]) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.editors.conftest import ROOT
+from tests.procs import stop_process
 
 VSCODE = ROOT / "editors" / "vscode"
 SETUP = VSCODE / "test-real" / "setup.sh"
@@ -117,12 +118,8 @@ class CodeServer:
         return f"http://127.0.0.1:{self.port}/?folder={folder}"
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        if self.proc is not None:
+            stop_process(self.proc, 15, 5)
         self.log.close()
 
 
@@ -279,3 +276,30 @@ def open_workbench(url: str, home: Path, file: str) -> Iterator[tuple[Workbench,
             yield wb, page
         finally:
             browser.close()
+
+
+@contextlib.contextmanager
+def vscode_session(home: Path, files: dict[str, str], settings: dict[str, Any],
+                   env: dict[str, str | None]) -> Iterator[tuple[Workbench, Any, CodeServer, float]]:
+    """A real-VS-Code test's set-up: code-server (installed, cached) with the .vsix built from
+    this checkout and `settings`, serving home/project with `files` in it, the first of them open
+    in chromium; `env` changes code-server's environment (None: the variable is removed).
+    (workbench, page, code-server, set-up seconds); code-server stopped on exit."""
+    binary, setup_s = install()
+    vsix = build_vsix()
+    folder = home / "project"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    cs = CodeServer(binary, home, vsix, settings)
+    for key, value in env.items():
+        if value is None:
+            cs.env.pop(key, None)
+        else:
+            cs.env[key] = value
+    url = cs.start(folder)
+    try:
+        with open_workbench(url, home, next(iter(files))) as (wb, page):
+            yield wb, page, cs, setup_s
+    finally:
+        cs.stop()

@@ -133,6 +133,23 @@ async def start_session(client: Recorder, init_options: dict[str, Any] | None = 
         raise RuntimeError(f"engine failed: {info.get('engineError')}")
 
 
+@contextlib.asynccontextmanager
+async def server_session(init: dict[str, Any] | None = None, configure: Callable[[Recorder], None] | None = None,
+                         **env: str) -> AsyncIterator[Recorder]:
+    """One test's own server (`server_config(**env)`): `configure` runs before initialize
+    (e.g. the workspace's settings), then `start_session(init)`; on exit it is shut down and
+    stopped whatever happened (teardown goes on past a failed shutdown)."""
+    client = await server_config(**env).start()
+    try:
+        if configure is not None:
+            configure(client)
+        await start_session(client, init)
+        yield client
+    finally:
+        with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
+            await asyncio.wait_for(client.shutdown_session(), 10)
+        await client.stop()
+
 def open_doc(client: LanguageClient, path: Path | str, language_id: str,
              text: str | None = None, uri: str | None = None) -> str:
     path = Path(path)
@@ -140,6 +157,14 @@ def open_doc(client: LanguageClient, path: Path | str, language_id: str,
     open_document(client, uri, language_id, text if text is not None else (DATA / path).read_text())
     return uri
 
+
+async def complete_after(client: LanguageClient, needle: str, copy: str, source: str = "shapes.py.txt",
+                         language_id: str = "python") -> tuple[str, t.InlineCompletionList | None]:
+    """DATA/`source` opened as DATA/`copy` (a document of its own) and an inline completion asked
+    right after `needle` in it: (the copy's uri, the answer)."""
+    text = (DATA / source).read_text()
+    uri = open_doc(client, source, language_id, text=text, uri=(DATA / copy).as_uri())
+    return uri, await inline(client, uri, position_of(text, needle))
 
 def position_of(text: str, needle: str, *, end: bool = True, delta: int = 0) -> t.Position:
     """LSP position (UTF-16 = str offsets for these ASCII files) after/at `needle`."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.procs import stop_process
+
 ROOT = Path(__file__).resolve().parents[3]
 CORPUS = """
 import os
@@ -128,13 +130,7 @@ def start_daemon(runtime_dir: Path, model_dir: Path, *args: str) -> Daemon:
 
 
 def stop_daemon(d: Daemon) -> None:
-    if d.proc.poll() is None:
-        d.proc.terminate()
-        try:
-            d.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            d.proc.kill()
-            d.proc.wait(5)
+    stop_process(d.proc, 15, 5)
 
 
 @dataclass

@@ -9,12 +9,9 @@ from typing import Any
 import pytest
 
 from tests.llada_lsp.lsp_helpers import (
-    DATA,
-    inline,
+    complete_after,
     needs_model,
-    open_doc,
     poll,
-    position_of,
     session_fixture,
 )
 
@@ -29,11 +26,9 @@ client = session_fixture(INIT)
 
 
 async def test_quality_mode_decodes_and_weighs_alternatives(client: Any) -> None:
-    text = (DATA / "shapes.py.txt").read_text()
     seen = []
     for j, needle in enumerate(NEEDLES):
-        uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"alt{j}.py").as_uri())
-        res = await inline(client, uri, position_of(text, needle))
+        _, res = await complete_after(client, needle, f"alt{j}.py")
         if not res or not res.items or res.items[0].command is None:
             continue
         cid = str(res.items[0].command.arguments[0])

@@ -7,7 +7,6 @@ ever shows."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -28,8 +27,7 @@ from tests.llada_lsp.lsp_helpers import (
     inline,
     open_doc,
     position_of,
-    server_config,
-    start_session,
+    server_session,
 )
 
 TEXT = "def area(w, h):\n    s = w * h\n    return \n"
@@ -44,9 +42,7 @@ async def test_refinements_insert_and_delete_in_the_editor(tmp_path: Path) -> No
     ckpt = edit_head_rows(write_llada22_chat(tmp_path / "llada22-chat"), BIAS, zero=(MASK,))
     init = {"model": str(ckpt), "speculative": False, "syntaxCheck": False, "rescueAlternatives": 0,
             "mode": "speedy", "maxTokens": {"line": 24, "statements": 24, "block": 24}}
-    client = await server_config().start()
-    try:
-        await start_session(client, init)
+    async with server_session(init) as client:
         info = (await debug_info(client))["engineInfo"]
         assert info["family"] == "llada2"
         uri = open_doc(client, tmp_path / "area.py", "python", text=TEXT)
@@ -67,7 +63,3 @@ async def test_refinements_insert_and_delete_in_the_editor(tmp_path: Path) -> No
             assert "<|" not in r["text"]  # no [MASK], DELETE or INSERT token as text
         assert shown == final["text"]
         assert inserts >= 1 and deletes >= 1, [r["edits"] for r in mine]
-    finally:
-        with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
-            await client.shutdown_session()
-        await client.stop()

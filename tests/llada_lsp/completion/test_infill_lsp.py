@@ -4,7 +4,6 @@ and completions come back without the format's artefacts."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,7 @@ from tests.llada_lsp.lsp_helpers import (
     item_texts,
     open_doc,
     position_of,
-    server_config,
-    start_session,
+    server_session,
 )
 
 TEXT = "def area(w, h):\n    s = w * h\n    return \n\n\nprint(area(2, 3))\n"
@@ -30,9 +28,7 @@ async def test_a_chat_checkpoint_completes_through_the_language_server(tmp_path:
     ckpt = write_llada2_chat(tmp_path / "llada2-chat")
     init = {"model": str(ckpt), "maxPromptTokens": 900, "speculative": False, "syntaxCheck": False,
             "rescueAlternatives": 0, "maxTokens": {"line": 6, "statements": 6, "block": 6}}
-    client = await server_config().start()
-    try:
-        await start_session(client, init)
+    async with server_session(init) as client:
         info = (await debug_info(client))["engineInfo"]
         assert info["prompt_format"] == "chat" and info["family"] == "llada2"
         assert info["max_prompt_tokens"] == 900  # the option, not the model's default (1536)
@@ -42,10 +38,6 @@ async def test_a_chat_checkpoint_completes_through_the_language_server(tmp_path:
             assert "```" not in text and "role" not in text
         after = await debug_info(client)
         assert after["engineState"] == "ready" and after["engine"]["engine_calls"] >= 1
-    finally:
-        with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
-            await client.shutdown_session()
-        await client.stop()
 
 
 def test_prompt_options_parse_and_reject_bad_values() -> None:

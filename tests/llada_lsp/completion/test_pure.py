@@ -157,23 +157,20 @@ def test_plan_kinds_python() -> None:
     assert _kind("x = 1  # note that", "# note ", "python") == "line"  # inside a comment
 
 
-def test_plan_kind_looks_past_a_docstring_or_comment_that_opens_the_body() -> None:
+@pytest.mark.parametrize(("src", "after", "kind"), [
+    ('def f(x):\n    """Double x."""\n    \n\n\ndef g():\n    pass\n', '"""Double x."""\n    ', "block"),
+    ('def f(x):\n    """Double x.\n\n    More.\n    """\n    \n\nx = 1\n', '    """\n    ', "block"),
+    ("def f(x):\n    # todo\n    # later\n    \n", "# later\n    ", "block"),
+    # a body with statements after the docstring: statements; a module docstring: no header
+    ('def f(x):\n    """Doc."""\n    \n    return x\n', '"""Doc."""\n    ', "statements"),
+    ('"""Module."""\n\n\nimport os\n', '"""Module."""\n', "statements"),
+    # a string that merely ends a statement is not a docstring
+    ('def f():\n    x = """a\n    b"""\n    \n', 'b"""\n    ', "statements"),
+], ids=["docstring", "multiline-docstring", "comment", "busy-body", "module-docstring", "assigned-string"])
+def test_plan_kind_looks_past_a_docstring_or_comment_that_opens_the_body(src: str, after: str, kind: str) -> None:
     """A function whose body is only its docstring (or a comment) is still an empty body:
     ask for a block that ends at the dedent, not for statements that end at a blank line."""
-    one = 'def f(x):\n    """Double x."""\n    \n\n\ndef g():\n    pass\n'
-    assert _kind(one, '"""Double x."""\n    ', "python") == "block"
-    multi = 'def f(x):\n    """Double x.\n\n    More.\n    """\n    \n\nx = 1\n'
-    assert _kind(multi, '    """\n    ', "python") == "block"
-    comment = "def f(x):\n    # todo\n    # later\n    \n"
-    assert _kind(comment, "# later\n    ", "python") == "block"
-    # a body with statements after the docstring: statements; a module docstring: no header
-    busy = 'def f(x):\n    """Doc."""\n    \n    return x\n'
-    assert _kind(busy, '"""Doc."""\n    ', "python") == "statements"
-    module = '"""Module."""\n\n\nimport os\n'
-    assert _kind(module, '"""Module."""\n', "python") == "statements"
-    # a string that merely ends a statement is not a docstring
-    assign = 'def f():\n    x = """a\n    b"""\n    \n'
-    assert _kind(assign, 'b"""\n    ', "python") == "statements"
+    assert _kind(src, after, "python") == kind
 
 
 def test_plan_kinds_braces() -> None:

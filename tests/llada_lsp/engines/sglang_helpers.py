@@ -34,8 +34,9 @@ def client(tok: Path, urls: dict[str, list[str]] | None = None, router: str | No
     return SglangEngineClient(cfg)
 
 
-async def started(eng: SglangEngineClient) -> SglangEngineClient:
-    await asyncio.wait_for(eng.start(lambda m, p: None), 20)
+async def started(eng: SglangEngineClient, timeout: float = 20.0) -> SglangEngineClient:
+    """`eng` started (within `timeout` seconds) and ready."""
+    await asyncio.wait_for(eng.start(lambda m, p: None), timeout)
     assert eng.state == "ready", eng.error
     return eng
 

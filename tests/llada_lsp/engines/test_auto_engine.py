@@ -15,15 +15,13 @@ import pytest
 
 from engine.daemon import runtime
 from tests.llada_lsp.lsp_helpers import (
-    DATA,
+    complete_after,
     debug_info,
     first_text,
-    inline,
     needs_model,
-    open_doc,
     poll,
-    position_of,
     server_config,
+    server_session,
     start_session,
 )
 
@@ -62,15 +60,11 @@ async def test_two_servers_share_one_auto_started_daemon(tmp_path: Path) -> None
         registered = runtime.read_runtime(run)
         assert registered is not None and registered["pid"] in pids
         assert (run / runtime.LOG_NAME).read_text().count("serving ") == 1  # one daemon
-        text = (DATA / "shapes.py.txt").read_text()
         answers: list[str] = []
         for needle in NEEDLES:  # the first position where the model suggests something
-            uris = [open_doc(c, "shapes.py.txt", "python",
-                             uri=(DATA / f"auto{k}-{len(needle)}.py").as_uri())
-                    for k, c in enumerate(clients)]
-            res = await asyncio.gather(*(inline(c, u, position_of(text, needle))
-                                         for c, u in zip(clients, uris, strict=True)))
-            answers = [_text(r) for r in res]
+            res = await asyncio.gather(*(complete_after(c, needle, f"auto{k}-{len(needle)}.py")
+                                         for k, c in enumerate(clients)))
+            answers = [_text(r) for _, r in res]
             if any(answers):
                 break
         assert all(answers), answers  # both servers got completions from the one daemon
@@ -95,35 +89,30 @@ async def test_stop_holds_until_llada_start_engine(tmp_path: Path) -> None:
     from engine.daemon import lifetime
 
     run = tmp_path / "run"
-    cfg = server_config(LLADA_RUNTIME_DIR=str(run))
-    client = await cfg.start()
     try:
-        await start_session(client, INIT)
-        first = (await debug_info(client))["engineInfo"]["daemon_pid"]
-        lifetime.set_hold(run, None)
-        await asyncio.to_thread(runtime.stop_daemon, run)
+        async with server_session(INIT, LLADA_RUNTIME_DIR=str(run)) as client:
+            first = (await debug_info(client))["engineInfo"]["daemon_pid"]
+            lifetime.set_hold(run, None)
+            await asyncio.to_thread(runtime.stop_daemon, run)
 
-        async def held() -> Any:
-            info = await debug_info(client)
-            return info if info["engine"].get("connect_errors", 0) >= 2 else None
+            async def held() -> Any:
+                info = await debug_info(client)
+                return info if info["engine"].get("connect_errors", 0) >= 2 else None
 
-        info = await poll(held, 60)
-        assert info["engineState"] == "error" and "llada-engine stop" in info["engineError"], info
-        assert any("llada-engine stop" in s.get("message", "") for s in client.statuses)
-        assert runtime.read_runtime(run) is None  # the retries started nothing
-        ok = await client.workspace_execute_command_async(t.ExecuteCommandParams(command="llada.startEngine"))
-        assert ok is True
+            info = await poll(held, 60)
+            assert info["engineState"] == "error" and "llada-engine stop" in info["engineError"], info
+            assert any("llada-engine stop" in s.get("message", "") for s in client.statuses)
+            assert runtime.read_runtime(run) is None  # the retries started nothing
+            ok = await client.workspace_execute_command_async(t.ExecuteCommandParams(command="llada.startEngine"))
+            assert ok is True
 
-        async def ready() -> Any:
-            i = await debug_info(client)
-            return i if i["engineState"] == "ready" else None
+            async def ready() -> Any:
+                i = await debug_info(client)
+                return i if i["engineState"] == "ready" else None
 
-        info = await poll(ready, 120)
-        assert info["engineInfo"]["daemon_pid"] not in (None, first)
-        assert lifetime.held(run) is None
+            info = await poll(ready, 120)
+            assert info["engineInfo"]["daemon_pid"] not in (None, first)
+            assert lifetime.held(run) is None
     finally:
-        with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
-            await asyncio.wait_for(client.shutdown_session(), 10)
-        await client.stop()
         await asyncio.to_thread(runtime.stop_daemon, run)
         _kill_strays(run)

@@ -8,7 +8,6 @@ rule that aborts, and a superseded request's abort."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from tests.llada_lsp.engines.sglang_helpers import (
     first_draft,
     llada2_dir,
     request,
+    started,
 )
 from tests.llada_lsp.engines.sglang_wheel import sources
 
@@ -51,9 +51,7 @@ async def test_every_body_the_client_sends_passes_sglangs_own_checks(tmp_path: P
     tok = llada2_dir(tmp_path / "llada2")
     a, b = fake(tok, block_delay_ms=10.0), fake(tok, block_delay_ms=10.0, reply="    return 1\n" * 30)
     ua, ub = await a.start(), await b.start()
-    eng = client(tok, {"speedy": [ua], "quality": [ub]})
-    await asyncio.wait_for(eng.start(lambda m, p: None), 20)
-    assert eng.state == "ready", eng.error
+    eng = await started(client(tok, {"speedy": [ua], "quality": [ub]}))
     try:
         for i, (preset, budget) in enumerate([("speedy", 16), ("quality", 64), ("speedy", 200)]):
             assert (await collect(eng.submit(request(str(i), plan=Plan(max_tokens=budget, preset=preset)))))[-1].kind == "done"

@@ -36,7 +36,7 @@ from tests.llada_lsp.lsp_helpers import (
     poll,
     position_of,
     server_config,
-    start_session,
+    server_session,
 )
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
@@ -85,14 +85,8 @@ def gone(pid: int) -> bool:
 
 @contextlib.asynccontextmanager
 async def session(init: dict[str, Any], run: Path) -> AsyncIterator[Any]:
-    client = await server_config(LLADA_RUNTIME_DIR=str(run)).start()
-    try:
-        await start_session(client, {**BASE, **init})
+    async with server_session({**BASE, **init}, LLADA_RUNTIME_DIR=str(run)) as client:
         yield client
-    finally:
-        with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
-            await asyncio.wait_for(client.shutdown_session(), 10)
-        await client.stop()
 
 
 def states(client: Any) -> list[str]:

@@ -30,6 +30,7 @@ from tests.llada_lsp.engines.sglang_helpers import (
     first_draft,
     llada2_dir,
     request,
+    started,
 )
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function")]
@@ -92,9 +93,8 @@ async def test_ready_completion_and_abort_fan_out_through_the_real_router(
         cluster: tuple[str, Path, list[FakeSglang]]) -> None:
     url, tok, workers = cluster
     eng = client(tok, router=url)
-    await asyncio.wait_for(eng.start(lambda m, p: None), 30)
     try:
-        assert eng.state == "ready", eng.error
+        await started(eng, 30)
         assert sorted(eng.info["servers"][0]["workers"]) == sorted(f"http://127.0.0.1:{w.port}" for w in workers)
         # completions through the router, its rid unchanged on the worker
         for i in range(3):

@@ -19,6 +19,7 @@ from llada_lsp.completion.line_rest import kept_rest, rest_of_line
 from llada_lsp.text.syntax import adds_error
 from tests.llada_lsp.lsp_helpers import (
     DATA,
+    complete_after,
     completion_id,
     debug_info,
     final_refine,
@@ -66,9 +67,7 @@ async def test_plan_kinds_stop_rules_and_parse_validity(client: Any) -> None:
     got: list[tuple[str, str, str]] = []
     for fname, lid, needle, kind in CASES:
         text = (DATA / fname).read_text()
-        uri = open_doc(client, fname, lid, uri=(DATA / f"k{len(got)}-{fname}").as_uri())
-        pos = position_of(text, needle)
-        res = await inline(client, uri, pos)
+        uri, res = await complete_after(client, needle, f"k{len(got)}-{fname}", fname, lid)
         info = await debug_info(client)
         assert info["lastPlan"]["uri"] == uri
         assert info["lastPlan"]["kind"] == kind, (fname, needle, info["lastPlan"])
@@ -89,15 +88,12 @@ async def test_plan_kinds_stop_rules_and_parse_validity(client: Any) -> None:
 
 
 async def test_refinements_apply_in_order(client: Any) -> None:
-    text = (DATA / "shapes.py.txt").read_text()
     found = None
     for j, needle in enumerate(["    for i in range(len(points)):\n        a = points[i]\n",
                                 "    square = [Point(0, 0), Point(1, 0), Point(1, 1), "
                                 "Point(0, 1)]\n    name = ", "        return math.",
                                 "        b = "]):
-        lines = needle.rstrip("\n")
-        uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / f"r{j}.py").as_uri())
-        res = await inline(client, uri, position_of(text, lines))
+        _, res = await complete_after(client, needle.rstrip("\n"), f"r{j}.py")
         if completion_id(res):
             found = (res, completion_id(res))
             break

@@ -15,8 +15,7 @@ from tests.llada_lsp.lsp_helpers import (
     needs_model,
     open_doc,
     position_of,
-    server_config,
-    start_session,
+    server_session,
 )
 
 KEYS = 300
@@ -25,9 +24,7 @@ KEYS = 300
 @needs_model
 @pytest.mark.asyncio(loop_scope="function")
 async def test_handled_messages_leave_nothing_pending() -> None:
-    client = await server_config().start()
-    try:
-        await start_session(client, {"speculative": False, "maxTokens": {"line": 4, "statements": 4, "block": 4}})
+    async with server_session({"speculative": False, "maxTokens": {"line": 4, "statements": 4, "block": 4}}) as client:
         text = (DATA / "shapes.py.txt").read_text()
         uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / "rpc_memory.py").as_uri())
         pos = position_of(text, "        b = ")
@@ -40,6 +37,3 @@ async def test_handled_messages_leave_nothing_pending() -> None:
                 await inline(client, uri, pos)
         info = await debug_info(client)
         assert info["pendingHandlers"] <= 2, info["pendingHandlers"]  # the debugInfo request itself
-    finally:
-        await client.shutdown_session()
-        await client.stop()

@@ -10,7 +10,6 @@ must receive nothing, neither the token in $LLADA_ENGINE_TOKEN nor the document 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -18,15 +17,11 @@ from lsprotocol import types as t
 
 from llada_lsp.lsp.options import MACHINE_SCOPED, workspace_settings
 from tests.llada_lsp.lsp_helpers import (
-    DATA,
+    complete_after,
     debug_info,
-    inline,
     needs_model,
-    open_doc,
-    position_of,
     recording_daemon,
-    server_config,
-    start_session,
+    server_session,
 )
 
 SECRET = "secret-token-of-the-user"
@@ -45,11 +40,11 @@ def test_workspace_settings_drop_every_machine_scoped_key() -> None:
 @pytest.mark.asyncio(loop_scope="function")
 async def test_a_workspace_cannot_point_the_engine_elsewhere(tmp_path: Path) -> None:
     async with recording_daemon("EVIL()") as (url, received):
-        client = await server_config(LLADA_ENGINE_TOKEN=SECRET, LLADA_RUNTIME_DIR=str(tmp_path)).start()
-        try:
-            client.set_configuration({"llada": {"engine": url, "model": str(tmp_path), "device": "cuda",
-                                                "mode": "quality", "debounceMs": 3}})
-            await start_session(client, {"engine": "inprocess", "speculative": False})
+        workspace = {"llada": {"engine": url, "model": str(tmp_path), "device": "cuda", "mode": "quality",
+                               "debounceMs": 3}}
+        async with server_session({"engine": "inprocess", "speculative": False},
+                                  lambda c: c.set_configuration(workspace),
+                                  LLADA_ENGINE_TOKEN=SECRET, LLADA_RUNTIME_DIR=str(tmp_path)) as client:
             info = await debug_info(client)
             assert info["options"]["engine"] == "inprocess" and info["options"]["device"] == "cpu"
             assert info["options"]["model"] != str(tmp_path)
@@ -63,11 +58,5 @@ async def test_a_workspace_cannot_point_the_engine_elsewhere(tmp_path: Path) -> 
             assert info["options"]["engine"] == "inprocess" and info["options"]["languages"] == ["python"]
             assert info["options"]["engine_token"] is None
             assert len([m for m in client.messages if "'engine'" in m.message]) == 1
-            text = (DATA / "shapes.py.txt").read_text()
-            uri = open_doc(client, "shapes.py.txt", "python", uri=(DATA / "scope.py").as_uri())
-            await asyncio.wait_for(inline(client, uri, position_of(text, "        return math.")), 60)
+            await asyncio.wait_for(complete_after(client, "        return math.", "scope.py"), 60)
             assert received == []  # neither the token nor the text left for the workspace's URL
-        finally:
-            with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
-                await asyncio.wait_for(client.shutdown_session(), 10)
-            await client.stop()

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 import torch
 
 from engine.decoding.batch import execute, new_slot_attrs
 from engine.decoding.decode_bidir import BidirSequence, make_sequence
 from engine.decoding.policies import PRESETS, make_policy
-from engine.model.loader import LoadedModel
+from engine.model.loader import LoadedModel, load_model
 
 BLOCK, MAX_LEN, NEW = 8, 256, 20
 ATOL = 1e-5  # fp32 summation order
 # approximate (block-refreshed) cache: see check_block_refresh_is_close
 PROB_MEAN_TOL, PROB_MAX_TOL = 0.1, 0.5  # random tiny models are touchy: one stale step moves a row far
 
+
+def cached_model(tmp: pytest.TempPathFactory, writer: Callable[[Path], Path]) -> LoadedModel:
+    """The tiny checkpoint `writer` makes, loaded in float32 with a cache of one row of 256
+    positions (what these checks decode in)."""
+    lm = load_model(writer(tmp.mktemp(writer.__name__)), dtype=torch.float32)
+    lm.model.setup_cache(1, 256)
+    return lm
 
 def full_logits(model: torch.nn.Module, canvas: list[int]) -> torch.Tensor:
     """The uncached reference: one bidirectional forward over the whole canvas."""

@@ -8,20 +8,14 @@ import torch
 
 from engine.decoding.decode_bidir import make_sequence
 from engine.decoding.policies import make_policy
-from engine.model.loader import LoadedModel, load_model
-from tests.engine.model.adapters.bidir_checks import (
-    check_block_refresh_is_close,
-    check_cached_step_exact_on_unchanged_canvas,
-    check_step_refresh_is_uncached,
-)
+from engine.model.loader import LoadedModel
+from tests.engine.model.adapters import bidir_checks as bc
 from tests.engine.model.adapters.tiny_ckpts import EOS, MASK, PAD, prompt_ids, write_dream
 
 
 @pytest.fixture(scope="module")
 def dream(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    lm = load_model(write_dream(tmp_path_factory.mktemp("dream")), dtype=torch.float32)
-    lm.model.setup_cache(1, 256)
-    return lm
+    return bc.cached_model(tmp_path_factory, write_dream)
 
 
 def test_loads_bidirectional_shifted(dream: LoadedModel) -> None:
@@ -32,11 +26,11 @@ def test_loads_bidirectional_shifted(dream: LoadedModel) -> None:
 
 
 def test_step_refresh_equals_uncached(dream: LoadedModel) -> None:
-    check_step_refresh_is_uncached(dream, prompt_ids(10, seed=2), prompt_ids(5, seed=3))
+    bc.check_step_refresh_is_uncached(dream, prompt_ids(10, seed=2), prompt_ids(5, seed=3))
 
 
 def test_block_refresh_is_close_to_uncached(dream: LoadedModel) -> None:
-    _, partial = check_block_refresh_is_close(dream, prompt_ids(10, seed=2), prompt_ids(5, seed=3))
+    _, partial = bc.check_block_refresh_is_close(dream, prompt_ids(10, seed=2), prompt_ids(5, seed=3))
     assert partial > 0
 
 
@@ -52,7 +46,7 @@ def test_partial_step_feeds_the_position_before_the_block(dream: LoadedModel) ->
 
 
 def test_cached_step_is_exact_when_nothing_changed(dream: LoadedModel) -> None:
-    check_cached_step_exact_on_unchanged_canvas(dream, prompt_ids(10, seed=2), prompt_ids(5, seed=3))
+    bc.check_cached_step_exact_on_unchanged_canvas(dream, prompt_ids(10, seed=2), prompt_ids(5, seed=3))
 
 
 def test_batched_rows_match_single(dream: LoadedModel) -> None:

@@ -8,22 +8,15 @@ import torch
 
 from engine.decoding.decode_bidir import BidirSequence
 from engine.decoding.policies import make_policy
-from engine.model.loader import LoadedModel, load_model
+from engine.model.loader import LoadedModel
 from tests.engine.conftest import decode_alone
-from tests.engine.model.adapters.bidir_checks import (
-    check_block_refresh_is_close,
-    check_cached_step_exact_on_unchanged_canvas,
-    check_step_refresh_is_uncached,
-    full_logits,
-)
+from tests.engine.model.adapters import bidir_checks as bc
 from tests.engine.model.adapters.tiny_ckpts import EOS, MASK, prompt_ids, write_llada
 
 
 @pytest.fixture(scope="module")
 def llada(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    lm = load_model(write_llada(tmp_path_factory.mktemp("llada")), dtype=torch.float32)
-    lm.model.setup_cache(1, 256)
-    return lm
+    return bc.cached_model(tmp_path_factory, write_llada)
 
 
 def test_loads_bidirectional_unshifted(llada: LoadedModel) -> None:
@@ -36,15 +29,15 @@ def test_loads_bidirectional_unshifted(llada: LoadedModel) -> None:
 def test_attention_is_bidirectional(llada: LoadedModel) -> None:
     a, b = prompt_ids(12), prompt_ids(12)
     b[-1] = (b[-1] + 1) % 80  # a later token changes the logits of the first position
-    assert not torch.allclose(full_logits(llada.model, a)[0], full_logits(llada.model, b)[0])
+    assert not torch.allclose(bc.full_logits(llada.model, a)[0], bc.full_logits(llada.model, b)[0])
 
 
 def test_step_refresh_equals_uncached(llada: LoadedModel) -> None:
-    check_step_refresh_is_uncached(llada, prompt_ids(11), prompt_ids(6, seed=1))
+    bc.check_step_refresh_is_uncached(llada, prompt_ids(11), prompt_ids(6, seed=1))
 
 
 def test_block_refresh_is_close_to_uncached(llada: LoadedModel) -> None:
-    _, partial = check_block_refresh_is_close(llada, prompt_ids(11), prompt_ids(6, seed=1))
+    _, partial = bc.check_block_refresh_is_close(llada, prompt_ids(11), prompt_ids(6, seed=1))
     assert partial > 0  # the cache was used
 
 
@@ -70,7 +63,7 @@ def test_decoding_yields_done(llada: LoadedModel) -> None:
 
 
 def test_cached_step_is_exact_when_nothing_changed(llada: LoadedModel) -> None:
-    check_cached_step_exact_on_unchanged_canvas(llada, prompt_ids(11), prompt_ids(6, seed=1))
+    bc.check_cached_step_exact_on_unchanged_canvas(llada, prompt_ids(11), prompt_ids(6, seed=1))
 
 
 def test_multi_block_edit_passes_are_full_forwards(llada: LoadedModel) -> None:

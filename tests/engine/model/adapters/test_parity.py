@@ -85,21 +85,18 @@ def test_llada2_logits_match_the_published_forward(llada2: Built, n: int) -> Non
     assert max_diff(adapter_logits(lm, ids, allowed), want) <= ATOL
 
 
-@pytest.mark.parametrize("writer", [write_llada, write_llada_variant])
-def test_llada_logits_match_the_published_forward(tmp_path_factory: pytest.TempPathFactory, writer: Writer) -> None:
+@pytest.mark.parametrize(("writer", "reference", "seed"), [
+    (write_llada, ref.llada_logits, 7), (write_llada_variant, ref.llada_logits, 7),
+    (write_dream, ref.dream_logits, 8), (write_dream_variant, ref.dream_logits, 8),
+])
+def test_llada_and_dream_logits_match_the_published_forward(tmp_path_factory: pytest.TempPathFactory, writer: Writer,
+                                                            reference: Callable[..., Tensor], seed: int) -> None:
     lm, cfg, state = build(tmp_path_factory, writer)
-    ids = prompt_ids(19, seed=7)
-    want = ref.llada_logits(cfg, state, ids)
-    assert want.shape[-1] == cfg["embedding_size"]
-    assert max_diff(adapter_logits(lm, ids, None), want) <= ATOL
-
-
-@pytest.mark.parametrize("writer", [write_dream, write_dream_variant])
-def test_dream_logits_match_the_published_forward(tmp_path_factory: pytest.TempPathFactory, writer: Writer) -> None:
-    lm, cfg, state = build(tmp_path_factory, writer)
-    ids = prompt_ids(19, seed=8)
-    want = ref.dream_logits(cfg, state, ids)
-    assert lm.config.shift_logits  # the raw rows compared here are the AR-convention logits
+    ids = prompt_ids(19, seed=seed)
+    want = reference(cfg, state, ids)
+    assert want.shape[-1] == cfg.get("embedding_size", cfg["vocab_size"])  # LLaDA's rows: the padded embedding
+    # Dream's raw rows compared here are the AR-convention logits
+    assert lm.config.shift_logits == (reference is ref.dream_logits)
     assert max_diff(adapter_logits(lm, ids, None), want) <= ATOL
 
 

@@ -133,6 +133,14 @@ def _save(out: Path, cfg: dict, shapes: dict[str, tuple[int, ...]], seed: int, s
     return out
 
 
+def _write(out: Path, family: str, cfg: dict, seed: int, shards: int = 1) -> Path:
+    """A checkpoint of `family` with config `cfg`: random weights (`seed`) in `shards` files and the
+    tiny tokenizer (the mask token has a role of its own in LLaDA2's)."""
+    _save(out, cfg, checkpoint_shapes(family, cfg), seed, shards)
+    _tokenizer(out, mask_role=family == "llada2")
+    return out
+
+
 def llada2_config(**keys: Any) -> dict[str, Any]:
     """`write_llada2`'s config.json keys (LLaDA2.0-mini's, sizes shrunk) with `keys` replaced."""
     D, H, KV, HD, L, FF, E, MI = 32, 4, 2, 16, 3, 64, 8, 16
@@ -151,9 +159,7 @@ def llada2_config(**keys: Any) -> dict[str, Any]:
 
 def write_llada2(out: Path, seed: int = 0, shards: int = 2) -> Path:
     cfg = llada2_config(output_router_logits=False, dtype="bfloat16")
-    _save(out, cfg, checkpoint_shapes("llada2", cfg), seed, shards)
-    _tokenizer(out, mask_role=True)
-    return out
+    return _write(out, "llada2", cfg, seed, shards)
 
 
 def llada_config(**keys: Any) -> dict[str, Any]:
@@ -172,9 +178,7 @@ def llada_config(**keys: Any) -> dict[str, Any]:
 
 def write_llada(out: Path, seed: int = 1) -> Path:
     cfg = llada_config()
-    _save(out, cfg, checkpoint_shapes("llada", cfg), seed)
-    _tokenizer(out, mask_role=False)
-    return out
+    return _write(out, "llada", cfg, seed)
 
 
 def dream_config(**keys: Any) -> dict[str, Any]:
@@ -191,9 +195,7 @@ def dream_config(**keys: Any) -> dict[str, Any]:
 
 def write_dream(out: Path, seed: int = 2) -> Path:
     cfg = dream_config()
-    _save(out, cfg, checkpoint_shapes("dream", cfg), seed)
-    _tokenizer(out, mask_role=False)
-    return out
+    return _write(out, "dream", cfg, seed)
 
 
 def prompt_ids(n: int, seed: int = 0) -> list[int]:
@@ -280,9 +282,7 @@ def write_llada2_variant(out: Path, seed: int = 3) -> Path:
         use_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=True, rope_theta=10000.0, num_experts=12,
         num_shared_experts=2, num_experts_per_tok=3, n_group=3, topk_group=1, routed_scaling_factor=1.7,
         moe_intermediate_size=8, first_k_dense_replace=2)
-    _save(out, cfg, checkpoint_shapes("llada2", cfg), seed)
-    _tokenizer(out, mask_role=True)
-    return out
+    return _write(out, "llada2", cfg, seed)
 
 
 def write_llada_variant(out: Path, seed: int = 4) -> Path:
@@ -291,17 +291,13 @@ def write_llada_variant(out: Path, seed: int = 4) -> Path:
     cfg = llada_config(
         d_model=48, embedding_size=128, include_qkv_bias=True, mlp_hidden_size=40, n_heads=6, n_kv_heads=2,
         rope_theta=10000.0, scale_logits=True, weight_tying=True, input_emb_norm=True, block_group_size=1)
-    _save(out, cfg, checkpoint_shapes("llada", cfg), seed)
-    _tokenizer(out, mask_role=False)
-    return out
+    return _write(out, "llada", cfg, seed)
 
 
 def write_dream_variant(out: Path, seed: int = 5) -> Path:
     """Dream with a tied head and one key/value head for four query heads."""
     cfg = dream_config(num_key_value_heads=1, intermediate_size=48, rope_theta=10000.0, tie_word_embeddings=True)
-    _save(out, cfg, checkpoint_shapes("dream", cfg), seed)
-    _tokenizer(out, mask_role=False)
-    return out
+    return _write(out, "dream", cfg, seed)
 
 
 def never_predict_mask(out: Path) -> Path:

@@ -28,6 +28,7 @@ from tests.engine.model.adapters.tiny_ckpts import (
     VOCAB,
     _save,
     checkpoint_shapes,
+    llada2_config,
     write_code_tokenizer,
 )
 
@@ -39,19 +40,14 @@ CAPACITY, ROUTING_BLOCK, EXPERTS, TOP_K = 48, 32, 256, 8
 def llada22_config(vocab: int = VOCAB, delete: int = DELETE, split: int = SPLIT, d: int = 32, heads: int = 4,
                    kv: int = 2, head_dim: int = 16, layers: int = 3,
                    ff: int = 64, moe_ff: int = 8) -> dict:
-    return {
-        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe", "vocab_size": vocab,
-        "hidden_size": d, "intermediate_size": ff, "num_hidden_layers": layers, "num_attention_heads": heads,
-        "num_key_value_heads": kv, "head_dim": head_dim, "hidden_act": "silu", "use_qkv_bias": False,
-        "use_qk_norm": True, "use_bias": False, "norm_head": False, "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": False, "max_position_embeddings": 131072, "rope_theta": 3000000.0,
-        "rope_scaling": None, "partial_rotary_factor": 0.5, "num_experts": EXPERTS, "num_shared_experts": 1,
-        "num_experts_per_tok": TOP_K, "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5,
-        "moe_intermediate_size": moe_ff, "first_k_dense_replace": 1, "score_function": "sigmoid",
-        "norm_topk_prob": True, "moe_router_enable_expert_bias": True, "pad_token_id": PAD,
-        "expert_capacity": CAPACITY, "block_size": ROUTING_BLOCK,
-        "delete_token_id": delete, "split_token_id": split, "output_router_logits": False, "dtype": "bfloat16",
-    }
+    """LLaDA2.0's keys (`llada2_config`) with LLaDA2.2's published values, its block routing and
+    its edit tokens, sizes shrunk."""
+    return llada2_config(
+        vocab_size=vocab, hidden_size=d, intermediate_size=ff, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv, head_dim=head_dim, max_position_embeddings=131072, rope_theta=3000000.0,
+        num_experts=EXPERTS, num_experts_per_tok=TOP_K, n_group=8, topk_group=4, moe_intermediate_size=moe_ff,
+        expert_capacity=CAPACITY, block_size=ROUTING_BLOCK,
+        delete_token_id=delete, split_token_id=split, output_router_logits=False, dtype="bfloat16")
 
 
 def write_llada22(out: Path, seed: int = 7, **shape: int) -> Path:
