@@ -15,8 +15,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from engine.api import EngineEvent  # noqa: E402
+from engine.api import CompletionRequest, EngineEvent  # noqa: E402
 from llada_lsp import cli  # noqa: E402
+from llada_lsp.engines.engine_base import J  # noqa: E402
 from llada_lsp.engines.engine_client import EngineJob, InProcessEngine  # noqa: E402
 from llada_lsp.lsp import server
 
@@ -32,21 +33,37 @@ def corrupt(text: str) -> str:
     return text
 
 
+class DraftJob(EngineJob):
+    """A completion's job (not a re-mask's): its events reach the server corrupted."""
+
+
 class CorruptingEngine(InProcessEngine):
-    def _run(self, op: str, job: EngineJob, spans: Any) -> None:
-        if op == "complete":
-            push = job.push
+    """Every event of a `submit`ted job has its text corrupted on its way to the server; a
+    `remask` job's events pass as they are. `new_job` is called on the event loop inside
+    `submit` / `remask`, before the job reaches the engine's thread, so the job's type is
+    fixed before any event of it exists."""
 
-            def corrupted(ev: EngineEvent) -> None:
-                push(dataclasses.replace(ev, text=corrupt(ev.text), edits=()))
+    drafting = False
 
-            job.push = corrupted  # type: ignore[method-assign]
-        super()._run(op, job, spans)
+    def submit(self, request: CompletionRequest) -> EngineJob:
+        self.drafting = True
+        try:
+            return super().submit(request)
+        finally:
+            self.drafting = False
+
+    def new_job(self, request: CompletionRequest, job_type: type[J], **fields: Any) -> J:
+        return super().new_job(request, DraftJob if self.drafting else job_type, **fields)  # type: ignore[arg-type]
+
+    def deliver(self, job: EngineJob, ev: EngineEvent) -> None:
+        if isinstance(job, DraftJob):
+            ev = dataclasses.replace(ev, text=corrupt(ev.text), edits=())
+        super().deliver(job, ev)
 
 
 def factory(location: str, *, model_dir: str | None, mode: str, device: str,
-            token: str | None = None) -> CorruptingEngine:
-    return CorruptingEngine(model_dir, mode=mode, device=device)
+            token: str | None = None, **_: Any) -> CorruptingEngine:
+    return CorruptingEngine(model_dir, device=device)
 
 
 if __name__ == "__main__":
