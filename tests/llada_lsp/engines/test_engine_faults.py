@@ -198,6 +198,8 @@ async def test_url_daemon_killed_then_back_is_reported_once_each(tmp_path: Path)
                 assert res is None or not res.items
             procs.append(start_daemon(tmp_path / "d", port)[0])
             await poll(lambda: states(client)[-1] == "ready", 30)
+            # the message follows the status notification on the wire: wait for it too
+            await poll(lambda: bool(shown(client, "is back")), 10)
             assert len(shown(client, "unavailable")) == 1, [m.message for m in client.messages]
             assert len(shown(client, "is back")) == 1
             info2 = await debug_info(client)
