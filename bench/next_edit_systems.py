@@ -54,9 +54,10 @@ def server_pipeline(t: Task, fill: Callable[[list[Any]], list[tuple[str, float]]
                                                    for site, (text, conf) in zip(masked, fills, strict=True)])
     index, errors = LineIndex.of(t.new), count_errors(new_tree.root_node)
     out = ew.keep(t.lang, t.new, index, found, (t.line, t.line), errors, new_tree, holders)
-    kept_holders = ew.keep(t.lang, t.new, index, list(holders.values()), (t.line, t.line), errors, new_tree)
-    return Answer(out, (time.perf_counter() - t0) * 1000, (t1 - t0) * 1000, a.kind, fill_ms,
-                  {(p.start, p.end): p for p in kept_holders})
+    ms = (time.perf_counter() - t0) * 1000  # what the server does; the rest is the bench's scoring
+    kept_holders = [p for p in out if p.source == "placeholder"] if fill is None else \
+        ew.keep(t.lang, t.new, index, list(holders.values()), (t.line, t.line), errors, new_tree)
+    return Answer(out, ms, (t1 - t0) * 1000, a.kind, fill_ms, {(p.start, p.end): p for p in kept_holders})
 
 
 def textual(t: Task) -> Answer:

@@ -16,7 +16,7 @@ from typing import Any
 import tree_sitter_python
 from tree_sitter import Language, Node, Parser
 
-from bench.next_edit_written import text_of, walk, written_tasks
+from bench.next_edit_written import apply, spans, text_of, walk, written_tasks
 from bench.tasks import parses
 from engine.train.corpus import heldout_files, read_text
 
@@ -251,10 +251,10 @@ def param_task(kind: str, key: str, text: str, rng: random.Random) -> Task | Non
                       "(" + ", ".join(names) + ")")]
             edits += [(c.start_byte, c.end_byte, _args_text(c, args_of[c.id][:i] + args_of[c.id][i + 1:]),
                        _args_text(c, args_of[c.id])) for c in calls]
-            old = _apply(text, [(a, b, o) for a, b, o, _ in edits])
-            new = _apply(text, [(a, b, o) if a != plist.start_byte else (a, b, n) for a, b, o, n in edits])
+            old = apply(text, [(a, b, o) for a, b, o, _ in edits])
+            new = apply(text, [(a, b, o) if a != plist.start_byte else (a, b, n) for a, b, o, n in edits])
             truth_after = [n for a, _b, _o, n in edits if a != plist.start_byte]
-            spans = _spans(new, [(a, b, o) if a != plist.start_byte else (a, b, n) for a, b, o, n in edits],
+            spans = _spans([(a, b, o) if a != plist.start_byte else (a, b, n) for a, b, o, n in edits],
                            plist.start_byte)
             truth = [Truth(s, e, t) for (s, e), t in zip(spans, truth_after, strict=True)]
             line = old.count("\n", 0, plist.start_byte)
@@ -268,30 +268,19 @@ def param_task(kind: str, key: str, text: str, rng: random.Random) -> Task | Non
             perm[i], perm[j] = perm[j], perm[i]
             new_names = [names[k] for k in perm]
             want = {c.id: [args_of[c.id][k] for k in perm] for c in calls}
-        new = _apply(text, [(plist.start_byte, plist.end_byte, "(" + ", ".join(new_names) + ")")])
+        new = apply(text, [(plist.start_byte, plist.end_byte, "(" + ", ".join(new_names) + ")")])
         moves = [(plist.start_byte, plist.end_byte, "(" + ", ".join(new_names) + ")")] + \
             [(c.start_byte, c.end_byte, text_of(c)) for c in calls]
-        spans = _spans(new, moves, plist.start_byte)
+        spans = _spans(moves, plist.start_byte)
         truth = [Truth(s, e, _args_text(c, want[c.id])) for (s, e), c in zip(spans, calls, strict=True)]
         return Task(kind, key, text, new, text.count("\n", 0, plist.start_byte), truth, fname=fname,
                     param=names[i], index=i)
     return None
 
 
-def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:
-    for a, b, t in sorted(edits, reverse=True):
-        text = text[:a] + t + text[b:]
-    return text
-
-
-def _spans(after: str, edits: list[tuple[int, int, str]], skip: int) -> list[tuple[int, int]]:
-    """Where each edit's text lies in `after` (the def's edit at `skip` left out)."""
-    out, shift = [], 0
-    for a, b, t in sorted(edits):
-        if a != skip:
-            out.append((a + shift, a + shift + len(t)))
-        shift += len(t) - (b - a)
-    return out
+def _spans(edits: list[tuple[int, int, str]], skip: int) -> list[tuple[int, int]]:
+    """Where each edit's text lies once all are applied (the def's edit at `skip` left out)."""
+    return [sp for sp, e in zip(spans(edits), sorted(edits), strict=True) if e[0] != skip]
 
 
 def noise_task(key: str, text: str, rng: random.Random) -> Task | None:

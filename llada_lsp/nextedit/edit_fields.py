@@ -54,14 +54,15 @@ def field_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_t
     name_node = nrec.child_by_field_name("name") if nrec is not None else None
     if nrec is None or name_node is None:
         return None
+    nf = _fields(lang, nt, nrec)  # None for a class that is no record: before any file scan
+    if nf is None:
+        return None
     # the same record before the edit (the changed stretch may start just past its old end)
     olds = [n.parent for n in word_nodes(ot, old_tree.root_node, nt.of(name_node))
             if n.parent is not None and n.parent.type == kind and is_field(n, "name")]
     orec = min(olds, key=lambda n: abs(n.start_byte - nrec.start_byte), default=None)
-    if orec is None:
-        return None
-    nf, of_ = _fields(lang, nt, nrec), _fields(lang, ot, orec)
-    if nf is None or of_ is None:
+    of_ = _fields(lang, ot, orec) if orec is not None else None
+    if of_ is None:
         return None
     nn, on = [f for f, _ in nf[0]], [f for f, _ in of_[0]]
     if len(nn) != len(on) + 1 or [x for x in nn if x in on] != on:
@@ -171,9 +172,7 @@ def _literals(lang: Lang, t: Text, tree: ts.Tree, name: str) -> list[ts.Node]:
 
 
 def _impl_type(t: Text, n: ts.Node) -> str:
-    p = n.parent
-    while p is not None and p.type != "impl_item":
-        p = p.parent
+    p = ancestor(n, frozenset({"impl_item"}))
     ty = p.child_by_field_name("type") if p is not None else None
     return t.of(ty) if ty is not None else ""
 

@@ -191,11 +191,11 @@ def _kw_name(t: Text, kw: ts.Node) -> str:
     return t.of(n) if n is not None else ""
 
 
-def insert_arg(t: Text, args: ts.Node, i: int, n_old: int, name: str, kw: bool, kw_only: bool = False,
-               label: str = "") -> Site | None:
+def insert_arg(t: Text, args: ts.Node, i: int, n_old: int, name: str, kw: bool, kw_only: bool = False
+               ) -> Site | None:
     """The insertion of argument `i` (of `n_old` before it) named `name`: positional where the
     call passes the arguments before it positionally, else (`kw`: Python) `name=` after the
-    last argument. `label` comes before the placeholder in the positional form too."""
+    last argument."""
     got = _split(args)
     if got is None:
         return None
@@ -206,13 +206,13 @@ def insert_arg(t: Text, args: ts.Node, i: int, n_old: int, name: str, kw: bool, 
         return None  # already given
     if not kw_only and i < len(pos):
         at = t.char(pos[i].start_byte)
-        return Site(at, at, None, label, ", ", name)
+        return Site(at, at, None, "", ", ", name)
     if not kw_only and i == len(pos) and pos and not kws:
         at = t.char(pos[-1].end_byte)
-        return Site(at, at, None, ", " + label, "", name)
+        return Site(at, at, None, ", ", "", name)
     if not kw_only and i == len(pos) == 0 and not kws:
         at = t.char(args.start_byte) + 1
-        return Site(at, at, None, label, "", name)
+        return Site(at, at, None, "", "", name)
     if not kw:
         return None
     items = pos + kws
