@@ -20,10 +20,12 @@ from lsprotocol import types as t
 from pygls.lsp.client import LanguageClient
 
 from engine.api import TextEdit, apply_edits
+from engine.daemon import child
 from llada_lsp import __version__
 from llada_lsp.text.positions import Encoding, LineIndex
 
-SERVER = (sys.executable, "-m", "llada_lsp")  # the server of this checkout, over stdio
+# the server of this checkout, over stdio; isolated from the current directory (child.FLAGS)
+SERVER = tuple(child.python_command("llada_lsp"))
 T = TypeVar("T")
 
 
@@ -115,8 +117,9 @@ def capabilities(encodings: Sequence[str] = ("utf-16",), *, progress: bool = Fal
 
 def server_command(script: str | None = None, *python_args: str) -> list[str]:
     """The command that starts the server: this checkout's (`SERVER`), or `script` run by this
-    Python; `python_args` go to the interpreter (e.g. `-m cProfile -o out`)."""
-    return [sys.executable, *python_args, *([script] if script else SERVER[1:])]
+    Python; `python_args` go to the interpreter (e.g. `-m cProfile -o out`), after the
+    isolation flags."""
+    return [sys.executable, *child.FLAGS, *python_args, *([script] if script else ["-m", "llada_lsp"])]
 
 class LladaClient(Recorder):
     """A pygls client with the session steps."""
@@ -127,12 +130,15 @@ class LladaClient(Recorder):
 
     async def start(self, init: dict[str, Any], command: Sequence[str] = SERVER,
                     env: dict[str, str] | None = None, caps: t.ClientCapabilities | None = None,
-                    timeout: float = 300.0, transient_errors: bool = False, root_uri: str | None = None) -> None:
+                    timeout: float = 300.0, transient_errors: bool = False, root_uri: str | None = None,
+                    cwd: str | None = None) -> None:
         """Start the server (`command`), initialize it with `init` (initializationOptions)
         and wait for its engine; RuntimeError when the engine fails (`transient_errors`: wait
         past failures for "ready", as while a daemon is being started). `root_uri`: the
-        workspace folder (workspace context indexes it)."""
-        await self.start_io(*command, env=env)
+        workspace folder (workspace context indexes it). `env` (default: this process's) gets
+        `child.python_env`'s safe PYTHONPATH; `cwd`: where the server runs (an editor: the
+        workspace)."""
+        await self.start_io(*command, env=child.python_env(env), cwd=cwd)
         server = getattr(self, "_server", None)
         self.server_pid = server.pid if server is not None else 0
         self.init_result = await self.initialize_async(t.InitializeParams(

@@ -21,12 +21,12 @@ import secrets
 import signal
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.daemon import child
 from engine.model import model_path
 
 RUNTIME_NAME = "engine.json"
@@ -233,16 +233,19 @@ def ensure_daemon(model: str | None = None, mode: str | None = None, device: str
         if info is not None:
             return info
         read_token(d / TOKEN_NAME, create=True)
-        cmd = [sys.executable, "-m", "engine.daemon.cli", "serve", "--port", "0", "--token-file", str(d / TOKEN_NAME)]
+        cmd = child.python_command("engine.daemon.cli", "serve", "--port", "0", "--token-file", str(d / TOKEN_NAME))
+        if model and Path(model).expanduser().is_dir():
+            model = str(Path(model).expanduser().resolve())  # the daemon runs in the runtime dir
         for flag, value in (("--model", model), ("--mode", mode), ("--device", device)):
             if value:
                 cmd += [flag, value]
         cmd += list(extra_args)
-        env = dict(os.environ, LLADA_RUNTIME_DIR=str(d), HF_HUB_OFFLINE="1")
+        # isolated from the current directory (often the workspace: its `engine/` must not run)
+        env = child.python_env(LLADA_RUNTIME_DIR=str(d), HF_HUB_OFFLINE="1")
         log = d / LOG_NAME
         with os.fdopen(open_private_log(log), "ab") as fh:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True, close_fds=True)
+                                    env=env, cwd=d, start_new_session=True, close_fds=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
