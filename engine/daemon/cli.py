@@ -288,8 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from engine.daemon.runtime import DaemonError
+
     args = build_parser().parse_args(argv)
-    return int(args.fn(args))
+    try:
+        return int(args.fn(args))
+    except DaemonError as e:  # a runtime dir that cannot be used, a daemon that cannot be reached
+        print(f"llada-engine: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,16 +42,19 @@ def held(directory: Path) -> str | None:
     unreadable hold is removed."""
     path = _hold_file(directory)
     try:
-        until = json.loads(path.read_text()).get("until")
+        raw = json.loads(path.read_text()).get("until")
+        until = None if raw is None else float(raw)  # a hold of any other shape is unreadable
+        if until is not None and not math.isfinite(until):
+            raise ValueError(f"hold until {until}")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError):
         release_hold(directory)
         return None
     if until is None:
         return ("the engine daemon was stopped with `llada-engine stop`; it stays stopped until "
                 "restarted (:LladaRestart in Neovim, or `llada-engine serve`)")
-    left = float(until) - time.time()
+    left = until - time.time()
     if left <= 0:
         release_hold(directory)
         return None

@@ -65,10 +65,14 @@ def secure_dir(d: Path) -> Path:
     """Create `d` (mode 0700) or check an existing one: owned by this user (else DaemonError:
     another user could plant a runtime file that sends our token to their daemon) and closed
     to group and others (made 0700 if not)."""
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = d.stat()
-    if not stat.S_ISDIR(st.st_mode):
-        raise DaemonError(f"the runtime dir {d} is not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = d.stat()
+    except (FileExistsError, NotADirectoryError):
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        raise DaemonError(f"the runtime dir {d} is not a directory (a file is in its place): move that "
+                          "file away, or set LLADA_RUNTIME_DIR to a directory of yours")
     if st.st_uid != os.getuid():
         raise DaemonError(f"the runtime dir {d} belongs to uid {st.st_uid}, not to this user "
                           f"({os.getuid()}): refusing to use it (set LLADA_RUNTIME_DIR to a directory of yours)")

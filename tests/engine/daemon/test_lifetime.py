@@ -70,6 +70,30 @@ def test_hold_file(tmp_path: Path) -> None:
     assert lifetime.held(tmp_path) is None
 
 
+@pytest.mark.parametrize("until", ['"soon"', "[1]", "{}", "NaN", "Infinity", '"1e999"'])
+def test_a_hold_of_the_wrong_shape_is_unreadable_and_removed(tmp_path: Path, until: str) -> None:
+    """The hold time is converted inside the error handling: a bad one never raises."""
+    (tmp_path / lifetime.HOLD_NAME).write_text(f'{{"until": {until}}}')
+    assert lifetime.held(tmp_path) is None
+    assert not (tmp_path / lifetime.HOLD_NAME).exists()
+
+
+def test_a_file_at_the_runtime_dir_gives_a_clear_error(tmp_path: Path) -> None:
+    """A regular file where the runtime dir goes: DaemonError saying so (not FileExistsError),
+    from the library and from `llada-engine`, and the file is left as it was."""
+    blocker = tmp_path / "run"
+    blocker.write_text("mine\n")
+    for d in (blocker, blocker / "below"):
+        with pytest.raises(runtime.DaemonError, match="is not a directory"):
+            runtime.secure_dir(d)
+    for args in (["status"], ["stop"]):
+        out = subprocess.run([sys.executable, "-m", "engine.daemon.cli", *args], cwd=ROOT,
+                             env=child_env(blocker), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert f"the runtime dir {blocker} is not a directory" in out.stderr
+    assert blocker.read_text() == "mine\n"
+
+
 def test_stop_holds_until_an_explicit_start(tiny_model_dir: Path, tmp_path: Path) -> None:
     """After `llada-engine stop`, ensure_daemon (an editor's auto-start) refuses with the
     reason and starts nothing; an explicit start (an editor's restart) starts it and ends the
