@@ -14,6 +14,10 @@ from pygls.protocol import LanguageServerProtocol, lsp_method
 from llada_lsp.lsp.stdio import Lifecycle
 from llada_lsp.nextedit.next_edit import METHOD as NEXT_EDIT
 
+DID_SHOW = "textDocument/didShowCompletion"
+DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
+
+
 # When the message being handled arrived (handlers run in a copy of the context): a
 # completion's overhead is counted from here, so it includes the event loop's queueing.
 ARRIVAL: ContextVar[float | None] = ContextVar("llada_arrival", default=None)
@@ -22,6 +26,10 @@ ARRIVAL: ContextVar[float | None] = ContextVar("llada_arrival", default=None)
 class LladaProtocol(LanguageServerProtocol):
     """Negotiates UTF-8 positions whenever the client offers them (else UTF-16); enforces
     the lifecycle (`Lifecycle` in llada_lsp/lsp/stdio.py); keeps no copy of the documents (the store does)."""
+
+    # the notifications among the methods lsprotocol does not know (LSP 3.18's): one sent
+    # with an id is refused (stdio.is_notification_method)
+    notifications: frozenset[str] = frozenset({DID_SHOW, DID_PARTIALLY_ACCEPT})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

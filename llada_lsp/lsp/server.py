@@ -24,7 +24,7 @@ from llada_lsp.completion.reporting import EngineStatus
 from llada_lsp.engines.engine_client import EngineClient, make_engine
 from llada_lsp.lsp.limits import LimitError, folder_uris, next_edit_params
 from llada_lsp.lsp.options import Options, OptionsError, parse_options, workspace_settings
-from llada_lsp.lsp.protocol import ARRIVAL, LladaProtocol
+from llada_lsp.lsp.protocol import ARRIVAL, DID_PARTIALLY_ACCEPT, DID_SHOW, LladaProtocol
 from llada_lsp.nextedit.next_edit import METHOD as NEXT_EDIT
 from llada_lsp.nextedit.next_edit import NextEditParamsError, NextEditService, parse_params
 from llada_lsp.text.documents import DocumentError, DocumentStore
@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 
 ACCEPT_COMMAND = "llada.acceptCompletion"
 START_ENGINE_COMMAND = "llada.startEngine"
-DID_SHOW = "textDocument/didShowCompletion"
-DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
 
 
 class LladaServer(LanguageServer):

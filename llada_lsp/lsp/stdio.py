@@ -14,7 +14,8 @@ request object (a batch, a non-string method, a boolean id) an Invalid Request (
 request whose params do not match the method's types gets Invalid Params (-32602) naming the
 fields, with its id (pygls logs these and never answers, so the client waits forever); a
 custom method's params may be left out (they are then `{}`); a notification with bad params
-is logged and dropped; a Content-Length over `MAX_FRAME` is refused. A wrong Content-Length
+is logged and dropped; a notification's method sent with an id (a request, for JSON-RPC) is
+not handled and gets Method not found (-32601: the method is not available as a request); a Content-Length over `MAX_FRAME` is refused. A wrong Content-Length
 or a damaged header is resynchronised at the next header (llada_lsp/lsp/framing.py): bytes
 outside any frame are logged and answered with one Parse error, and a body whose JSON value
 is followed by the start of a header is handled and the rest read again.
@@ -34,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+import attrs
 from cattrs import transform_error
 from cattrs.errors import ClassValidationError
 from cattrs.v import format_exception
@@ -43,6 +45,7 @@ from pygls.exceptions import (
     JsonRpcInternalError,
     JsonRpcInvalidParams,
     JsonRpcInvalidRequest,
+    JsonRpcMethodNotFound,
     JsonRpcParseError,
     JsonRpcServerNotInitialized,
 )
@@ -193,6 +196,11 @@ def handle(protocol: Any, data: Any, on_error: Callable[..., Any] | None = None)
     if method is not None and data.get("params") is None and \
             protocol.get_message_type(method) is None:
         data["params"] = {}  # a custom method's params may be left out (JSON-RPC)
+    if is_request and is_notification_method(protocol, method):
+        reply_error(protocol, msg_id, JsonRpcMethodNotFound(
+            f"Method not found: {method} is a notification, sent without an id; this request "
+            "was not handled"))
+        return
     if method == "$/cancelRequest" and _request_id(data.get("params")) is None:
         why = "Invalid params for $/cancelRequest: params.id must be an integer or a string"
         if is_request:
@@ -219,6 +227,15 @@ def handle(protocol: Any, data: Any, on_error: Callable[..., Any] | None = None)
             reply_error(protocol, msg_id, JsonRpcInternalError(f"Internal error handling {method}: {e}"))
         if on_error is not None:
             on_error(e, JsonRpcException)
+
+
+def is_notification_method(protocol: Any, method: str) -> bool:
+    """`method` is one the protocol knows only as a notification: an LSP one whose message
+    type has no id, or one of the protocol's own `notifications` (custom methods)."""
+    kind = protocol.get_message_type(method)
+    if kind is None:
+        return method in getattr(protocol, "notifications", frozenset())
+    return attrs.has(kind) and "id" not in attrs.fields_dict(kind)
 
 
 def _decode(body: bytes) -> tuple[Any, bytes] | str:

@@ -89,3 +89,16 @@ async def test_after_shutdown_requests_are_invalid_and_exit_ends_cleanly(running
 async def test_exit_without_shutdown_ends_with_status_1(running: Raw) -> None:
     await running.write(msg(notification("exit")))
     assert await asyncio.wait_for(running.proc.wait(), 30) == 1
+
+
+@pytest.mark.parametrize("method", ["textDocument/didOpen", "initialized", "$/cancelRequest",
+                                    "textDocument/didShowCompletion", "exit"])
+async def test_a_notification_sent_with_an_id_is_method_not_found(running: Raw, method: str) -> None:
+    """JSON-RPC: a message with an id is a request; a method the server knows only as a
+    notification is not available as one (-32601), and the message is not handled."""
+    params = OPEN["params"] if method == "textDocument/didOpen" else {"id": 1} if method == "$/cancelRequest" else {}
+    await running.write(msg(request(7, method, params)))
+    a = await running.answer(7)
+    assert a["error"]["code"] == -32601 and f"{method} is a notification" in a["error"]["message"], a
+    await running.write(msg(request(8, "llada/debugInfo", {})))
+    assert (await running.answer(8))["result"]["documents"] == 0  # the didOpen was not handled
