@@ -196,7 +196,7 @@ def handle(protocol: Any, data: Any, on_error: Callable[..., Any] | None = None)
     if method is not None and data.get("params") is None and \
             protocol.get_message_type(method) is None:
         data["params"] = {}  # a custom method's params may be left out (JSON-RPC)
-    if is_request and is_notification_method(protocol, method):
+    if is_request and is_notification_method(protocol, str(method)):
         reply_error(protocol, msg_id, JsonRpcMethodNotFound(
             f"Method not found: {method} is a notification, sent without an id; this request "
             "was not handled"))
