@@ -30,9 +30,11 @@ class HttpError(Exception):
     """A request failed: `status` is the HTTP status the server answered (None when it could
     not be reached, timed out or broke the connection), `body` what it said."""
 
-    def __init__(self, message: str, status: int | None = None, body: bytes = b"", url: str = "") -> None:
+    def __init__(self, message: str, status: int | None = None, body: bytes = b"", url: str = "",
+                 cut: bool = False) -> None:
         super().__init__(message)
         self.status, self.body, self.url = status, body, url
+        self.cut = cut  # the server answered, then closed the connection before the body's end
 
     @property
     def unreachable(self) -> bool:
@@ -84,9 +86,15 @@ class Response:
         except TimeoutError as e:
             self.close()
             raise HttpError(f"{self.url}: no data within {self._read_timeout:g} s", url=self.url) from e
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+        except asyncio.IncompleteReadError as e:
             self.close()
-            raise HttpError(f"{self.url}: the connection broke: {e or type(e).__name__}", url=self.url) from e
+            raise HttpError(f"{self.url}: the server closed the connection before the end of its answer "
+                            "(the stream was cut short)", url=self.url, cut=True) from e
+        except (OSError, asyncio.LimitOverrunError) as e:
+            self.close()
+            why = getattr(e, "strerror", None) or type(e).__name__
+            raise HttpError(f"{self.url}: the connection broke before the end of the answer ({why})",
+                            url=self.url, cut=True) from e
 
     def _bad(self, what: str) -> HttpError:
         self.close()
@@ -203,9 +211,13 @@ async def request(url: str, method: str, path: str, body: Any = None, *, connect
     except TimeoutError as e:
         writer.transport.abort()
         raise HttpError(f"{full}: no answer within {read_timeout:g} s", url=full) from e
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+    except asyncio.IncompleteReadError as e:
         writer.transport.abort()
-        raise HttpError(f"{full}: the connection broke: {e or type(e).__name__}", url=full) from e
+        raise HttpError(f"{full}: the server closed the connection without answering", url=full) from e
+    except (OSError, asyncio.LimitOverrunError) as e:
+        writer.transport.abort()
+        why = getattr(e, "strerror", None) or type(e).__name__
+        raise HttpError(f"{full}: the connection broke before an answer ({why})", url=full) from e
     if len(raw) > MAX_HEADER_BYTES:
         writer.transport.abort()
         raise HttpError(f"{full}: headers too large", url=full)

@@ -201,12 +201,8 @@ def handle(protocol: Any, data: Any, on_error: Callable[..., Any] | None = None)
             f"Method not found: {method} is a notification, sent without an id; this request "
             "was not handled"))
         return
-    if method == "$/cancelRequest" and _request_id(data.get("params")) is None:
-        why = "Invalid params for $/cancelRequest: params.id must be an integer or a string"
-        if is_request:
-            reply_error(protocol, msg_id, JsonRpcInvalidParams(why))
-        else:
-            log.error("dropped: %s", why)
+    if method == "$/cancelRequest" and _request_id(data.get("params")) is None:  # a notification here
+        log.error("dropped: invalid params for $/cancelRequest: params.id must be an integer or a string")
         return
     try:
         message = protocol.structure_message(data)
