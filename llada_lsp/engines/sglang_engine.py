@@ -14,7 +14,10 @@ server that has it (to every worker behind an `sglang-router`). Request ids are 
 What the protocol lacks is advertised in `info` (`llada_lsp.engines.capabilities`): block
 granularity, no edit events, no remask, one candidate, no next edits; token healing is off
 (prompts are built with heal=False). Server choice and recovery: `llada_lsp.engines.sglang_servers`.
-No torch here.
+A request that no server took (it could not connect, or HTTP 500/502/503/504 before any chunk:
+a router whose worker died, a busy server) is sent again, to another server of its preset or
+through the router again, `MAX_TRIES` times in all; what the editor hears names no worker URL
+(`ServerPool.redact`). No torch here.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ from llada_lsp.engines.sglang_servers import (
 
 log = logging.getLogger(__name__)
 
+MAX_TRIES = 3  # sends of one request that no server took (see the module docstring)
+RETRY_STATUSES = frozenset({500, 502, 503, 504})  # answered before any chunk: nothing ran; try again
+UNAVAILABLE = frozenset({502, 503, 504})  # these count towards marking the server lost (ServerPool.failed)
 FIRST_CHUNK_WAIT_S = 1.0  # a cancelled stream waits this long for the chunk that proves the rid is known
 BuilderFactory = Callable[[Path, int], PromptBuilder]
 
@@ -82,7 +88,7 @@ class SglangEngineClient(EngineClient):
         self._serial = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
-        self.counters.update(aborts_sent=0, lost=0, http_errors=0, degraded=0)
+        self.counters.update(aborts_sent=0, lost=0, http_errors=0, degraded=0, retries=0)
         self.info = self._capabilities()
 
     def _capabilities(self) -> dict[str, Any]:
@@ -112,7 +118,7 @@ class SglangEngineClient(EngineClient):
             await asyncio.gather(*(self.pool.wait_up(s, lambda m: progress(m, 30)) for s in self.pool.servers))
         except ModelMismatch as e:
             await self.pool.close()
-            self.state, self.error = "error", str(e)
+            self.state, self.error = "error", self.pool.redact(str(e))
             return
         self._pool_changed()
         if self.ready:
@@ -152,6 +158,14 @@ class SglangEngineClient(EngineClient):
             return
         if status != 200 and not self.pool.streaming(server):
             self.pool.mark_lost(server, f"{server.url}{server.probe_path}: HTTP {status}")
+
+    def set_state(self, state: str, error: str | None = None, new_reason: bool = False) -> None:
+        if error is not None and self.pool is not None:
+            error = self.pool.redact(error)
+        super().set_state(state, error, new_reason)
+
+    def fail(self, job: EngineJob, error: str, text: str = "") -> None:
+        super().fail(job, self.pool.redact(error) if self.pool is not None else error, text)
 
     # -- requests -------------------------------------------------------------------------------
     def submit(self, request: CompletionRequest) -> EngineJob:
@@ -212,7 +226,6 @@ class SglangEngineClient(EngineClient):
             log.info("abort of %s at %s failed: %s", rid, url, e)
 
     async def _run(self, job: SglangJob) -> None:
-        server: Server | None = None
         try:
             if job.cancelled:
                 self.skip(job)
@@ -220,14 +233,29 @@ class SglangEngineClient(EngineClient):
             if self.builder is None or self.pool is None:
                 self.fail(job, f"the SGLang backend is not ready: {self.error or self.state}")
                 return
-            try:
-                server = self.pool.pick(job.completion.plan.preset)
-            except NoServer as e:
-                self.fail(job, str(e))
-                return
-            server.outstanding += 1
-            job.server = server
-            await self._send(job, server)
+            tried: list[Server] = []
+            why = ""
+            while len(tried) < MAX_TRIES:
+                try:
+                    server = self.pool.pick(job.completion.plan.preset, tried)
+                except NoServer as e:  # a retry found no other server: why the last one failed
+                    self.fail(job, why if tried and tried[-1].healthy else str(e))
+                    return
+                if tried:
+                    self.counters["retries"] += 1
+                server.outstanding += 1
+                job.server = server
+                try:
+                    why = await self._send(job, server, last=len(tried) + 1 == MAX_TRIES) or ""
+                finally:
+                    server.outstanding -= 1
+                if not why:
+                    return
+                if job.cancelled:
+                    self.end_cancelled(job)
+                    return
+                tried.append(server)
+            self.fail(job, why)
         except asyncio.CancelledError:
             if not job.cancelled:
                 raise
@@ -236,8 +264,6 @@ class SglangEngineClient(EngineClient):
             log.exception("SGLang request %s failed", job.rid)
             self.fail(job, f"the SGLang backend failed on this request: {e!r}"[:500])
         finally:
-            if server is not None:
-                server.outstanding -= 1
             job.phase = "ended"
             self.release(job)
             if job.response is not None:
@@ -255,27 +281,37 @@ class SglangEngineClient(EngineClient):
                                     "stop_token_ids": sorted(self.builder.end_ids)}}
         return body, layout.ids, tail
 
-    async def _send(self, job: SglangJob, server: Server) -> None:
+    async def _send(self, job: SglangJob, server: Server, last: bool) -> str | None:
+        """Send `job` to `server` and stream its answer. Returns why no server took it when it
+        may be sent again (not when `last`), else None (the job has ended or streams on)."""
         url = server.url
         body, prompt, tail = self._body(job)
-        self.start_job(job)
+        if not job.ran:
+            self.start_job(job)
         job.phase = "sending"
         try:
             resp = await http.request(url, "POST", "/generate", body, connect_timeout=self.cfg.connect_timeout_s,
                                       read_timeout=self.cfg.stream_read_timeout_s, accept="text/event-stream")
         except http.HttpError as e:
+            if e.unreachable and not job.cancelled and not last:
+                if self.pool is not None:
+                    self.pool.mark_lost(server, str(e))
+                return f"lost the SGLang server at {url}: {e}"
             self._failed(job, server, e)
-            return
+            return None
         job.response, job.phase = resp, "streaming"
         if resp.status != 200:
             raw = await resp.body()
             err = http.HttpError(f"HTTP {resp.status}", resp.status, raw, url)
             self.counters["http_errors"] += 1
             what = "is starting or overloaded" if resp.status == 503 else "refused the request"
-            self.fail(job, f"the SGLang server at {url} {what} (HTTP {resp.status}): {err.detail()}")
-            if resp.status == 503 and self.pool is not None:
-                self.pool.mark_lost(server, f"{url}: HTTP 503")
-            return
+            why = f"the SGLang server at {url} {what} (HTTP {resp.status}): {err.detail()}"
+            if resp.status in UNAVAILABLE and self.pool is not None:
+                self.pool.failed(server, f"{url}: HTTP {resp.status}")
+            if resp.status in RETRY_STATUSES and not last:
+                return why
+            self.fail(job, why)
+            return None
         try:
             await self._stream(job, resp, prompt, tail)
         except http.HttpError as e:
@@ -283,13 +319,22 @@ class SglangEngineClient(EngineClient):
         except BadChunk as e:
             if job.cancelled:
                 self.end_cancelled(job)
-                return
+                return None
             self.counters["http_errors"] += 1
             self.fail(job, f"the SGLang server at {url} sent a bad answer: {e}")
+        return None
 
     def _failed(self, job: SglangJob, server: Server, e: http.HttpError) -> None:
         if job.cancelled:
             self.end_cancelled(job)
+            return
+        if e.cut:  # it answered, then stopped: counted, and lost only if its probe fails too
+            if self.pool is not None:
+                self.pool.failed(server, f"{server.url}: a stream cut short")
+                self._spawn(self.check(server))
+            self.counters["http_errors"] += 1
+            self.fail(job, f"the SGLang server at {server.url} cut its answer short (the connection "
+                           "closed before the end of the stream); ask again")
             return
         if e.unreachable and self.pool is not None:
             self.pool.mark_lost(server, str(e))
@@ -313,7 +358,7 @@ class SglangEngineClient(EngineClient):
                 return
             job.seen_chunk = True
             if job.server is not None:
-                job.server.last_data_at = time.monotonic()
+                job.server.last_data_at, job.server.failures = time.monotonic(), 0  # it serves
             if job.cancelled:  # the rid is known now: its one abort
                 self._abort(job)
                 self.end_cancelled(job, text)
@@ -341,7 +386,8 @@ class SglangEngineClient(EngineClient):
         if job.cancelled:
             self.end_cancelled(job, text)
             return
-        self.fail(job, "the SGLang stream ended without a finish reason", text)
+        self.fail(job, "the SGLang server ended the stream before the answer was complete (no finish "
+                       "reason); ask again", text)
 
     def _reason(self, finish: dict[str, Any] | None, fired: bool, ids: list[int]) -> str:
         assert self.builder is not None

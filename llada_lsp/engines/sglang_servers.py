@@ -7,7 +7,11 @@ servers the one with the fewest outstanding requests takes the next. An `sglang-
 stands for its workers: requests go through the router, aborts to every worker it lists
 (the router has no `/abort_request` route). A server that cannot be reached is marked lost
 and probed again with backoff (`llada_lsp.engines.reconnect.backoff`) until it answers; the owner
-hears each change through `on_change`. No torch here.
+hears each change through `on_change`. A server that answers but fails requests (HTTP 502, 503,
+504, a stream cut short) is marked lost only after `LOST_AFTER` such failures in a row (any
+request it serves resets the count): one busy moment does not flap the state to lost and back.
+Messages name only the configured URLs: a router's workers are internal (`redact`). No torch
+here.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from engine.presets import DEFAULT_PRESET
 from llada_lsp.engines import http_client as http
@@ -31,6 +36,8 @@ from llada_lsp.engines.engine_base import EngineUnavailable
 log = logging.getLogger(__name__)
 
 FAMILIES = ("llada2", "llada")  # what SGLang serves that this client can prompt
+LOST_AFTER = 3  # failed requests in a row (502/503/504, a cut stream) before a server counts as lost
+_URL = re.compile(r"https?://[^\s\"'<>()\[\],]+")
 
 
 class ModelMismatch(EngineUnavailable):
@@ -120,6 +127,7 @@ class Server:
     retry: asyncio.Task[None] | None = None
     probe_path: str = ""  # the readiness route it answers (set by the first probe)
     last_data_at: float = -math.inf  # time.monotonic() of the last stream chunk read from it
+    failures: int = 0  # requests failed in a row (`ServerPool.failed`)
 
     @property
     def abort_targets(self) -> list[str]:
@@ -153,24 +161,41 @@ class ServerPool:
     def of(self, preset: str) -> list[Server]:
         return [s for s in self.servers if preset in s.presets]
 
-    def pick(self, preset: str | None) -> Server:
+    def pick(self, preset: str | None, tried: list[Server] | None = None) -> Server:
         """The healthy server of `preset` (else the default preset) with the fewest outstanding
-        requests; NoServer (saying why) when none is up."""
+        requests, not one of `tried` (a router may be tried again: it has other workers);
+        NoServer (saying why) when none is up."""
         name = preset if preset and self.of(preset) else self.cfg.default_preset
         candidates = self.of(name) or self.servers
-        up = [s for s in candidates if s.healthy]
+        up = [s for s in candidates if s.healthy and (s.router or s not in (tried or []))]
         if not up:
-            why = "; ".join(f"{s.url}: {s.lost or 'not started'}" for s in candidates)
+            why = "; ".join(f"{s.url}: {s.lost or ('failed this request' if s.healthy else 'not started')}"
+                            for s in candidates)
             raise NoServer(f"no SGLang server of preset {name!r} is reachable ({why}); retrying")
         return min(up, key=lambda s: s.outstanding)
+
+    def redact(self, text: str) -> str:
+        """`text` naming no URL but the configured ones: a worker's (a router's, or one a
+        server's message names) becomes "a worker"."""
+        mine = {urlsplit(s.url).netloc for s in self.servers}
+
+        def one(m: re.Match[str]) -> str:
+            url = m[0].rstrip(".:;")  # the sentence's punctuation after it
+            return m[0] if urlsplit(url).netloc in mine else "a worker" + m[0][len(url):]
+
+        text = _URL.sub(one, text)
+        for w in {urlsplit(w).netloc for s in self.servers for w in s.workers} - mine:
+            text = re.sub(rf"(?<![\w.:]){re.escape(w)}(?!\d)", "a worker", text)
+        return text
 
     def down_presets(self) -> list[str]:
         return [p for p in self.cfg.presets() if not any(s.healthy for s in self.of(p))]
 
     def status(self) -> list[dict[str, Any]]:
         return [{"url": s.url, "presets": s.presets, "router": s.router, "healthy": s.healthy,
-                 "lost": s.lost, "outstanding": s.outstanding, "model": s.served,
-                 **({"workers": s.workers} if s.router else {})} for s in self.servers]
+                 "lost": s.lost and self.redact(s.lost), "outstanding": s.outstanding,
+                 "model": self.redact(s.served), **({"workers": len(s.workers)} if s.router else {})}
+                for s in self.servers]
 
     # -- probing --------------------------------------------------------------------------
     # The readiness routes, cheapest first. A worker's `/ready` (0.5.23
@@ -255,6 +280,12 @@ class ServerPool:
             s.healthy, s.lost = True, None
             return
 
+    def failed(self, s: Server, reason: str) -> None:
+        """A request to `s` failed although it answered: lost at the `LOST_AFTER`th in a row."""
+        s.failures += 1
+        if s.failures >= LOST_AFTER:
+            self.mark_lost(s, f"{reason} ({s.failures} requests failed in a row)")
+
     def mark_lost(self, s: Server, reason: str) -> None:
         """`s` did not answer: down until a probe succeeds; the owner hears it once."""
         was = s.healthy
@@ -281,7 +312,7 @@ class ServerPool:
                     log.warning("probing %s failed: %r", s.url, e)
                     s.lost = f"{s.url}: {e!r}"[:500]
                     continue
-                s.healthy, s.lost = True, None
+                s.healthy, s.lost, s.failures = True, None, 0
                 log.warning("the SGLang server %s is back", s.url)
                 self.on_change()
                 return

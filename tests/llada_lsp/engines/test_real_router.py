@@ -64,6 +64,13 @@ async def until_ready(url: str, proc: asyncio.subprocess.Process, timeout: float
 
 @pytest_asyncio.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[str, Path, list[FakeSglang]]]:
+    async with router_cluster(tmp_path) as c:
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def router_cluster(tmp_path: Path, *router_args: str) -> AsyncIterator[tuple[str, Path, list[FakeSglang]]]:
+    """The real router (round robin, `router_args`) in front of two fake workers."""
     tok = llada2_dir(tmp_path / "llada2")
     # model_path is the local checkpoint: the router loads its tokenizer from there, never the Hub
     workers = [fake(tok, reply=REPLY * 4, block_delay_ms=20.0, model_path=str(tok)) for _ in range(2)]
@@ -72,7 +79,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[str, Path, list[FakeSgl
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
         "--worker-urls", *urls, "--policy", "round_robin", "--log-level", "warn",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        *router_args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         await until_ready(url, proc)
@@ -95,7 +102,8 @@ async def test_ready_completion_and_abort_fan_out_through_the_real_router(
     eng = client(tok, router=url)
     try:
         await started(eng, 30)
-        assert sorted(eng.info["servers"][0]["workers"]) == sorted(f"http://127.0.0.1:{w.port}" for w in workers)
+        assert eng.pool is not None and eng.info["servers"][0]["workers"] == 2  # a count: their URLs are internal
+        assert sorted(eng.pool.servers[0].workers) == sorted(f"http://127.0.0.1:{w.port}" for w in workers)
         # completions through the router, its rid unchanged on the worker
         for i in range(3):
             done = (await collect(eng.submit(request(str(i), doc=f"file:///{i}.py", plan=Plan(max_tokens=16)))))[-1]
@@ -116,3 +124,30 @@ async def test_ready_completion_and_abort_fan_out_through_the_real_router(
         assert holder.timings[rid].finished is not None
     finally:
         await eng.close()
+
+
+async def test_a_dead_worker_is_retried_on_a_live_one_and_never_named(tmp_path: Path) -> None:
+    """One of two workers dies; the router (its own retries off, so that it answers HTTP 500
+    naming the worker, as it does when a retry also fails) is asked again: every completion
+    arrives, the state never leaves ready. Once both are dead, the error the editor sees
+    names the router, never a worker's URL."""
+    async with router_cluster(tmp_path, "--disable-retries") as (url, tok, workers):
+        eng = client(tok, router=url)
+        heard: list[tuple[str, str]] = []
+        try:
+            await started(eng, 30)
+            eng.on_state = lambda state, msg: heard.append((state, msg))
+            await workers[1].stop()
+            for i in range(6):
+                done = (await collect(eng.submit(request(str(i), doc=f"file:///{i}.py", plan=Plan(max_tokens=16)))))[-1]
+                assert done.kind == "done" and done.text, done
+            assert eng.counters["retries"] >= 1 and heard == [] and eng.state == "ready"
+            await workers[0].stop()
+            errors = [(await collect(eng.submit(request(f"x{i}", plan=Plan(max_tokens=16)))))[-1] for i in range(4)]
+            assert all(e.kind == "error" for e in errors), errors
+            shown = [e.error or "" for e in errors] + [m for _, m in heard] + [str(eng.info["servers"])]
+            assert any(url in m for m in shown)
+            for w in workers:
+                assert not [m for m in shown if f":{w.port}" in m], shown
+        finally:
+            await eng.close()

@@ -210,7 +210,8 @@ async def test_router_forwards_and_aborts_fan_out_to_its_workers(tok: Path) -> N
     ur = await router.start()
     eng = await started(client(tok, router=ur))
     try:
-        assert eng.info["servers"][0]["workers"] == [ua, ub]
+        assert eng.pool is not None and eng.info["servers"][0]["workers"] == 2  # a count: their URLs are internal
+        assert eng.pool.servers[0].workers == [ua, ub]
         job = eng.submit(request(plan=Plan(max_tokens=200)))
         assert (await first_draft(job)).kind == "draft"
         job.cancel()
