@@ -13,6 +13,7 @@ The shapes are those of `srt/managers/tokenizer_manager.py:_handle_batch_output`
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,3 +73,16 @@ def parse_event(data: str) -> Chunk:
         raise BadChunk(f"meta_info.finish_reason is {finish!r}, not an object with a type")
     return Chunk(list(ids), _int(meta, "completion_tokens"), finish, _int(meta, "prompt_tokens"),
                  _int(meta, "cached_tokens"))
+
+
+def finish_reason(finish: dict[str, Any] | None, fired: bool, ids: list[int], end_ids: Collection[int]) -> str:
+    """The done event's reason: SGLang's `finish_reason` (abort, length), an end token among
+    `ids`, or the plan's stop rule that `fired` here."""
+    kind = (finish or {}).get("type")
+    if kind == "abort":
+        return "cancelled"
+    if any(t in end_ids for t in ids):
+        return "end_of_middle"
+    if fired:
+        return "stop_rule"
+    return "budget" if kind == "length" else "end_of_middle"

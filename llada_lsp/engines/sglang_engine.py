@@ -13,11 +13,9 @@ server that has it (to every worker behind an `sglang-router`). Request ids are 
 
 What the protocol lacks is advertised in `info` (`llada_lsp.engines.capabilities`): block
 granularity, no edit events, no remask, one candidate, no next edits; token healing is off
-(prompts are built with heal=False). Server choice and recovery: `llada_lsp.engines.sglang_servers`.
-A request that no server took (it could not connect, or HTTP 500/502/503/504 before any chunk:
-a router whose worker died, a busy server) is sent again, to another server of its preset or
-through the router again, `MAX_TRIES` times in all; what the editor hears names no worker URL
-(`ServerPool.redact`). No torch here.
+(prompts are built with heal=False). Server choice and recovery: `llada_lsp.engines.sglang_servers`;
+a request no server took is sent again (`MAX_TRIES`); messages name no worker (`ServerPool.redact`).
+No torch here.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ from engine.decoding.stops import cut_text
 from engine.prompt.builder import PromptBuilder
 from llada_lsp.engines import http_client as http
 from llada_lsp.engines.engine_base import EngineClient, EngineJob, Progress
-from llada_lsp.engines.sglang_chunks import BadChunk, Chunk, parse_event
+from llada_lsp.engines.sglang_chunks import BadChunk, Chunk, finish_reason, parse_event
 from llada_lsp.engines.sglang_servers import (
     ModelMismatch,
     NoServer,
@@ -49,8 +47,11 @@ from llada_lsp.engines.sglang_servers import (
 
 log = logging.getLogger(__name__)
 
-MAX_TRIES = 3  # sends of one request that no server took (see the module docstring)
-RETRY_STATUSES = frozenset({500, 502, 503, 504})  # answered before any chunk: nothing ran; try again
+# sends of one request that no server took: it could not connect, or one of these statuses
+# came before any chunk (a router whose worker died, a busy server); another server or the
+# router again takes it
+MAX_TRIES = 3
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
 UNAVAILABLE = frozenset({502, 503, 504})  # these count towards marking the server lost (ServerPool.failed)
 FIRST_CHUNK_WAIT_S = 1.0  # a cancelled stream waits this long for the chunk that proves the rid is known
 BuilderFactory = Callable[[Path, int], PromptBuilder]
@@ -145,19 +146,7 @@ class SglangEngineClient(EngineClient):
         super().job_timed_out(job)
         server = getattr(job, "server", None)
         if self.pool is not None and server is not None and server.healthy:
-            self._spawn(self.check(server))
-
-    async def check(self, server: Server) -> None:
-        """Probe `server`; mark it lost unless it is ready or still streams."""
-        assert self.pool is not None
-        try:
-            status = await self.pool.health(server)
-        except http.HttpError as e:
-            if not self.pool.streaming(server):  # a busy server that streams is alive
-                self.pool.mark_lost(server, str(e))
-            return
-        if status != 200 and not self.pool.streaming(server):
-            self.pool.mark_lost(server, f"{server.url}{server.probe_path}: HTTP {status}")
+            self._spawn(self.pool.check(server))
 
     def set_state(self, state: str, error: str | None = None, new_reason: bool = False) -> None:
         if error is not None and self.pool is not None:
@@ -233,6 +222,7 @@ class SglangEngineClient(EngineClient):
             if self.builder is None or self.pool is None:
                 self.fail(job, f"the SGLang backend is not ready: {self.error or self.state}")
                 return
+            sent = self._body(job)
             tried: list[Server] = []
             why = ""
             while len(tried) < MAX_TRIES:
@@ -246,7 +236,7 @@ class SglangEngineClient(EngineClient):
                 server.outstanding += 1
                 job.server = server
                 try:
-                    why = await self._send(job, server, last=len(tried) + 1 == MAX_TRIES) or ""
+                    why = await self._send(job, server, sent, last=len(tried) + 1 == MAX_TRIES) or ""
                 finally:
                     server.outstanding -= 1
                 if not why:
@@ -281,11 +271,12 @@ class SglangEngineClient(EngineClient):
                                     "stop_token_ids": sorted(self.builder.end_ids)}}
         return body, layout.ids, tail
 
-    async def _send(self, job: SglangJob, server: Server, last: bool) -> str | None:
-        """Send `job` to `server` and stream its answer. Returns why no server took it when it
-        may be sent again (not when `last`), else None (the job has ended or streams on)."""
+    async def _send(self, job: SglangJob, server: Server, sent: tuple[dict[str, Any], list[int], str],
+                    last: bool) -> str | None:
+        """Send `job` (`sent`: its body, prompt and tail) to `server` and stream its answer.
+        Returns why no server took it when it may be sent again (not when `last`), else None."""
         url = server.url
-        body, prompt, tail = self._body(job)
+        body, prompt, tail = sent
         if not job.ran:
             self.start_job(job)
         job.phase = "sending"
@@ -331,7 +322,7 @@ class SglangEngineClient(EngineClient):
         if e.cut:  # it answered, then stopped: counted, and lost only if its probe fails too
             if self.pool is not None:
                 self.pool.failed(server, f"{server.url}: a stream cut short")
-                self._spawn(self.check(server))
+                self._spawn(self.pool.check(server))
             self.counters["http_errors"] += 1
             self.fail(job, f"the SGLang server at {server.url} cut its answer short (the connection "
                            "closed before the end of the stream); ask again")
@@ -379,7 +370,7 @@ class SglangEngineClient(EngineClient):
             if fired or finish is not None:
                 if finish is None:
                     self._abort(job)  # the server would go on to the budget
-                reason = self._reason(finish, fired, ids)
+                reason = finish_reason(finish, fired, ids, b.end_ids)
                 self.deliver(job, EngineEvent("done", rid, text, step=blocks, reason=reason,  # type: ignore[arg-type]
                                               stats=self._stats(job, ids, prompt, meta, blocks, first_at)))
                 return
@@ -388,17 +379,6 @@ class SglangEngineClient(EngineClient):
             return
         self.fail(job, "the SGLang server ended the stream before the answer was complete (no finish "
                        "reason); ask again", text)
-
-    def _reason(self, finish: dict[str, Any] | None, fired: bool, ids: list[int]) -> str:
-        assert self.builder is not None
-        kind = (finish or {}).get("type")
-        if kind == "abort":
-            return "cancelled"
-        if any(t in self.builder.end_ids for t in ids):
-            return "end_of_middle"
-        if fired:
-            return "stop_rule"
-        return "budget" if kind == "length" else "end_of_middle"
 
     @staticmethod
     def _stats(job: SglangJob, ids: list[int], prompt: list[int], meta: Chunk | None, blocks: int,

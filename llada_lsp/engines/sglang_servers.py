@@ -219,6 +219,17 @@ class ServerPool:
                 return status
         return status
 
+    async def check(self, s: Server) -> None:
+        """Probe `s`; mark it lost unless it is ready or still streams."""
+        try:
+            status = await self.health(s)
+        except http.HttpError as e:
+            if not self.streaming(s):  # a busy server that streams is alive
+                self.mark_lost(s, str(e))
+            return
+        if status != 200 and not self.streaming(s):
+            self.mark_lost(s, f"{s.url}{s.probe_path}: HTTP {status}")
+
     def streaming(self, s: Server) -> bool:
         """A stream from `s` delivered data within the probe timeout: it is alive, however
         slowly it answers a probe."""

@@ -105,11 +105,11 @@ async def test_a_busy_server_that_streams_is_not_marked_lost(tok: Path) -> None:
         busy = eng.submit(request("1", plan=Plan(max_tokens=300)))
         assert (await first_draft(busy)).kind == "draft"
         server.ready = False  # its readiness probe fails now ...
-        await eng.check(s)  # what a timed-out request runs
+        await eng.pool.check(s)  # what a timed-out request runs
         assert s.healthy  # ... but it streams: alive
         busy.cancel()
         await collect(busy)
-        await eng.check(s)  # nothing streams any more: the failed probe counts
+        await eng.pool.check(s)  # nothing streams any more: the failed probe counts
         assert not s.healthy and "HTTP 503" in (s.lost or "")
 
 
