@@ -31,13 +31,14 @@ def python_command(module: str, *args: str) -> list[str]:
 
 
 def _site_dirs() -> set[Path]:
-    dirs = [*site.getsitepackages(), site.getusersitepackages()]
-    return {Path(d).resolve() for d in dirs}
+    """The interpreter's (or venv's) site-packages, which `-s` keeps (not the user site)."""
+    return {Path(d).resolve() for d in site.getsitepackages()}
 
 
 def python_path(value: str | None) -> str:
     """`PYTHONPATH` for a child: its absolute entries (empty and relative ones dropped), the
-    project's own root first unless that is a site dir (where the child finds it anyway)."""
+    project's own root first unless that is a site dir the child has anyway (a checkout, an
+    editable or a `pip install --user` install is added)."""
     entries = [p for p in (value or "").split(os.pathsep) if p and os.path.isabs(p)]
     root = str(PACKAGE_ROOT)
     if PACKAGE_ROOT not in _site_dirs() and root not in entries:
