@@ -9,6 +9,7 @@ canary, the daemon comes up and a completion arrives."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -53,6 +54,7 @@ async def test_auto_start_from_inside_a_hostile_repository_runs_none_of_it(tmp_p
            "LLADA_MODEL": str(model_dir), "PYTHONPATH": str(ROOT)}
     text = (DATA / "shapes.py.txt").read_text()
     client = LladaClient()
+    closed = False
     try:
         await client.start({"engine": "auto", "maxTokens": {"line": 8, "statements": 8, "block": 8}},
                            server_launcher(), env=env, cwd=str(repo), root_uri=repo.as_uri(), timeout=240)
@@ -63,7 +65,11 @@ async def test_auto_start_from_inside_a_hostile_repository_runs_none_of_it(tmp_p
         assert info is not None and runtime.pid_alive(int(info["pid"]))  # auto-start worked
         assert answer is not None and answer.items and answer.items[0].insert_text  # a completion arrived
         await client.close()
+        closed = True
     finally:
+        if not closed:  # a failure above
+            with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
+                await client.stop()
         await asyncio.to_thread(runtime.stop_daemon, run)
     assert sorted(p.name for p in (tmp_path / "canaries").iterdir()) == []
     log = (run / runtime.LOG_NAME).read_text()
