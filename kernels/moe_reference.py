@@ -77,18 +77,27 @@ def route_groups(pos: Tensor, block: int) -> Tensor:
     return new.reshape(-1).long().cumsum(0) - 1
 
 
+def topk_lowest(x: Tensor, k: int) -> Tensor:
+    """int64 [..., k]: the indices of the ``k`` largest of ``x`` along its last dimension, best
+    first, equal values in ascending index order: block routing's tie rule, SGLang 0.5.23's
+    (`models/llada2.py`: the block's capacity cut keeps tied experts by ascending id, and each
+    token's top-k takes the leftmost of equal scores). ``torch.topk`` promises no order."""
+    return torch.sort(x, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
 def block_allowed(choice: Tensor, groups: Tensor, capacity: int) -> Tensor:
     """bool [N, E]: the experts each token may use under block routing (LLaDA2.2).
 
     ``choice`` [N, E] float32 are the selection scores (sigmoid + expert bias); each group's
     score of an expert is its maximum over the group's tokens, and the ``capacity`` best
-    experts of the group are allowed to every token in it. Groups are ids < N (as
-    ``route_groups`` gives); the [N, E] scratch is a bound fixed by shapes (no host sync)."""
+    experts of the group are allowed to every token in it, ties at the cut to the lower id
+    (``topk_lowest``). Groups are ids < N (as ``route_groups`` gives); the [N, E] scratch is
+    a bound fixed by shapes (no host sync)."""
     n, e = choice.shape
     idx = groups[:, None].expand(-1, e)
     gmax = torch.full((n, e), float("-inf"), dtype=choice.dtype, device=choice.device)
     gmax.scatter_reduce_(0, idx, choice, reduce="amax", include_self=True)
-    top = gmax.topk(min(capacity, e), dim=-1).indices
+    top = topk_lowest(gmax, min(capacity, e))
     allowed = torch.zeros((n, e), dtype=torch.bool, device=choice.device)
     allowed.scatter_(1, top, True)
     return allowed[groups]

@@ -2,8 +2,8 @@
 
 For `--engine sglang`: the tokenizer is found offline (a directory or the local Hugging
 Face cache), each server answers its readiness route (`/ready`, a router's `/readiness`) and `/model_info` (a router: its `/workers`,
-and each worker's model), the model's family matches (LLaDA2.x/LLaDA, the tokenizer's), and
-one tiny completion makes the round trip (its latency is printed). For the other engines:
+and each worker's model), the model's family matches (LLaDA2.x, the tokenizer's), its
+`/server_info` says which diffusion algorithm it runs, and one tiny completion makes the round trip (its latency is printed). For the other engines:
 the model resolves. Exit status 0 when every check passed, 1 otherwise.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llada_lsp.engines import http_client as http
+from llada_lsp.engines import sglang_models
 from llada_lsp.engines.sglang_servers import (
     ModelMismatch,
     Server,
@@ -57,7 +58,8 @@ async def check_sglang(opts: Options, report: Report) -> None:
         report.fail(f"tokenizer ({opts.model or 'the default model'}): {e}")
         return
     family, what = local_description(model_dir)
-    (report.ok if family else report.fail)(f"tokenizer {what}, family {family or 'not LLaDA2.x/LLaDA'}")
+    (report.ok if family == "llada2" else report.fail)(
+        f"tokenizer {what}, family {family if family == 'llada2' else 'not LLaDA2.x (what SGLang serves for this client)'}")
     pool = ServerPool(cfg, family, what, lambda: None)
     if not pool.servers:
         report.fail("no server configured (--sglang-url PRESET=URL or --sglang-router URL)")
@@ -96,6 +98,9 @@ async def check_server(pool: ServerPool, s: Server, family: str | None, what: st
         try:
             info = await pool.model_info(url)
             report.ok(f"{url}/model_info: {check_family(url, info, family, what)}")
+            algo = (await pool.server_info(url)).get("dllm_algorithm")
+            report.out(f"{url}/server_info: --dllm-algorithm {algo or 'unknown'}"
+                       f"{' (in/del decoding)' if algo == sglang_models.INDEL_ALGORITHM else ''}")
         except (http.HttpError, ModelMismatch) as e:
             report.fail(f"{url}/model_info: {e}")
     t0 = time.perf_counter()

@@ -24,7 +24,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from engine.decoding.decode import CLEAN, Feed, Sequence, Staged, StopFn
-from engine.decoding.indel import make_indel_sequence
+from engine.decoding.indel import check_routing_block, make_indel_sequence
 from engine.decoding.policies import InDel, Policy
 from engine.decoding.rejections import TooLong
 from engine.model.native import ModelConfig, SpecialTokens
@@ -118,6 +118,7 @@ def make_sequence(model: nn.Module, prompt: list[int], policy: Policy, max_new_t
                              row=row, refresh=mode, first_allowed=first_allowed, stop_fn=stop_fn, max_len=max_len)
     if suffix:
         raise ValueError("a block-causal model reads the suffix inside its prompt (suffix-first FIM layout)")
+    check_routing_block(model, b)
     if isinstance(policy, InDel):  # LLaDA2.2's insert/delete rule (engine.decoding.indel)
         return make_indel_sequence(model, prompt, policy, max_new_tokens, row=row, reused=reused,
                                    first_allowed=first_allowed, stop_fn=stop_fn, max_len=max_len, block=b)

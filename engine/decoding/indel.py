@@ -1,26 +1,35 @@
 """Levenshtein editing (LLaDA2.2): a block that keeps its length while tokens are inserted and
 deleted, on the exact KV cache of `engine.decoding.decode.Sequence`.
 
-The rule is SGLang's `JointThresholdInDel` (docs/models.md, "LLaDA2.2"), step by step on the
-active block:
+The rule is SGLang 0.5.23's `JointThresholdInDel` (the wheel's
+`sglang/srt/dllm/algorithm/joint_threshold_indel.py`; docs/models.md, "LLaDA2.2"), step by
+step on the active block:
 
-1. x, p: each position's argmax and its probability.
-2. M2T: while masks the block began with (original masks) remain, commit the masks above
-   `threshold` if there are at least 1 + (masks created by edits) of them, else the surest
-   that many; once none remain, fill every mask at once. Only original masks drive this.
-3. Once no original mask remains each step counts; past `max_post_edit_steps` the block is
-   forced to finish and DELETE / INSERT are scrubbed from x (their logits set to -inf).
+1. x, p: each position's argmax and its probability. The step is counted; once no original
+   mask (a mask the block began with) remains it also spends the post-edit budget (never
+   given back if an edit brings a mask back).
+2. Cleanup round: when the budget is spent (`post_steps >= max_post_edit_steps`; with a
+   budget of 0, as soon as no original mask remains) or the step count passes
+   `block + max_post_edit_steps`. Otherwise, [MASK] fallback: an original mask whose argmax
+   is [MASK] takes its best other token (and that token's probability).
+3. M2T: a cleanup round fills every mask; while original masks remain, the masks above
+   `threshold` commit if there are at least 1 + (masks created by edits) of them, else the
+   surest that many; once none remain, every mask fills at once. (Budget 0: the step that
+   fills the last original masks is the cleanup round.)
 4. T2T: a generated token whose argmax differs is replaced above `edit_threshold`.
-5. Nothing to write: the block is finished. A block state seen before (anti-loop guard,
-   not on a forced step): the least confident changing position takes its best token not yet
-   written there.
+5. Nothing to write: the block is finished. A cleanup round writes no [MASK], DELETE or
+   INSERT (each such write takes its best other token). A block state seen before (not in a
+   cleanup round): the least confident changing position takes its best token not yet written
+   there ([MASK] excluded at an original mask): the anti-loop guard.
 6. The writes, then the structural edits, left to right: DELETE drops its position, INSERT
    at i becomes [MASK, the token i held before this step]; the block is cut or padded with
    [MASK] (not original) back to its length, so at most one insertion per gap per step.
+   After a cleanup round the block is finished.
 
-The block stops after `block + max_post_edit_steps + 1` steps (SGLang's bound). Cleanup: no
-DELETE or INSERT ever stays on the canvas, and a mask left when the block stops is a blank
-dropped from the answer (`final_middle`).
+So a block always ends clean: no mask, DELETE or INSERT stays on it. SGLang spends one more
+forward after a cleanup round that changed the block, to write its KV entries; here those
+entries are written by the next block's forward (its clean prefix), so that forward is not
+counted as a step of this block.
 
 KV cache: edits stay inside the active block, which every forward feeds whole as its noisy
 copy (its keys and values are recomputed each step; none of them is kept between steps). A
@@ -40,7 +49,7 @@ from torch import Tensor
 
 from engine.decoding.decode import Sequence
 from engine.decoding.policies import Policy, make_policy
-from engine.decoding.policies.indel import InDel, InDelConfig
+from engine.decoding.policies.indel import InDel, InDelConfig, indel_config
 from engine.decoding.steps import Staged, TokenEvent
 from engine.model.native import SpecialTokens
 from kernels import Confidence
@@ -53,8 +62,8 @@ class InDelCounts:
     deletes: int = 0
     inserts: int = 0
     loop_guards: int = 0  # steps where the anti-loop guard changed a token
-    forced: int = 0  # blocks finished by the post-edit budget (DELETE/INSERT scrubbed)
-    blanks: int = 0  # masks left when a block stopped, dropped from the answer
+    fallbacks: int = 0  # original masks whose [MASK] argmax took their best other token
+    cleanups: int = 0  # blocks finished by a cleanup round (post-edit budget or step cap)
 
 
 @dataclass
@@ -62,6 +71,7 @@ class _Block:
     orig: Tensor  # bool [n]: the position holds one of the masks the block began with
     written: Tensor  # bool [n, V]: (position, token) pairs written before (the loop guard)
     seen: set[tuple[int, ...]] = field(default_factory=set)
+    steps: int = 0
     post_steps: int = 0
 
 
@@ -107,7 +117,7 @@ class InDelSequence(Sequence):
 
     def shown_tokens(self) -> list[int]:
         """Before the first complete draft, the committed prefix; after it, the whole draft
-        with its holes (masks an insertion or a deletion opened, blanks) left out, so an edit
+        with its holes (the masks an insertion or a deletion opened) left out, so an edit
         shows as the insertion or deletion it is, not as a cut of the text after it."""
         if not self.drafted:
             return [t for t in super().shown_tokens() if t != self.sp.mask]
@@ -118,6 +128,12 @@ class InDelSequence(Sequence):
             return super().commit(st, conf)
         return self._step(st)
 
+    def _cleanup_due(self, s: _Block, n_orig: int) -> bool:
+        c = self.cfg
+        if c.max_post_edit_steps > 0 and s.post_steps >= c.max_post_edit_steps:
+            return True
+        return (c.max_post_edit_steps == 0 and n_orig == 0) or s.steps > self.b + c.max_post_edit_steps
+
     def _step(self, st: Staged) -> TokenEvent:
         sl, c = st.where, self.cfg
         logits = st.logits.float().cpu()
@@ -126,39 +142,48 @@ class InDelSequence(Sequence):
         if self._state is None:
             self._state = _Block(cur == mask, torch.zeros((n, logits.shape[-1]), dtype=torch.bool))
         s = self._state
-        p, x = logits.softmax(-1).max(-1)
+        probs = logits.softmax(-1)
+        x = logits.argmax(-1)
+        p = probs.gather(-1, x[:, None])[:, 0]
         masked = cur == mask
-        n_orig, n_mask = int((s.orig & masked).sum()), int(masked.sum())
-        fill = torch.zeros(n, dtype=torch.bool)
-        if n_orig > 0:
-            need = 1 + n_mask - n_orig
-            high = masked & (p > c.threshold)
-            if int(high.sum()) >= need:
-                fill = high
-            else:
-                fill[torch.where(masked, p, float("-inf")).topk(min(need, n_mask)).indices] = True
-        else:
-            fill = masked
-        forced = False
+        orig = s.orig & masked
+        n_orig, n_mask = int(orig.sum()), int(masked.sum())
+        s.steps += 1
         if n_orig == 0:
             s.post_steps += 1
-            if s.post_steps > c.max_post_edit_steps:
-                forced = True
-                scrub = logits.clone()
-                scrub[:, [self.delete, self.split]] = float("-inf")
-                x = torch.where((x == self.delete) | (x == self.split), scrub.argmax(-1), x)
+        cleanup = self._cleanup_due(s, n_orig)
+        if not cleanup:  # [MASK] fallback at the original masks
+            at = orig & (x == mask)
+            if bool(at.any()):
+                alt = logits[at].clone()
+                alt[:, mask] = float("-inf")
+                x[at] = alt.argmax(-1)
+                p[at] = probs[at].gather(-1, x[at][:, None])[:, 0]
+                self.counts.fallbacks += int(at.sum())
+        fill = self._fill(masked, orig, p, n_orig, n_mask, cleanup)
+        if c.max_post_edit_steps == 0 and n_orig > 0 and not bool((orig & ~fill).any()):
+            cleanup, fill = True, masked.clone()
         edit = ~masked & (p > c.edit_threshold) & (cur != x)
         write = fill | edit
         ev = TokenEvent("step", self.forwards)
         self.block_step += 1
         if not bool(write.any()):
             return self._end_block(ev)
+        if cleanup:  # no [MASK], DELETE or INSERT is written
+            bad = write & ((x == mask) | (x == self.delete) | (x == self.split))
+            if bool(bad.any()):
+                alt = logits[bad].clone()
+                alt[:, [mask, self.delete, self.split]] = float("-inf")
+                x[bad] = alt.argmax(-1)
         key = tuple(cur.tolist())
-        if key in s.seen and not forced:
+        if key in s.seen and not cleanup:
             changing = write & (x != cur)
             if bool(changing.any()):
-                at = int(torch.where(changing, p, float("inf")).argmin())
-                x[at] = int(logits[at].masked_fill(s.written[at], float("-inf")).argmax())
+                at_i = int(torch.where(changing, p, float("inf")).argmin())
+                row = logits[at_i].masked_fill(s.written[at_i], float("-inf"))
+                if bool(orig[at_i]):
+                    row[mask] = float("-inf")
+                x[at_i] = int(row.argmax())
                 self.counts.loop_guards += 1
         s.seen.add(key)
         s.written[torch.arange(n)[write], x[write]] = True
@@ -171,12 +196,22 @@ class InDelSequence(Sequence):
         # the first complete draft: the last block's original masks are gone (later steps edit)
         ev.complete = self._is_last_block() and not any(m and t == mask for m, t in zip(marks, toks, strict=True))
         self.drafted = self.drafted or ev.complete
-        if forced:
-            self.counts.forced += 1
-            return self._end_block(ev)
-        if self.block_step >= self.b + c.max_post_edit_steps + 1:
+        if cleanup:
+            self.counts.cleanups += 1
             return self._end_block(ev)
         return ev
+
+    def _fill(self, masked: Tensor, orig: Tensor, p: Tensor, n_orig: int, n_mask: int, cleanup: bool) -> Tensor:
+        """M2T: the masks this step commits (step 3 of the module docstring)."""
+        if n_mask == 0 or cleanup or n_orig == 0:
+            return masked.clone()
+        need = 1 + n_mask - n_orig
+        high = masked & (p > self.cfg.threshold)
+        if int(high.sum()) >= need:
+            return high
+        fill = torch.zeros_like(masked)
+        fill[torch.where(masked, p, float("-inf")).topk(min(need, n_mask)).indices] = True
+        return fill
 
     def _write(self, sl: slice, old: list[int], toks: list[int], ev: TokenEvent) -> None:
         mask = self.sp.mask
@@ -192,12 +227,9 @@ class InDelSequence(Sequence):
         self._find_end()
 
     def _end_block(self, ev: TokenEvent) -> TokenEvent:
-        """The block is done: its leftover masks become blanks (committed, dropped from the
-        answer), and the next block starts (or the sequence ends)."""
-        blk = self._block()
-        left = ~self.committed[blk]
-        self.counts.blanks += int(left.sum())
-        self.committed[blk] = True
+        """The block is done (clean: a cleanup round or a step with nothing to write leaves no
+        mask), and the next block starts (or the sequence ends)."""
+        self.committed[self._block()] = True
         self._state = None
         self._find_end()
         self._finish_block()
@@ -208,17 +240,24 @@ class InDelSequence(Sequence):
 
 def policy_for(model: object, preset: str) -> Policy:
     """The policy a preset decodes with on `model`. A model trained for in/del editing (its
-    config names the edit tokens: LLaDA2.2) decodes with the in/del rule at the preset's mask
-    and edit thresholds (Speedy drafts low and edits, Quality drafts high): the substitution-
-    only rules would commit its DELETE and INSERT tokens as text. Any other model: the
-    preset's own policy. (SGLang's and the model card's edit threshold is 0; the presets keep
-    theirs, a choice not yet measured on a LLaDA2.2 checkpoint: docs/models.md.)"""
+    config names the edit tokens: LLaDA2.2) decodes with the in/del rule at the preset's in/del
+    configuration (`engine.decoding.policies.indel.indel_config`: Speedy is the published rule,
+    Quality differs in its mask threshold only): the substitution-only rules would commit its
+    DELETE and INSERT tokens as text. Any other model: the preset's own policy."""
     base = make_policy(preset)
-    if getattr(model, "edit_tokens", None) is None:
+    if getattr(model, "edit_tokens", None) is None or isinstance(base, InDel):
         return base
-    cfg = getattr(base, "config", None)
-    return InDel(InDelConfig(threshold=float(getattr(cfg, "mask_threshold", InDelConfig.threshold)),
-                             edit_threshold=float(getattr(cfg, "edit_threshold", InDelConfig.edit_threshold))))
+    return InDel(indel_config(preset))
+
+
+def check_routing_block(model: object, block: int) -> None:
+    """Refuse a decoder block other than a block-routed model's routing block: each forward
+    routes the tokens of one aligned `block_size` block together, so another decoder block
+    would route the blocks differently from the checkpoint (as SGLang refuses it)."""
+    routing = getattr(model, "routing_block", None)
+    if routing is not None and block != routing:
+        raise ValueError(f"LLaDA2.2 block routing needs the decoder block to be the checkpoint's block_size "
+                         f"({routing}), got {block}: leave the block unset")
 
 
 def make_indel_sequence(model: object, prompt: list[int], policy: InDel, max_new_tokens: int,
@@ -231,5 +270,6 @@ def make_indel_sequence(model: object, prompt: list[int], policy: InDel, max_new
     c = model.config  # type: ignore[attr-defined]
     if not getattr(model, "aligned_blocks", False):
         raise ValueError("the indel policy needs LLaDA2's aligned block-causal decoding")
-    block = kw.pop("block", None) or c.block_size
-    return InDelSequence(prompt, c.special, policy, int(block), max_new_tokens, tokens, align=True, **kw)  # type: ignore[arg-type]
+    block = int(kw.pop("block", None) or c.block_size)  # type: ignore[arg-type]
+    check_routing_block(model, block)
+    return InDelSequence(prompt, c.special, policy, block, max_new_tokens, tokens, align=True, **kw)  # type: ignore[arg-type]

@@ -9,12 +9,15 @@ Keys in `EngineClient.info` (absent: the native engine's answer):
   alternatives how many candidates one request can decode (1: the primary only)
   next_edit    next-edit suggestions are available
   presets      the presets (speedy, quality) this engine can serve
-  block_routing LLaDA2.2's block-routed MoE runs as trained (native: yes; SGLang: no, its
-               LLaDA2 model routes per token: block routing is open pull request #31768)
-  indel        LLaDA2.2's insert/delete edits reach the editor as `llada/refine` insertions and
-               deletions (native: yes, for a model whose config names the edit tokens; SGLang:
-               no: its JointThresholdInDel, open pull request #31773, edits inside the server
-               and streams committed blocks only)
+  block_routing LLaDA2.2's block-routed MoE runs as trained (native: yes; SGLang: when every
+               server routes by blocks, as 0.5.23's LLaDA2 model does for a checkpoint whose
+               config, or `--json-model-override-args`, sets `expert_capacity`:
+               `sglang_models.capabilities`)
+  indel        the engine decodes with LLaDA2.2's insert/delete rule (native: yes, for a model
+               whose config names the edit tokens, and its edits reach the editor as
+               `llada/refine` insertions and deletions; SGLang: when every server runs
+               `--dllm-algorithm JointThresholdInDel`, as its `/server_info` says; the edits
+               then stay inside the server, which streams committed blocks: `edits` is false)
   names        the first identifier can be decoded among known names (`engine.api.Names`);
                SGLang cannot: its sampler takes no per-request token trie
 """

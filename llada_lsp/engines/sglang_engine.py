@@ -34,6 +34,7 @@ from engine.api import CompletionRequest, EngineEvent, diff_edits
 from engine.decoding.stops import cut_text
 from engine.prompt.builder import PromptBuilder
 from llada_lsp.engines import http_client as http
+from llada_lsp.engines import sglang_models
 from llada_lsp.engines.engine_base import EngineClient, EngineJob, Progress
 from llada_lsp.engines.sglang_chunks import BadChunk, Chunk, finish_reason, parse_event
 from llada_lsp.engines.sglang_servers import (
@@ -89,13 +90,14 @@ class SglangEngineClient(EngineClient):
         self._serial = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._config: dict[str, Any] = {}  # the local checkpoint's config.json (block routing)
         self.counters.update(aborts_sent=0, lost=0, http_errors=0, degraded=0, retries=0)
         self.info = self._capabilities()
 
     def _capabilities(self) -> dict[str, Any]:
         return {"backend": "sglang", "granularity": "block", "edits": False, "remask": False,
                 "alternatives": 1, "next_edit": False, "names": False, "presets": self.cfg.presets(),
-                "block_routing": False, "indel": False}  # LLaDA2.2: llada_lsp/engines/capabilities.py
+                "block_routing": False, "indel": False}  # LLaDA2.2: what the servers report (_pool_changed)
 
     # -- start and health ---------------------------------------------------------------------
     async def start(self, progress: Progress) -> None:
@@ -108,6 +110,7 @@ class SglangEngineClient(EngineClient):
             self.state, self.error = "error", f"cannot load the tokenizer for the SGLang backend: {e}"
             return
         family, what = local_description(model_dir)
+        self._config = sglang_models.local_config(model_dir)
         self.info["tokenizer"] = str(model_dir)
         self.info["max_context_tokens"] = self.builder.max_context_tokens  # the prompt's share for context
         self.pool = ServerPool(self.cfg, family, what, self._pool_changed)
@@ -131,6 +134,7 @@ class SglangEngineClient(EngineClient):
             return
         self.info["servers"] = self.pool.status()
         self.info["model"] = ", ".join(sorted({s.served for s in self.pool.servers if s.served}))
+        self.info.update(sglang_models.capabilities([i for s in self.pool.servers for i in s.infos], self._config))
         down = self.pool.down_presets()
         if down:
             lost = [s for s in self.pool.servers if not s.healthy]

@@ -30,18 +30,19 @@ from urllib.parse import urlsplit
 
 from engine.presets import DEFAULT_PRESET
 from llada_lsp.engines import http_client as http
-from llada_lsp.engines import reconnect
+from llada_lsp.engines import reconnect, sglang_models
 from llada_lsp.engines.engine_base import EngineUnavailable
 
 log = logging.getLogger(__name__)
 
-FAMILIES = ("llada2", "llada")  # what SGLang serves that this client can prompt
+FAMILIES = ("llada2",)  # what SGLang serves that this client can prompt (sglang_models)
 LOST_AFTER = 3  # failed requests in a row (502/503/504, a cut stream) before a server counts as lost
 _URL = re.compile(r"https?://[^\s\"'<>()\[\],]+")
 
 
 class ModelMismatch(EngineUnavailable):
-    """A server serves a model of another family than LLaDA2.x/LLaDA, or than the local tokenizer's."""
+    """A server serves a model this client cannot prompt (not LLaDA2.x: `sglang_models.refusal`),
+    or of another family than the local tokenizer's."""
 
 
 @dataclass
@@ -103,10 +104,10 @@ def check_family(url: str, info: dict[str, Any], local_family: str | None, local
     arch = [str(a)[:100] for a in arch[:8]] if isinstance(arch, list) else [str(arch)[:100]]
     served = f"{path} ({', '.join(map(str, arch)) or info.get('model_type') or 'no architectures'})"
     fam = family_of(path, *arch)  # what 0.5.23 reports (model_path, architectures)
-    if fam not in FAMILIES:
-        raise ModelMismatch(f"the SGLang server at {url} serves {served}, which is not a LLaDA2.x/LLaDA "
-                            f"model; the local tokenizer is {local_what}. Point the sglang URLs at a "
-                            "server launched with a LLaDA model")
+    refused = sglang_models.refusal(fam, arch)
+    if refused is not None or fam not in FAMILIES:
+        raise ModelMismatch(f"the SGLang server at {url} serves {served}: {refused or 'not LLaDA2.x'}; the local tokenizer is "
+                            f"{local_what}. Point the sglang URLs at a server launched with a LLaDA2.x model")
     if fam != local_family:
         raise ModelMismatch(f"the SGLang server at {url} serves {served}, but the local tokenizer is "
                             f"{local_what} (another family): set the `model` option to the server's "
@@ -123,6 +124,7 @@ class Server:
     lost: str | None = None  # why it is down, while it is
     outstanding: int = 0  # requests streaming from it now
     served: str = ""  # its model, as messages name it
+    infos: list[dict[str, Any]] = field(default_factory=list)  # /server_info of it (a router: of each worker)
     workers: list[str] = field(default_factory=list)  # a router's, for aborts
     retry: asyncio.Task[None] | None = None
     probe_path: str = ""  # the readiness route it answers (set by the first probe)
@@ -248,6 +250,20 @@ class ServerPool:
             raise http.HttpError(f"{url}/model_info: not a JSON object", 200, url=url)
         return info
 
+    async def server_info(self, url: str) -> dict[str, Any]:
+        """`/server_info` (else the deprecated `/get_server_info`): the server's resolved
+        arguments (`sglang_models.capabilities` reads them); {} from a server that answers
+        neither (what it can do is then unknown, and reported as not done)."""
+        kw = {"connect_timeout": self.cfg.connect_timeout_s, "read_timeout": self.cfg.probe_timeout_s}
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                info = await http.get_json(url, path, **kw)
+            except http.HttpError as e:
+                log.info("%s%s: %s", url, path, e)
+                continue
+            return info if isinstance(info, dict) else {}
+        return {}
+
     async def probe(self, s: Server) -> None:
         """Readiness, then the model of the server (of each worker behind a router). Raises
         HttpError (down or starting) or ModelMismatch (refused)."""
@@ -267,6 +283,7 @@ class ServerPool:
             info = await self.model_info(url)
             served.append(check_family(url, info, self.local_family, self.local_what))
         s.served = ", ".join(sorted(set(served)))
+        s.infos = [await self.server_info(url) for url in s.workers or [s.url]]
 
     async def wait_up(self, s: Server, report: Callable[[str], None]) -> None:
         """At start: a server that refuses connections (not listening yet: SGLang listens

@@ -24,3 +24,17 @@ def llada2_dir(path: Path) -> Path:
         "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe",
         "_name_or_path": "fake/LLaDA2-tokenizer-for-tests"}))
     return path
+
+
+# LLaDA2.2's published config keys the SGLang server reads (docs/models.md, "LLaDA2.2")
+LLADA22_KEYS = {"expert_capacity": 48, "block_size": 32, "delete_token_id": 156930, "split_token_id": 156931}
+
+
+def llada22_dir(path: Path) -> Path:
+    """The fake checkpoint as LLaDA2.2: `llada2_dir` with block routing and the edit tokens in
+    its config.json (the local copy the SGLang client reads them from)."""
+    llada2_dir(path)
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, **LLADA22_KEYS,
+                                                  "_name_or_path": "fake/LLaDA2.2-tokenizer-for-tests"}))
+    return path

@@ -25,8 +25,11 @@ the request checks in `sglang_contract`):
   (`HEALTH_CHECK_TIMEOUT`) (`http_server.py:health_generate`).
 - `GET /model_info` (and the deprecated `/get_model_info`): the keys of
   `http_server.py:model_info`; `GET /server_info` (`/get_server_info`): the resolved server
-  args (`srt/utils/common.py:build_server_info`, e.g. `dllm_algorithm`, `dllm_fdfo`,
-  `max_running_requests`, `page_size`) plus `startup_time`, `internal_states`, `version`.
+  args (`srt/utils/common.py:build_server_info`, e.g. `dllm_algorithm`,
+  `json_model_override_args`, `dllm_fdfo`, `max_running_requests`, `page_size`) plus
+  `startup_time`, `internal_states`, `version` (test_sglang_models checks the keys against
+  the wheel). `--dllm-algorithm JointThresholdInDel` on a checkpoint without the edit ids
+  fails at start (`startup_error`).
 - `POST /generate`: contract check first (400 `{"error": "<text>"}`), then the request
   checks; SSE `data: {json}\\n\\n` events ending `data: [DONE]\\n\\n`, sent chunked as uvicorn
   sends a `StreamingResponse` (`http_server.py:serve_generate_request`).
@@ -95,6 +98,8 @@ class FakeSglang(SglangScheduler):
         model_path: str = "inclusionAI/LLaDA2.0-mini",
         architectures: Sequence[str] = ("LLaDA2MoeModelLM",),
         dllm_algorithm: str = "LowConfidence",
+        model_config: dict[str, Any] | None = None,
+        json_model_override_args: str = "{}",
         ready: bool = True,
         start_delay_s: float = 0.0,
         disconnect_abort_s: float = 2.0,
@@ -109,7 +114,8 @@ class FakeSglang(SglangScheduler):
         tokenizer, block size and delays, `max_running_requests`, FDFO, ...)."""
         super().__init__(**scheduling)
         self.model_path, self.architectures = model_path, list(architectures)
-        self.dllm_algorithm = dllm_algorithm
+        self.dllm_algorithm, self.json_model_override_args = dllm_algorithm, json_model_override_args
+        startup_error(dllm_algorithm, {**(model_config or {}), **json.loads(json_model_override_args)})
         self.ready, self.start_delay_s = ready, start_delay_s
         self._ready_when_up = ready  # False: stays 503 until a test sets `ready`
         self.disconnect_abort_s, self.nonstream_disconnect_s = disconnect_abort_s, nonstream_disconnect_s
@@ -251,16 +257,20 @@ class FakeSglang(SglangScheduler):
         await resp.send_json(200, self.model_info())
 
     async def _server_info(self, req: HttpRequest, resp: Responder) -> None:
-        await resp.send_json(200, {
+        await resp.send_json(200, self.server_info())
+
+    def server_info(self) -> dict[str, Any]:
+        return {
             "model_path": self.model_path, "served_model_name": self.model_path,
             "dllm_algorithm": self.dllm_algorithm, "dllm_algorithm_config": None,
+            "json_model_override_args": self.json_model_override_args,
             "dllm_fdfo": self.fdfo, "max_running_requests": self.max_running,
             "page_size": self.block_size, "stream_interval": 1,
             "incremental_streaming_output": self.incremental, "disable_overlap_schedule": True,
             "tokenizer_worker_num": self.tokenizer_worker_num, "weight_version": "default",
             "startup_time": self.startup_time, "internal_states": [{}],
             "version": VERSION, "frontend": "python",
-        })
+        }
 
     async def _abort_request(self, req: HttpRequest, resp: Responder) -> None:
         body = _json_or_none(req) or {}
@@ -356,6 +366,18 @@ class FakeSglang(SglangScheduler):
         finally:
             gone.cancel()
             await watch.close()
+
+
+def startup_error(algorithm: str, config: dict[str, Any]) -> None:
+    """The start-up refusal of `srt/dllm/config.py:DllmConfig.from_server_args` that the fake
+    models: JointThresholdInDel on a checkpoint (`config`: its config.json with the
+    `--json-model-override-args` applied) that names no `delete_token_id` / `split_token_id`
+    (RuntimeError, as the server fails to start). A fake without `model_config` is a checkpoint
+    with both ids."""
+    if algorithm == "JointThresholdInDel" and config and (
+            config.get("delete_token_id") is None or config.get("split_token_id") is None):
+        raise RuntimeError("JointThresholdInDel is not supported for checkpoint: the checkpoint must declare "
+                           "both delete_token_id and split_token_id")
 
 
 def _json_or_none(req: HttpRequest) -> Any:

@@ -93,3 +93,44 @@ def test_the_llada22_fixture_matches_its_reference_forward_on_every_path(impl: s
     with torch.inference_mode():
         got = m(torch.tensor([ids]), torch.arange(40)[None], block_causal(40, 32)[None, None])[0]
     assert float((got - want).abs().max()) <= 1e-4
+
+
+def test_ties_at_the_capacity_cut_and_in_the_token_top_k_go_to_the_lower_expert_id() -> None:
+    """SGLang 0.5.23's rule (docs/models.md, "LLaDA2.2"): tied block scores at the capacity cut
+    keep the lower ids, and a token's top-k takes the lower of tied experts. torch.topk picks
+    tied entries in no promised order (on this CPU: high ids first)."""
+    bias = torch.zeros(E)
+    bias[40:48] = 0.5  # 8 experts clearly in every block's pool
+    bias[[7, 3, 30, 21, 60, 12]] = 0.25  # 6 tied for the 4 places left (CAP 12): 3, 7, 12, 21
+    choice = torch.sigmoid(torch.zeros(16, E)) + bias  # every token scores every expert alike
+    groups = route_groups(torch.arange(16)[None], BLOCK)
+    allowed = block_allowed(choice, groups, CAP)
+    assert allowed.nonzero()[:, 1].view(16, CAP)[0].tolist() == [3, 7, 12, 21, *range(40, 48)]
+    moe = block_moe(CAP)
+    with torch.no_grad():
+        moe.gate.weight.zero_()
+        moe.gate.expert_bias.copy_(bias)
+        moe.gate.expert_bias[40:48] = 0.25  # now all 12 of the pool tie for each token's top-4
+    ids, _ = moe.gate(torch.randn(16, 40), groups)
+    assert sorted(ids[0].tolist()) == [3, 7, 12, 21] and (ids == ids[0]).all()
+
+
+def test_the_reference_forward_breaks_routing_ties_as_the_adapter_does() -> None:
+    """The tests' reference MoE (reference_models.llada22_moe) on the tied gate above gives the
+    adapter's output: both take the lower ids."""
+    from tests.engine.model.adapters.reference_models import llada22_moe
+
+    moe = block_moe(CAP)
+    with torch.no_grad():
+        moe.gate.weight.zero_()
+        moe.gate.expert_bias.zero_()
+        moe.gate.expert_bias[[7, 3, 30, 21, 60, 12, 50]] = 0.25
+    x = torch.randn(1, 16, 40, generator=torch.Generator().manual_seed(3))
+    cfg = {"block_size": BLOCK, "expert_capacity": CAP, "num_experts_per_tok": K,
+           "routed_scaling_factor": moe.gate.c.routed_scaling_factor, "num_shared_experts": moe.gate.c.num_shared_experts}
+    state = {k: v.detach() for k, v in moe.state_dict().items()}
+    with torch.inference_mode():
+        moe.impl = "loop"
+        got = moe(x, route_groups(torch.arange(16)[None], BLOCK))[0]
+    want = llada22_moe(x[0], state, "", cfg)
+    assert float((got - want).abs().max()) <= 1e-5

@@ -41,6 +41,7 @@ async def test_doctor_passes_on_a_healthy_setup(tmp_path: Path) -> None:
         assert code == 0, out
         assert f"server {ua}" in out and f"router {ur}" in out and "/ready: 200" in out and "/readiness: 200" in out
         assert f"/workers: {ub}" in out and "LLaDA2MoeModelLM" in out
+        assert f"{ub}/server_info: --dllm-algorithm LowConfidence\n" in out  # what the worker runs
         assert out.count("/generate round trip:") == 2 and "all checks passed" in out
         assert a.requests_received == 1 and b.requests_received == 1
     finally:
@@ -60,7 +61,7 @@ async def test_doctor_fails_on_wrong_family_and_dead_server(tmp_path: Path) -> N
         code, out = await doctor("--model", str(tok), "--sglang-url", f"speedy={url}",
                                  "--sglang-url", f"quality={dead_url}")
         assert code == 1
-        assert "FAIL" in out and "meta-llama/Llama-3.1-8B" in out and "not a LLaDA2.x/LLaDA model" in out
+        assert "FAIL" in out and "meta-llama/Llama-3.1-8B" in out and "not LLaDA-8B or Dream" in out
         assert f"{dead_url}/ready: cannot connect" in out and "check(s) failed" in out
     finally:
         await wrong.stop()

@@ -34,7 +34,7 @@ import kernels
 from engine.model.adapters import common
 from engine.model.adapters.common import CacheAt, HeadedModel, RMSNorm, Rope, apply_rope, attend
 from engine.model.native import KVCache, SpecialTokens
-from kernels.moe_reference import block_allowed, route_groups
+from kernels.moe_reference import block_allowed, route_groups, topk_lowest
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,10 @@ class Gate(nn.Module):
             keep = torch.zeros_like(gscore, dtype=torch.bool)
             keep.scatter_(1, gscore.topk(c.topk_group, dim=-1).indices, True)
             choice = choice.masked_fill(~keep.repeat_interleave(e // c.n_group, dim=1), float("-inf"))
-        idx = choice.topk(c.num_experts_per_tok, dim=-1).indices
+        if c.expert_capacity is not None:  # block routing: ties to the lower expert id, as SGLang's
+            idx = topk_lowest(choice, c.num_experts_per_tok)
+        else:
+            idx = choice.topk(c.num_experts_per_tok, dim=-1).indices
         w = scores.gather(1, idx)
         if c.norm_topk_prob and c.num_experts_per_tok > 1:
             w = w / (w.sum(-1, keepdim=True) + 1e-20)
@@ -337,6 +340,12 @@ class LLaDA2Model(HeadedModel):
     def edit_tokens(self) -> tuple[int, int] | None:
         """(DELETE, INSERT) ids of a checkpoint trained for in/del editing, else None."""
         return self.args.edit_tokens
+
+    @property
+    def routing_block(self) -> int | None:
+        """The routing block (`block_size`) of a block-routed (LLaDA2.2) checkpoint, else None:
+        the only decoder block it decodes with (engine.decoding.indel.check_routing_block)."""
+        return self.args.block_size if self.args.block_routing else None
 
     def route_groups(self, pos: Tensor) -> Tensor | None:
         """Block routing's token groups for a forward at positions `pos` (None: token routing).

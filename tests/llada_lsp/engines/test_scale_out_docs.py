@@ -1,8 +1,8 @@
 """docs/scale-out.md's commands against the real things: every `sglang.launch_server` flag is one
 the pinned 0.5.23 wheel declares (its server-argument fields become `--field-name` flags,
 `srt/arg_groups/arg_utils.py`), `--trust-remote-code` is there (no `llada2_moe` config class
-exists in SGLang or transformers), the decoder YAML holds only keys `JointThreshold` reads
-(`srt/dllm/algorithm/joint_threshold.py`) and no `block_size`, and every router flag is one
+exists in SGLang or transformers), each decoder YAML holds only keys its algorithm reads
+(`srt/dllm/algorithm/joint_threshold.py`, `joint_threshold_indel.py`) and no `block_size`, and every router flag is one
 the real `sglang-router` 0.3.2 accepts (its `--help`)."""
 
 from __future__ import annotations
@@ -46,15 +46,20 @@ def test_launch_commands_use_flags_the_wheel_declares_and_trust_remote_code() ->
     assert all("--tp " not in c for c in cmds)
 
 
-def test_decoder_yaml_holds_only_keys_joint_threshold_reads() -> None:
-    code = (sources() / "sglang" / "srt" / "dllm" / "algorithm" / "joint_threshold.py").read_text(encoding="utf-8")
-    read = set(re.findall(r'algorithm_config\.get\(\s*"([a-z_]+)"', code))
-    assert {"threshold", "edit_threshold", "max_post_edit_steps"} <= read
+def test_decoder_yaml_holds_only_keys_its_algorithm_reads() -> None:
+    """A YAML whose comment names JointThresholdInDel: that algorithm's keys; the others:
+    JointThreshold's."""
+    read = {}
+    for name, file in (("JointThreshold", "joint_threshold.py"), ("JointThresholdInDel", "joint_threshold_indel.py")):
+        code = (sources() / "sglang" / "srt" / "dllm" / "algorithm" / file).read_text(encoding="utf-8")
+        read[name] = set(re.findall(r'algorithm_config\.get\(\s*"([a-z_]+)"', code))
+        assert {"threshold", "edit_threshold", "max_post_edit_steps"} <= read[name]
     yamls = blocks("yaml")
-    assert len(yamls) == 2
+    assert len(yamls) == 3 and sum("(JointThresholdInDel)" in y for y in yamls) == 1
     for y in yamls:
         keys = {line.split(":")[0].strip() for line in y.splitlines() if line.strip() and not line.startswith("#")}
-        assert keys <= read and "block_size" not in keys, keys
+        algo = "JointThresholdInDel" if "(JointThresholdInDel)" in y else "JointThreshold"
+        assert keys <= read[algo] and "block_size" not in keys, keys
 
 
 def test_router_commands_use_flags_the_real_router_accepts() -> None:

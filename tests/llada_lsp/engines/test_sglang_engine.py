@@ -59,7 +59,7 @@ async def test_blocks_stream_as_draft_events_then_done(tok: Path) -> None:
         assert st["tokens"] == len(eng.builder.encode(REPLY)) + 1  # with the end-of-middle token
         assert st["cached_tokens"] == 0 and st["total_ms"] >= st["first_draft_ms"] > 0
         assert eng.info["backend"] == "sglang" and eng.info["edits"] is False and eng.info["alternatives"] == 1
-        caps = Capabilities.of(eng.info)  # LLaDA2.2: SGLang routes per token and streams no in/del edits
+        caps = Capabilities.of(eng.info)  # a LLaDA2.0 checkpoint, LowConfidence: neither (test_sglang_models)
         assert not caps.block_routing and not caps.indel and Capabilities().indel
 
 

@@ -114,7 +114,8 @@ async def test_a_busy_server_that_streams_is_not_marked_lost(tok: Path) -> None:
 
 
 class OlderServer(FakeSglang):
-    """A server without `/ready` and `/model_info` (SGLang before them): 404, as FastAPI answers."""
+    """A server without `/ready`, `/model_info` and `/server_info` (SGLang before them): 404, as
+    FastAPI answers."""
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -123,7 +124,7 @@ class OlderServer(FakeSglang):
     async def _handle(self, req: HttpRequest, resp: Responder) -> None:
         if req.method == "GET":
             self.gets.append(req.path)
-        if req.path in ("/ready", "/model_info"):
+        if req.path in ("/ready", "/model_info", "/server_info"):
             await resp.send_json(404, {"detail": "Not Found"})
             return
         await super()._handle(req, resp)
@@ -139,7 +140,7 @@ async def test_model_info_first_then_the_deprecated_route_and_health_as_the_fall
     try:
         await started(eng)
         assert new.health_rows == 0  # /ready and /model_info answered: no /health, no deprecated route
-        assert old.gets == ["/ready", "/health", "/model_info", "/get_model_info"]
+        assert old.gets == ["/ready", "/health", "/model_info", "/get_model_info", "/server_info", "/get_server_info"]
         assert eng.pool is not None and [s.probe_path for s in eng.pool.servers] == ["/ready", "/health"]
     finally:
         await eng.close()
