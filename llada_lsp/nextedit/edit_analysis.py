@@ -25,15 +25,22 @@ The diff is textual first (common prefix and suffix), then read on the trees: a 
 stretch whose words differ only by one name, consistently, is a rename (so an edit that
 already updated some sites is still the same rename); a changed stretch inside one function's
 parameter list is a parameter change. Offsets in and out are character offsets.
+
+The work is bounded (`llada_lsp.nextedit.edit_limits`): an edit or a follow-up nested too deep,
+or a name scanned that occurs too often, gives kind `none` with the reason and the `limit`
+hit; the tree before the edit is asked for (`old_tree` may be a function that parses it) only
+once the new text's side of the analysis has passed those limits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tree_sitter as ts
 
 from llada_lsp.nextedit.edit_fields import field_change, return_change
+from llada_lsp.nextedit.edit_limits import Guard, Refused, check_depth
 from llada_lsp.nextedit.edit_params import param_change
 from llada_lsp.nextedit.edit_syntax import (
     BRACES,
@@ -61,6 +68,7 @@ class Analysis:
     sites: tuple[Site, ...] = ()
     edited: tuple[int, int] = (0, 0)  # the changed stretch of the new text
     definition: tuple[int, int] | None = None  # the edited definition's span (a function: its signature)
+    limit: str = ""  # the limit that refused the analysis ("sites", "depth"), "" when none did
 
     @property
     def found(self) -> bool:
@@ -91,7 +99,8 @@ def common_ends(old: str, new: str) -> tuple[int, int]:
     return p, s
 
 
-def analyze(language: str, old: str, new: str, old_tree: ts.Tree, new_tree: ts.Tree) -> Analysis:
+def analyze(language: str, old: str, new: str, old_tree: ts.Tree | Callable[[], ts.Tree], new_tree: ts.Tree,
+            guard: Guard | None = None) -> Analysis:
     lang = LANGS.get(language)
     if lang is None or old == new:
         return Analysis("none", "unsupported language" if lang is None else "no change")
@@ -103,14 +112,33 @@ def analyze(language: str, old: str, new: str, old_tree: ts.Tree, new_tree: ts.T
     while bn < len(new) and (new[bn].isalnum() or new[bn] == "_"):
         bo, bn = bo + 1, bn + 1
     edited = (p, len(new) - s)
-    ot, nt = Text(old), Text(new)
-    got = _rename(lang, ot, nt, a, bo, bn, new_tree) or param_change(lang, ot, nt, a, bo, bn, old_tree, new_tree) \
-        or field_change(lang, ot, nt, a, bo, bn, old_tree, new_tree) \
-        or return_change(lang, ot, nt, a, bo, bn, old_tree, new_tree)
+    ot, nt = Text(old, guard), Text(new, guard)
+    before = _old_tree(old_tree, ot, a)
+    try:
+        check_depth(new_tree.root_node, nt.byte(a))
+        got = _rename(lang, ot, nt, a, bo, bn, new_tree) \
+            or param_change(lang, ot, nt, a, bo, bn, before, new_tree) \
+            or field_change(lang, ot, nt, a, bo, bn, before, new_tree) \
+            or return_change(lang, ot, nt, a, bo, bn, before, new_tree)
+    except Refused as e:
+        return Analysis("none", e.reason, (), edited, limit=e.limit)
     if got is None:
         return Analysis("none", "no follow-up kind", (), edited)
     kind, detail, sites, definition = got
     return Analysis(kind, detail, sites, edited, definition)
+
+
+def _old_tree(given: ts.Tree | Callable[[], ts.Tree], ot: Text, a: int) -> Callable[[], ts.Tree]:
+    """The tree before the edit, got (parsed) at the first call and depth-checked at the edit."""
+    memo: list[ts.Tree] = []
+
+    def get() -> ts.Tree:
+        if not memo:
+            tree = given if isinstance(given, ts.Tree) else given()
+            check_depth(tree.root_node, ot.byte(min(a, len(ot.text))))
+            memo.append(tree)
+        return memo[0]
+    return get
 
 
 # ---------------------------------------------------------------- renames
@@ -254,6 +282,8 @@ def _uses(lang: Lang, t: Text, scope: ts.Node, name: str, ident_type: str) -> li
     nodes = [n for n in word_nodes(t, scope, name) if n.type == ident_type]
     rebinding: set[int] = set()
     for n in nodes:
+        if t.guard is not None:
+            t.guard.check()
         s = _binding_scope(lang, t, n)
         if s is not None and s.id != scope.id and inside(s, scope):
             rebinding.add(s.id)

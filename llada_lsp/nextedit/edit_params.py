@@ -8,6 +8,7 @@ calls, and (JS, Go, Rust) at `x.m(...)` when the method's name is unique in the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tree_sitter as ts
@@ -15,25 +16,27 @@ import tree_sitter as ts
 from llada_lsp.nextedit.edit_syntax import PY, RUST, Lang, Site, Text, inside, is_field, word_nodes
 
 
-def param_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_tree: ts.Tree, new_tree: ts.Tree
-            ) -> tuple[str, str, tuple[Site, ...], tuple[int, int] | None] | None:
+def param_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_tree: Callable[[], ts.Tree],
+                 new_tree: ts.Tree) -> tuple[str, str, tuple[Site, ...], tuple[int, int] | None] | None:
     nl = _param_list(lang, new_tree, nt.byte(a), nt.byte(bn))
-    ol = _param_list(lang, old_tree, ot.byte(a), ot.byte(bo))
-    if nl is None or ol is None:
+    if nl is None:
         return None
     fn = nl.parent
     name_node = fn.child_by_field_name("name") if fn is not None else None
     if fn is None or name_node is None:
         return None
     fname = nt.of(name_node)
-    oparams, nparams = _params(lang, ot, ol), _params(lang, nt, nl)
+    nparams = _params(lang, nt, nl)
     skip = 1 if nparams and nparams[0].name in lang.self_names else 0
-    oparams = [x for x in oparams if x.name not in lang.self_names]
+    calls = calls_of(lang, nt, new_tree, fname, fn, skip)  # the new text's side first: its limits
+    ol = _param_list(lang, old_tree(), ot.byte(a), ot.byte(bo))
+    if ol is None:
+        return None
+    oparams = [x for x in _params(lang, ot, ol) if x.name not in lang.self_names]
     nparams = [x for x in nparams if x.name not in lang.self_names]
     on, nn = [x.name for x in oparams], [x.name for x in nparams]
     body = fn.child_by_field_name("body")  # the signature is what a call needs to see
     definition = (nt.char(fn.start_byte), nt.char(body.start_byte if body is not None else fn.end_byte))
-    calls = calls_of(lang, nt, new_tree, fname, fn, skip)
     kw = lang is PY  # keyword arguments exist
     if len(nn) == len(on) + 1 and [x for x in nn if x in on] == on:
         i = next(k for k in range(len(nn)) if k >= len(on) or nn[k] != on[k])

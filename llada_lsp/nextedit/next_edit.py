@@ -26,12 +26,14 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
 from llada_lsp.lsp.options import Options
-from llada_lsp.nextedit.edit_analysis import Analysis, Site, analyze
+from llada_lsp.nextedit.edit_analysis import Analysis, Site
+from llada_lsp.nextedit.edit_limits import Cancelled, Guard
 from llada_lsp.nextedit.edit_window import (
     FILL_PREFIX_CHARS,
     FILL_ROWS,
@@ -39,13 +41,11 @@ from llada_lsp.nextedit.edit_window import (
     Suggested,
     fill_request,
     from_fill,
-    keep,
-    lsp_suggestion,
-    site_suggestions,
 )
+from llada_lsp.nextedit.next_edit_work import Base, Snapshot, analyse, base_of, checked
 from llada_lsp.text.documents import Document, DocumentStore
 from llada_lsp.text.positions import Encoding, PositionError
-from llada_lsp.text.syntax import count_errors, parser_for
+from llada_lsp.text.syntax import parser_for
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,14 @@ class Answer:
     reason: str = ""
     kind: str = ""  # the edit's kind (llada_lsp.nextedit.edit_analysis)
     detail: str = ""
+    limit: str = ""  # the limit that refused the request ("sites", "depth"; edit_limits)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"version": self.version, "suggestions": self.suggestions}
         if self.reason:
             out["reason"] = self.reason
+        if self.limit:
+            out["limit"] = self.limit
         if self.kind:
             out["kind"], out["detail"] = self.kind, self.detail
         return out
@@ -119,15 +122,6 @@ def parse_params(params: Any) -> NextEditParams:
     return NextEditParams(uri, version, line, character, edited)
 
 
-@dataclass
-class Base:
-    """The text before the edit being made, its tree and its parse errors."""
-
-    text: str
-    tree: Any
-    errors: int
-
-
 # The precision gate (bench/next_edit.py, BENCHMARKS.md "Next-edit suggestions"): per model,
 # the lowest fill confidence at which the model's own fills are exactly right >= 90% of the time
 # (FILLS_OFF: at no threshold), for the models whose suggestions then reach precision >= 0.9
@@ -154,6 +148,8 @@ class NextEditService:
                  encoding: Callable[[], Encoding]) -> None:
         self.store, self.engine, self.options, self.encoding = store, engine, options, encoding
         self.jobs: dict[str, list[EngineJob]] = {}
+        self.guards: dict[str, Guard] = {}  # the running request's, per document
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="next-edit")  # parses and tree walks
         self.bases: dict[str, Base] = {}
         self.latest: dict[str, int] = {}
         self.serial = itertools.count(1)
@@ -186,41 +182,58 @@ class NextEditService:
         if why is not None:
             return self._empty(doc.version, why)
         base = self.bases.get(p.uri)
-        tree = doc.syntax_tree()
-        if base is None or tree is None:
-            return self._empty(doc.version, "no edit since the document was opened" if base is None
-                               else "no grammar for the language")
-        version, revision, text, index = doc.version, doc.revision, doc.text, doc.index
-        analysis = analyze(doc.language_id, base.text, text, base.tree, tree)
-        errors_now = count_errors(tree.root_node)
+        if base is None:
+            return self._empty(doc.version, "no edit since the document was opened")
+        snap, guard = Snapshot.of(doc), Guard()
+        self.guards[p.uri] = guard
+        try:
+            return await self._suggest(p, doc, snap, base, guard, serial, enc)
+        except Cancelled:
+            return self._empty(snap.version, guard.reason)
+        except asyncio.CancelledError:
+            guard.cancel("cancelled")  # $/cancelRequest: the worker stops at its next check
+            raise
+        finally:
+            if self.guards.get(p.uri) is guard:
+                del self.guards[p.uri]
+
+    async def _suggest(self, p: NextEditParams, doc: Document, snap: Snapshot, base: Base, guard: Guard,
+                       serial: int, enc: Encoding) -> Answer:
+        loop = asyncio.get_running_loop()
+        got = await loop.run_in_executor(self.worker, analyse, snap, base, guard)
+        guard.check()
+        analysis, version = got.analysis, snap.version
         if not analysis.sites:
-            if errors_now <= base.errors:
-                self.bases[p.uri] = Base(text, tree.copy(), errors_now)  # settled: the next edit starts here
+            if got.settles:
+                self.bases[p.uri] = Base(snap.text, got.tree, got.errors)  # settled: the next edit starts here
+            if analysis.limit:
+                self.counters[f"limit_{analysis.limit}"] += 1
+                return self._empty(version, analysis.detail, analysis.limit)
             return self._empty(version, f"no follow-up: {analysis.kind} {analysis.detail}".strip())
         self.counters[f"kind_{analysis.kind}"] += 1
         masked = [site for site in analysis.sites if site.prior is None]
         fills: list[Suggested | None] = [None] * len(masked)
         if masked and self._threshold() <= 1.0:  # fills off (the gate's default): the engine is not asked
-            got = await self._fill(doc, analysis, masked, serial)
-            if isinstance(got, str):
-                return self._empty(version, got)
-            fills = got
+            filled = await self._fill(doc, analysis, masked, serial)
+            if isinstance(filled, str):
+                return self._empty(version, filled)
+            fills = filled
             if self.latest.get(p.uri) != serial:
                 return self._empty(version, "superseded")
-            if self.store.docs.get(p.uri) is not doc or doc.version != version or doc.revision != revision:
+            if self.store.docs.get(p.uri) is not doc or doc.version != version or doc.revision != snap.revision:
                 return self._empty(version, "document changed")
         # a fill that passed, else (and where it adds a parse error) the name to type over
-        found, holders = site_suggestions(analysis.sites, fills, self.options.next_edit.placeholders)
         kept = (p.line, p.line)
         if p.edited is not None:
             kept = (min(p.line, p.edited[0]), max(p.line, p.edited[1]))
-        out = keep(doc.language_id, text, index, found, kept, errors_now, doc.syntax_tree(), holders)
-        if not out and errors_now <= base.errors:
-            self.bases[p.uri] = Base(text, tree.copy(), errors_now)  # nothing to follow: settled
+        out = await loop.run_in_executor(self.worker, checked, snap, base, got, fills,
+                                         self.options.next_edit.placeholders, kept, enc, guard)
+        guard.check()
+        if got.settles:
+            self.bases[p.uri] = Base(snap.text, got.tree, got.errors)  # nothing to follow: settled
         self.counters["answered"] += 1
         self.counters["suggestions"] += len(out)
-        return Answer(version, [lsp_suggestion(text, index, s, enc) for s in out], "",
-                      analysis.kind, analysis.detail)
+        return Answer(version, out, "", analysis.kind, analysis.detail)
 
     async def _fill(self, doc: Document, analysis: Analysis, sites: list[Site], serial: int
                     ) -> list[Suggested | None] | str:
@@ -297,21 +310,23 @@ class NextEditService:
         return "engine stream ended"
 
     def _cancel(self, uri: str, reason: str) -> None:
+        guard = self.guards.pop(uri, None)
+        if guard is not None:
+            guard.cancel(reason)  # the worker's analysis or check stops at its next step
         for job in self.jobs.pop(uri, []):
             job.cancel(reason)
 
-    def _empty(self, version: int | None, why: str) -> Answer:
+    def _empty(self, version: int | None, why: str, limit: str = "") -> Answer:
         self.counters["empty"] += 1
-        self.empty_reasons[why.split(":", 1)[0]] += 1
+        self.empty_reasons[why.split(":", 1)[0] if not limit else f"{limit} limit"] += 1
         log.debug("no next edit: %s", why)
-        return Answer(version, [], why)
+        return Answer(version, [], why, limit=limit)
 
     def document_changing(self, doc: Document) -> None:
         """Before an edit is applied: the text as it stands becomes the base when there is none."""
         if doc.uri in self.bases or not self.enabled or doc.tree is None or doc.unservable_reason() is not None:
             return
-        tree = doc.syntax_tree()
-        self.bases[doc.uri] = Base(doc.text, tree.copy(), count_errors(tree.root_node))
+        self.bases[doc.uri] = base_of(doc)  # no parse on the loop: the worker parses it if asked
 
     def document_changed(self, uri: str) -> None:
         """An edit makes a running request's answer stale: stop its engine work now."""
@@ -324,4 +339,5 @@ class NextEditService:
 
     def debug_info(self) -> dict[str, Any]:
         return {"counters": dict(self.counters), "available": self.available,
+                "running": len(self.guards),  # requests being analysed or checked on the worker now
                 "emptyReasons": [{"reason": r, "count": n} for r, n in self.empty_reasons.most_common()]}

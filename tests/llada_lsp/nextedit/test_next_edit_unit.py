@@ -165,10 +165,11 @@ def edit(svc: NextEditService, store: DocumentStore, old: str, new: str, version
 
 
 async def until(cond: Any) -> None:
-    for _ in range(200):
+    """Poll `cond` (the analysis runs on the service's worker thread first), for 60 s at most."""
+    for _ in range(6000):
         if cond():
             return
-        await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
     raise AssertionError("condition never held")
 
 
