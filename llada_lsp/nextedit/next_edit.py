@@ -13,9 +13,14 @@ error), and model fills below `nextEdit.threshold` (the weakest token's confiden
 dropped. The base moves to the current text when a request finds nothing left to do and the
 text parses with no more errors than the base (so a half-typed name keeps the old base).
 
-The newest request for a document wins: it cancels the older one's engine jobs and the older
-one answers an empty list with the reason `superseded`; an edit of the document does the same
-to a running request (`document changed`), since its answer would be stale.
+The parses, the analysis and the checks run on one worker thread (`next_edit_work`), on a
+snapshot of the document, bounded by the limits of `edit_limits` (a refusal answers with its
+`limit` and reason): the event loop answers other requests meanwhile.
+
+The newest request for a document wins: it cancels the older one's engine jobs (and its
+worker's guard) and the older one answers an empty list with the reason `superseded`; an edit
+of the document does the same to a running request (`document changed`), since its answer
+would be stale.
 """
 
 from __future__ import annotations
