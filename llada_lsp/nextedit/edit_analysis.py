@@ -173,10 +173,39 @@ def _rename(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, tree: ts.T
             continue
         scope, attr = got
         sites = _attr_uses(lang, nt, scope, old_name) if attr else _uses(lang, nt, scope, old_name, node.type)
+        if not attr and lang is PY:
+            sites = _after_rebinding(nt, scope, old_name, node, sites)
         what = "attribute" if attr else node.parent.type if node.parent is not None else "name"
         out = tuple(Site(x, y, new_name) for x, y in sites)
         return "rename", f"{old_name} -> {new_name} ({what})", out, (nt.char(scope.start_byte), nt.char(scope.end_byte))
     return None
+
+
+def _statement(n: ts.Node) -> ts.Node:
+    """The statement holding `n` (its ancestor whose parent is a block or the module)."""
+    while n.parent is not None and n.parent.type not in ("block", "module"):
+        n = n.parent
+    return n
+
+
+def _after_rebinding(t: Text, scope: ts.Node, name: str, anchor: ts.Node, sites: list[tuple[int, int]]
+                     ) -> list[tuple[int, int]]:
+    """Python: a rename at an assignment that rebinds a name the scope bound before it (a
+    parameter, an earlier assignment) renames that binding only: the uses after its statement
+    up to the next binding of the name, never the parameter (a public keyword name) nor the
+    uses before (its own right-hand side included); nothing when the statement is not directly
+    in the scope's body (a branch or a loop: which binding a later use sees is not known)."""
+    bound = [n for n in word_nodes(t, scope, name) if (b := _binding_scope(PY, t, n)) is not None and b.id == scope.id]
+    if not any(n.start_byte < anchor.start_byte for n in bound):
+        return sites  # the first binding: every use is its
+    stmt = _statement(anchor)
+    body = scope if scope.type == "module" else scope.child_by_field_name("body")
+    if body is None or stmt.parent is None or stmt.parent.id != body.id:
+        return []
+    start = t.char(stmt.end_byte)
+    later = [_statement(n).start_byte for n in bound if n.start_byte >= stmt.end_byte]
+    end = t.char(min(later)) if later else len(t.text)
+    return [(x, y) for x, y in sites if start <= x < end]
 
 
 def _enclosing(lang: Lang, n: ts.Node) -> ts.Node:

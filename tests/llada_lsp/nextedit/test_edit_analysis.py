@@ -172,3 +172,39 @@ fn main() { let s = dist(1.0, 2.0); }
 
 def test_unsupported_language_is_none() -> None:
     assert analyze("lua", "a", "b", None, None).kind == "none"  # type: ignore[arg-type]
+
+
+FNMATCH = '''import os
+
+
+def fnmatch(name, pat):
+    name = os.path.normcase(name)
+    pat = os.path.normcase(pat)
+    return fnmatchcase(name, pat)
+
+
+def other(pat):
+    return pat
+'''
+
+
+def test_a_renamed_rebinding_leaves_the_parameter_and_the_uses_before_it() -> None:
+    new = FNMATCH.replace("    pat = os.path", "    npat = os.path")
+    a = run("python", FNMATCH, new)
+    assert a.kind == "rename" and a.detail == "pat -> npat (assignment)"
+    # the parameter (a public keyword name) and normcase(pat) are the parameter's: only the later use follows
+    assert applied(new, a) == new.replace("fnmatchcase(name, pat)", "fnmatchcase(name, npat)")
+    # the parameter itself renamed: every use in the function is its
+    renamed = FNMATCH.replace("def fnmatch(name, pat)", "def fnmatch(name, pattern)")
+    assert applied(renamed, run("python", FNMATCH, renamed)) == renamed.replace(
+        "    pat = os.path.normcase(pat)", "    pattern = os.path.normcase(pattern)").replace(
+        "fnmatchcase(name, pat)", "fnmatchcase(name, pattern)")
+
+
+def test_a_rebinding_ends_at_the_next_and_is_not_followed_from_a_branch() -> None:
+    old = "def f(x, c):\n    x = g(x)\n    y = x\n    x = h(x)\n    return x + y\n"
+    new = old.replace("    x = g(x)", "    z = g(x)")
+    assert applied(new, run("python", old, new)) == new.replace("    y = x", "    y = z")
+    branch = "def f(x, c):\n    if c:\n        x = g(x)\n    return x\n"
+    a = run("python", branch, branch.replace("        x = g", "        z = g"))
+    assert a.kind == "rename" and a.sites == ()  # which binding `return x` sees depends on c
