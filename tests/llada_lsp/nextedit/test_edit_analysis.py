@@ -208,3 +208,57 @@ def test_a_rebinding_ends_at_the_next_and_is_not_followed_from_a_branch() -> Non
     branch = "def f(x, c):\n    if c:\n        x = g(x)\n    return x\n"
     a = run("python", branch, branch.replace("        x = g", "        z = g"))
     assert a.kind == "rename" and a.sites == ()  # which binding `return x` sees depends on c
+
+
+RECEIVERS = '''class Box:
+    def put(self, item):
+        self.items.append(item)
+
+    @classmethod
+    def make(cls, item):
+        b = cls()
+        b.put(item)
+        return b
+
+
+class Other:
+    def put(self, item):
+        pass
+
+    @classmethod
+    def make(cls):
+        o = cls()
+        o.put(0)
+
+
+def fill(box: Box, other: Other, items, x):
+    for it in items:
+        box.put(it)
+        other.put(it)
+    b = Box()
+    b.put(1)
+    c = Box()
+    c = Other()
+    c.put(2)
+    x.put(3)
+    return b
+
+
+bb = Box()
+bb.put(4)
+
+
+def later():
+    bb.put(5)
+'''
+
+
+def test_a_method_is_followed_through_receivers_whose_class_the_file_shows() -> None:
+    new = RECEIVERS.replace("    def put(self, item):\n        self.items", "    def put(self, item, n):\n        self.items")
+    a = run("python", RECEIVERS, new)
+    assert a.kind == "param_added"
+    lines = new.split("\n")
+    got = [lines[new.count("\n", 0, s.start)].strip() for s in a.sites]
+    # a local `= Box(...)` or `= cls()` inside Box, a parameter annotated Box, a module-level Box seen from a function;
+    # not Other's, not a name bound to either (c), not an unannotated parameter (x)
+    assert got == ["b.put(item)", "box.put(it)", "b.put(1)", "bb.put(4)", "bb.put(5)"]
