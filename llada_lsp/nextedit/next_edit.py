@@ -29,6 +29,7 @@ import asyncio
 import itertools
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -139,6 +140,26 @@ FILLS_OFF = 1.01  # above any confidence: no masked fill is run
 GATED: dict[str, float] = {"tiny-code": FILLS_OFF, "mini-code": FILLS_OFF}
 
 
+# A request whose cursor is in (or at the end of) a word the edit changed comes while the word
+# may still be typed (a pause mid-word outlasts the clients' 300 ms debounce): it is answered
+# only once the document has not changed for this long; the next edit cancels it before then
+# (`document changed`), so a half-typed name (`ent` for `entry`) is not shown at a short pause.
+TYPING_HOLD_S = 1.0
+
+
+def typing_word(text: str, cursor: int, edited: tuple[int, int]) -> bool:
+    """Whether the cursor is in or right after a word that the edit's changed stretch touches."""
+    a = cursor
+    while a > 0 and (text[a - 1].isalnum() or text[a - 1] == "_"):
+        a -= 1
+    if a == cursor:
+        return False  # no word ends at the cursor: the user has left it
+    b = cursor
+    while b < len(text) and (text[b].isalnum() or text[b] == "_"):
+        b += 1
+    return edited[0] <= b and edited[1] >= a
+
+
 def model_name(model: str | None) -> str:
     """The model's short name: the option's, else $LLADA_MODEL's, else the embedded tiny-code."""
     return (model or os.environ.get("LLADA_MODEL") or "tiny-code").rstrip("/").rsplit("/", 1)[-1]
@@ -154,6 +175,9 @@ class NextEditService:
         self.store, self.engine, self.options, self.encoding = store, engine, options, encoding
         self.jobs: dict[str, list[EngineJob]] = {}
         self.guards: dict[str, Guard] = {}  # the running request's, per document
+        self.wakers: dict[str, asyncio.Event] = {}  # a request held mid-word, woken by the next edit
+        self.changed_at: dict[str, float] = {}  # time.monotonic() of each document's last change
+        self.typing_hold_s = TYPING_HOLD_S
         self.worker = ThreadPoolExecutor(1, thread_name_prefix="next-edit")  # parses and tree walks
         self.bases: dict[str, Base] = {}
         self.latest: dict[str, int] = {}
@@ -190,9 +214,10 @@ class NextEditService:
         if base is None:
             return self._empty(doc.version, "no edit since the document was opened")
         snap, guard = Snapshot.of(doc), Guard()
+        cursor = doc.index.offset(p.line, p.character, enc)
         self.guards[p.uri] = guard
         try:
-            return await self._suggest(p, doc, snap, base, guard, serial, enc)
+            return await self._suggest(p, doc, snap, base, guard, serial, enc, cursor)
         except Cancelled:
             return self._empty(snap.version, guard.reason)
         except asyncio.CancelledError:
@@ -203,7 +228,7 @@ class NextEditService:
                 del self.guards[p.uri]
 
     async def _suggest(self, p: NextEditParams, doc: Document, snap: Snapshot, base: Base, guard: Guard,
-                       serial: int, enc: Encoding) -> Answer:
+                       serial: int, enc: Encoding, cursor: int) -> Answer:
         loop = asyncio.get_running_loop()
         got = await loop.run_in_executor(self.worker, analyse, snap, base, guard)
         guard.check()
@@ -215,6 +240,8 @@ class NextEditService:
                 self.counters[f"limit_{analysis.limit}"] += 1
                 return self._empty(version, analysis.detail, analysis.limit)
             return self._empty(version, f"no follow-up: {analysis.kind} {analysis.detail}".strip())
+        if typing_word(snap.text, cursor, analysis.edited):
+            await self._hold(p.uri, guard)  # mid-word: wait until the typing stops for `typing_hold_s`
         self.counters[f"kind_{analysis.kind}"] += 1
         masked = [site for site in analysis.sites if site.prior is None]
         fills: list[Suggested | None] = [None] * len(masked)
@@ -278,6 +305,23 @@ class NextEditService:
             out.append(s if s is not None and conf >= threshold else None)
         return out
 
+    async def _hold(self, uri: str, guard: Guard) -> None:
+        """Wait until `typing_hold_s` after the document's last change; Cancelled at once by
+        the next edit or request (the guard)."""
+        left = self.typing_hold_s - (time.monotonic() - self.changed_at.get(uri, 0.0))
+        if left <= 0:
+            return
+        self.counters["held_typing"] += 1
+        woken = self.wakers.setdefault(uri, asyncio.Event())
+        try:
+            await asyncio.wait_for(woken.wait(), left)
+        except TimeoutError:
+            pass
+        finally:
+            if self.wakers.get(uri) is woken and not woken.is_set():
+                del self.wakers[uri]
+        guard.check()
+
     def _refusal(self, doc: Document, p: NextEditParams) -> str | None:
         """Why the request gets nothing without reaching the engine, if it does."""
         if not self.enabled:
@@ -318,6 +362,9 @@ class NextEditService:
         guard = self.guards.pop(uri, None)
         if guard is not None:
             guard.cancel(reason)  # the worker's analysis or check stops at its next step
+        woken = self.wakers.pop(uri, None)
+        if woken is not None:
+            woken.set()  # a request held while a word is typed ends now
         for job in self.jobs.pop(uri, []):
             job.cancel(reason)
 
@@ -335,6 +382,7 @@ class NextEditService:
 
     def document_changed(self, uri: str) -> None:
         """An edit makes a running request's answer stale: stop its engine work now."""
+        self.changed_at[uri] = time.monotonic()
         self._cancel(uri, "document changed")
 
     def document_closed(self, uri: str) -> None:
