@@ -172,11 +172,13 @@ def _rename(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, tree: ts.T
         if got is None:
             continue
         scope, attr = got
-        sites = _attr_uses(lang, nt, scope, old_name) if attr else _uses(lang, nt, scope, old_name, node.type)
+        shorthand: set[int] = set()  # `{ old }` keeps its key: `{ old: new }`
+        sites = _attr_uses(lang, nt, scope, old_name) if attr else \
+            _uses(lang, nt, scope, old_name, node.type, shorthand)
         if not attr and lang is PY:
             sites = _after_rebinding(nt, scope, old_name, node, sites)
         what = "attribute" if attr else node.parent.type if node.parent is not None else "name"
-        out = tuple(Site(x, y, new_name) for x, y in sites)
+        out = tuple(Site(x, y, f"{old_name}: {new_name}" if x in shorthand else new_name) for x, y in sites)
         return "rename", f"{old_name} -> {new_name} ({what})", out, (nt.char(scope.start_byte), nt.char(scope.end_byte))
     return None
 
@@ -256,7 +258,24 @@ def _binding(lang: Lang, t: Text, n: ts.Node) -> tuple[ts.Node, bool] | None:
     return None
 
 
+_JS_PATTERNS = frozenset({"rest_pattern", "array_pattern", "object_pattern", "pair_pattern", "assignment_pattern"})
+
+
+def _pattern_top(lang: Lang, n: ts.Node) -> ts.Node:
+    """JS/TS: the whole destructuring or rest pattern that binds `n` (`...args`, `[a, b]`,
+    `{k: v}`'s v, `x = 1`'s x), `n` itself when it is in none."""
+    if lang is not JS:
+        return n
+    while (p := n.parent) is not None and p.type in _JS_PATTERNS:
+        if p.type == "pair_pattern" and not is_field(n, "value") or p.type == "assignment_pattern" \
+                and not is_field(n, "left"):
+            return n
+        n = p
+    return n
+
+
 def _is_param(lang: Lang, n: ts.Node) -> bool:
+    n = _pattern_top(lang, n)
     p = n.parent
     if p is None:
         return False
@@ -287,7 +306,11 @@ def _is_declared(lang: Lang, n: ts.Node) -> bool:
         return p.type in ("as_pattern_target", "named_expression") and (
             p.type != "named_expression" or is_field(n, "name"))
     if lang is JS:
-        return p.type == "variable_declarator" and is_field(n, "name")
+        n = _pattern_top(lang, n)
+        p = n.parent
+        if p is not None and p.type == "for_in_statement" and is_field(n, "left"):  # for (const s of xs)
+            return any(c.type in ("const", "let", "var") for c in p.children)
+        return p is not None and p.type == "variable_declarator" and is_field(n, "name")
     if lang is GO:
         if p.type in ("var_spec", "const_spec") and is_field(n, "name"):
             return True
@@ -306,9 +329,12 @@ def _is_use(lang: Lang, t: Text, n: ts.Node) -> bool:
     return not (p.type == "keyword_argument" and is_field(n, "name"))
 
 
-def _uses(lang: Lang, t: Text, scope: ts.Node, name: str, ident_type: str) -> list[tuple[int, int]]:
-    """The old name's uses in `scope` that the binding reaches (nested rebinding scopes out)."""
-    nodes = [n for n in word_nodes(t, scope, name) if n.type == ident_type]
+def _uses(lang: Lang, t: Text, scope: ts.Node, name: str, ident_type: str, shorthand: set[int]
+          ) -> list[tuple[int, int]]:
+    """The old name's uses in `scope` that the binding reaches (nested rebinding scopes out);
+    the starts of those that are JS shorthand properties (`{ name }`) go in `shorthand`."""
+    nodes = [n for n in word_nodes(t, scope, name) if n.type == ident_type
+             or (lang is JS and ident_type == "identifier" and n.type == "shorthand_property_identifier")]
     rebinding: set[int] = set()
     for n in nodes:
         if t.guard is not None:
@@ -328,6 +354,8 @@ def _uses(lang: Lang, t: Text, scope: ts.Node, name: str, ident_type: str) -> li
             p = p.parent
         if not shadowed:
             out.append((t.char(n.start_byte), t.char(n.end_byte)))
+            if n.type == "shorthand_property_identifier":
+                shorthand.add(out[-1][0])
     return out
 
 

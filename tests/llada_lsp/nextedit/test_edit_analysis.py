@@ -262,3 +262,43 @@ def test_a_method_is_followed_through_receivers_whose_class_the_file_shows() -> 
     # a local `= Box(...)` or `= cls()` inside Box, a parameter annotated Box, a module-level Box seen from a function;
     # not Other's, not a name bound to either (c), not an unannotated parameter (x)
     assert got == ["b.put(item)", "box.put(it)", "b.put(1)", "bb.put(4)", "bb.put(5)"]
+
+
+TS_SRC = '''function report(message: string, ...parts: string[]) {
+  for (const part of parts) {
+    log(part);
+  }
+  const [head, tail] = split(message);
+  return { message, parts, head };
+}
+'''
+
+
+@pytest.mark.parametrize("lang", ["typescript", "javascript"])
+def test_ts_shorthand_properties_for_of_bindings_rest_and_array_patterns(lang: str) -> None:
+    src = TS_SRC if lang == "typescript" else TS_SRC.replace(": string[]", "").replace(": string", "")
+
+    def renamed(old: str, new: str) -> str:
+        text = src.replace(old, new, 1)
+        a = run(lang, src, text)
+        assert a.kind == "rename", a
+        return applied(text, a)
+
+    # a shorthand property keeps its key: `{ message }` -> `{ message: msg }`
+    assert renamed("report(message", "report(msg") == src.replace("report(message", "report(msg").replace(
+        "split(message)", "split(msg)").replace("{ message,", "{ message: msg,")
+    # a rest parameter
+    assert renamed("...parts", "...pieces") == src.replace("...parts", "...pieces").replace(
+        "of parts", "of pieces").replace(" parts, head }", " parts: pieces, head }")
+    # a `for (const x of ...)` binding reaches its body only
+    assert renamed("const part of", "const p of") == src.replace("const part of", "const p of").replace(
+        "log(part)", "log(p)")
+    # an array destructuring binding
+    assert renamed("[head, tail]", "[first, tail]") == src.replace("[head, tail]", "[first, tail]").replace(
+        " head }", " head: first }")
+
+
+def test_a_for_of_over_an_outer_variable_binds_nothing() -> None:
+    src = "let s = 0;\nfor (s of xs) {\n  use(s);\n}\nuse(s);\n"
+    a = run("typescript", src, src.replace("for (s of", "for (t of"))
+    assert a.kind != "rename" or not a.sites  # an assignment to the outer `s`, not a new binding
