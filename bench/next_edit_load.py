@@ -3,8 +3,8 @@
     python bench/next_edit_load.py [--scale 1.0] [--status-every-ms 10] [--timeout 60]
                                    [--python PY] [--cases params,rename,deep,answer] [--profile OUT]
 
-The real server over stdio (this checkout's, or the one `--python` runs as `-m llada_lsp`,
-e.g. /work/main/.venv/bin/python for main's), its default engine, next-edit on, fills off
+The real server over stdio (this checkout's, or the one `--python` runs as `-m llada_lsp`
+from the temporary directory, e.g. another checkout's venv Python for its server), its default engine, next-edit on, fills off
 (the gated default). Per case a fresh document is opened and edited, then a `llada/nextEdit`
 request is sent and, until it is answered, a `llada/debugInfo` request (the status) every
 `--status-every-ms`; each status answer's latency is the client's (send to answer). Cases, at
@@ -24,8 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -76,7 +78,7 @@ class Wire:
 
     @classmethod
     async def start(cls, command: list[str]) -> Wire:
-        proc = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE,
+        proc = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE, cwd=tempfile.gettempdir(),
                                                     stdout=asyncio.subprocess.PIPE, limit=1 << 26)
         return cls(proc)
 
@@ -208,6 +210,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     for r in rows:
         r["status_p99_over_idle"] = round(r["status_p99_ms"] / idle_p99, 1) if idle_p99 > 0 else None
     return {"bench": "next_edit_load", "scale": args.scale, "status_every_ms": args.status_every_ms,
+            "server": args.python or sys.executable, "load_avg_1m": round(os.getloadavg()[0], 2),
             "idle_status_p50_ms": round(statistics.median(idle), 1), "idle_status_p99_ms": round(idle_p99, 1),
             "rows": rows}
 

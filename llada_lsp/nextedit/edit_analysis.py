@@ -40,12 +40,19 @@ from dataclasses import dataclass
 import tree_sitter as ts
 
 from llada_lsp.nextedit.edit_fields import field_change, return_change
+from llada_lsp.nextedit.edit_js import (
+    assigned_shorthand,
+    jsdoc_param_sites,
+    parameter_property_class,
+)
 from llada_lsp.nextedit.edit_limits import Guard, Refused, check_depth
 from llada_lsp.nextedit.edit_params import param_change
 from llada_lsp.nextedit.edit_syntax import (
     BRACES,
     GO,
     JS,
+    JS_TOKENS,
+    JS_WORD,
     LANGS,
     PY,
     TOKENS,
@@ -106,10 +113,11 @@ def analyze(language: str, old: str, new: str, old_tree: ts.Tree | Callable[[], 
         return Analysis("none", "unsupported language" if lang is None else "no change")
     p, s = common_ends(old, new)
     a = p
-    while a > 0 and (new[a - 1].isalnum() or new[a - 1] == "_"):
+    word = "_$" if lang is JS else "_"
+    while a > 0 and (new[a - 1].isalnum() or new[a - 1] in word):
         a -= 1
     bo, bn = len(old) - s, len(new) - s
-    while bn < len(new) and (new[bn].isalnum() or new[bn] == "_"):
+    while bn < len(new) and (new[bn].isalnum() or new[bn] in word):
         bo, bn = bo + 1, bn + 1
     edited = (p, len(new) - s)
     ot, nt = Text(old, guard), Text(new, guard)
@@ -148,13 +156,14 @@ def _rename(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, tree: ts.T
     """A consistent one-name rename over the changed stretch, anchored at a binding."""
     if bn - a > 4000 or bo - a > 4000:
         return None
-    old_toks, new_toks = TOKENS.findall(ot.text[a:bo]), TOKENS.findall(nt.text[a:bn])
+    tokens, words = (JS_TOKENS, JS_WORD) if lang is JS else (TOKENS, WORD)
+    old_toks, new_toks = tokens.findall(ot.text[a:bo]), tokens.findall(nt.text[a:bn])
     if len(old_toks) != len(new_toks):
         return None
     pair, anchors, off = None, [], a
     for o, n in zip(old_toks, new_toks, strict=True):
         if o != n:
-            if not (WORD.fullmatch(o) and WORD.fullmatch(n)) or (pair is not None and pair != (o, n)):
+            if not (words.fullmatch(o) and words.fullmatch(n)) or (pair is not None and pair != (o, n)):
                 return None
             pair = (o, n)
             anchors.append(off)
@@ -177,6 +186,11 @@ def _rename(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, tree: ts.T
             _uses(lang, nt, scope, old_name, node.type, shorthand)
         if not attr and lang is PY:
             sites = _after_rebinding(nt, scope, old_name, node, sites)
+        if not attr and lang is JS and _is_param(lang, node):
+            sites = sorted(sites + jsdoc_param_sites(nt, scope, old_name))
+            cls = parameter_property_class(node)
+            if cls is not None:  # also a property: this.name
+                sites = sorted(set(sites) | set(_attr_uses(lang, nt, cls, old_name)))
         what = "attribute" if attr else node.parent.type if node.parent is not None else "name"
         out = tuple(Site(x, y, f"{old_name}: {new_name}" if x in shorthand else new_name) for x, y in sites)
         return "rename", f"{old_name} -> {new_name} ({what})", out, (nt.char(scope.start_byte), nt.char(scope.end_byte))
@@ -248,7 +262,8 @@ def _binding(lang: Lang, t: Text, n: ts.Node) -> tuple[ts.Node, bool] | None:
             return p.parent.parent, True  # a method: reached as self.name
         return _enclosing(lang, p), False
     if _is_param(lang, n):
-        fn = ancestor(n, lang.functions)
+        plist = ancestor(n, lang.params)  # its function, or a function type's parameters (no uses)
+        fn = plist.parent if plist is not None else None
         return (fn, False) if fn is not None else None
     if _is_declared(lang, n):
         comp = ancestor(n, frozenset({"for_in_clause"})) if lang is PY else None
@@ -310,6 +325,8 @@ def _is_declared(lang: Lang, n: ts.Node) -> bool:
         p = n.parent
         if p is not None and p.type == "for_in_statement" and is_field(n, "left"):  # for (const s of xs)
             return any(c.type in ("const", "let", "var") for c in p.children)
+        if p is not None and p.type == "catch_clause" and is_field(n, "parameter"):
+            return True
         return p is not None and p.type == "variable_declarator" and is_field(n, "name")
     if lang is GO:
         if p.type in ("var_spec", "const_spec") and is_field(n, "name"):
@@ -334,7 +351,8 @@ def _uses(lang: Lang, t: Text, scope: ts.Node, name: str, ident_type: str, short
     """The old name's uses in `scope` that the binding reaches (nested rebinding scopes out);
     the starts of those that are JS shorthand properties (`{ name }`) go in `shorthand`."""
     nodes = [n for n in word_nodes(t, scope, name) if n.type == ident_type
-             or (lang is JS and ident_type == "identifier" and n.type == "shorthand_property_identifier")]
+             or (lang is JS and ident_type == "identifier" and (n.type == "shorthand_property_identifier" or (
+                 n.type == "shorthand_property_identifier_pattern" and assigned_shorthand(n))))]
     rebinding: set[int] = set()
     for n in nodes:
         if t.guard is not None:
@@ -354,7 +372,7 @@ def _uses(lang: Lang, t: Text, scope: ts.Node, name: str, ident_type: str, short
             p = p.parent
         if not shadowed:
             out.append((t.char(n.start_byte), t.char(n.end_byte)))
-            if n.type == "shorthand_property_identifier":
+            if n.type.startswith("shorthand_property_identifier"):
                 shorthand.add(out[-1][0])
     return out
 

@@ -15,6 +15,8 @@ from llada_lsp.nextedit.edit_limits import Guard, check_depth, word_spans
 
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TOKENS = re.compile(r"[A-Za-z_0-9]+|\s+|.", re.S)
+JS_WORD = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")  # JS/TS names may hold `$` (`completions$`)
+JS_TOKENS = re.compile(r"[A-Za-z_0-9$]+|\s+|.", re.S)
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,12 @@ PY = Lang(frozenset({"identifier"}), frozenset({"function_definition", "lambda"}
           "attribute", "attribute", "object")
 JS = Lang(frozenset({"identifier", "type_identifier"}),
           frozenset({"function_declaration", "function_expression", "arrow_function", "method_definition",
-                     "function", "generator_function_declaration"}),
+                     "function", "generator_function_declaration", "function_signature", "method_signature",
+                     "abstract_method_signature"}),
           frozenset({"function_declaration", "function_expression", "arrow_function", "method_definition",
-                     "function", "generator_function_declaration", "statement_block", "class_body",
-                     "for_statement", "for_in_statement"}),
+                     "function", "generator_function_declaration", "function_signature", "method_signature",
+                     "abstract_method_signature", "statement_block", "class_body", "for_statement",
+                     "for_in_statement", "catch_clause"}),
           frozenset({"formal_parameters"}), frozenset({"call_expression"}), frozenset({"this"}),
           "member_expression", "property", "object")
 GO = Lang(frozenset({"identifier", "type_identifier"}),

@@ -302,3 +302,57 @@ def test_a_for_of_over_an_outer_variable_binds_nothing() -> None:
     src = "let s = 0;\nfor (s of xs) {\n  use(s);\n}\nuse(s);\n"
     a = run("typescript", src, src.replace("for (s of", "for (t of"))
     assert a.kind != "rename" or not a.sites  # an assignment to the outer `s`, not a new binding
+
+
+TS_MORE = '''/**
+ * Waits.
+ * @param {number} delay The delay.
+ * @param scheduler Where to run.
+ */
+export function wait(delay: number, scheduler?: Scheduler): Op {
+  let done$: Subject<void>;
+  try {
+    done$ = run(delay, scheduler);
+  } catch (err) {
+    report(err);
+  }
+  const on: (...args: any[]) => void = (...rest) => use(rest);
+  ({ delay = 1 } = options);
+  return done$;
+}
+
+class Replay {
+  constructor(private _size = 1) {
+    this._size = Math.max(1, _size);
+  }
+}
+'''
+
+
+def ts_renamed(old: str, new: str) -> str:
+    text = TS_MORE.replace(old, new, 1)
+    a = run("typescript", TS_MORE, text)
+    assert a.kind == "rename", a
+    return applied(text, a)
+
+
+def test_ts_renames_follow_jsdoc_dollar_names_catch_and_parameter_properties() -> None:
+    # the JSDoc @param and a destructuring assignment's shorthand ({ delay } = ... -> { delay: pause })
+    assert ts_renamed("wait(delay:", "wait(pause:") == TS_MORE.replace("wait(delay:", "wait(pause:").replace(
+        "{number} delay", "{number} pause").replace("run(delay,", "run(pause,").replace(
+        "({ delay = 1 }", "({ delay: pause = 1 }")
+    assert ts_renamed("scheduler?: Scheduler", "sched?: Scheduler") == TS_MORE.replace(
+        "scheduler?: Scheduler", "sched?: Scheduler").replace("@param scheduler", "@param sched").replace(
+        "delay, scheduler)", "delay, sched)")
+    # `$` belongs to the name
+    assert ts_renamed("let done$", "let finished$") == TS_MORE.replace("done$", "finished$")
+    # a catch clause's binding
+    assert ts_renamed("catch (err)", "catch (e)") == TS_MORE.replace("catch (err)", "catch (e)").replace(
+        "report(err)", "report(e)")
+    # a parameter property is a property too: this._size follows
+    assert ts_renamed("private _size", "private _cap") == TS_MORE.replace("_size", "_cap")
+
+
+def test_a_function_types_parameter_reaches_nothing_outside_the_type() -> None:
+    a = run("typescript", TS_MORE, TS_MORE.replace("(...args: any[])", "(...items: any[])"))
+    assert a.sites == ()  # not `rest` nor anything of the function around it
