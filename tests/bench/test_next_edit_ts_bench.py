@@ -12,7 +12,6 @@ from bench.next_edit_ts import ORACLE, run_tasks
 SRC = "function f(message: string, n: number) {\n  log(message);\n  return { message, n };\n}\n"
 
 
-
 def test_scoring_counts_a_shorthand_property_by_its_prefixed_text(tmp_path: Path) -> None:
     path = tmp_path / "a.ts"
     path.write_text(SRC)
