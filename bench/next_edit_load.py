@@ -15,8 +15,9 @@ request is sent and, until it is answered, a `llada/debugInfo` request (the stat
 - `answer`: a parameter added to a function called 1,000 times among 99,000 other calls (the
   same 500 KB, under the site limit: an answer with its suggestions).
 The baseline in the same run: status requests with no next-edit running (`idle`). Reports
-per case the next-edit's answer time, its reason or suggestion count, and the status
-latency p50/p99/max (and p99 over the idle p99); then one JSON line.
+per case the next-edit's answer time (and over one tree-sitter parse of the same text in the
+bench's process, the floor of any answer that reads the tree), its reason or suggestion count,
+and the status latency p50/p99/max (and p99 over the idle p99); then one JSON line.
 """
 
 from __future__ import annotations
@@ -63,6 +64,20 @@ def pct(xs: list[float], q: float) -> float:
         return float("nan")
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def parse_ms(text: str, change: tuple[int, int, int, int, str]) -> float:
+    """The baseline in the same run: one tree-sitter parse of the edited text, in this process."""
+    from llada_lsp.text.syntax import parser_for
+    l1, c1, l2, c2, new = change
+    lines = text.split("\n")
+    lines[l1] = lines[l1][:c1] + new + lines[l2][c2:]
+    data = "\n".join(lines).encode()
+    parser = parser_for("python")
+    assert parser is not None
+    t0 = time.perf_counter()
+    parser.parse(data)
+    return (time.perf_counter() - t0) * 1000
 
 
 class Wire:
@@ -176,8 +191,10 @@ async def run_case(w: Wire, name: str, scale: float, every: float, timeout: floa
                 "status_n": 0, "status_p50_ms": nan, "status_p99_ms": nan, "status_max_ms": nan}
     ms = (time.perf_counter() - t0) * 1000
     lat = await watch
+    row["parse_ms"] = round(parse_ms(text, (l1, c1, l2, c2, new)), 1)
     w.send("textDocument/didClose", {"textDocument": {"uri": uri}}, request=False)
-    return {**row, "answer_ms": round(ms, 1), "answer": ans.get("reason") or ans.get("kind", ""),
+    return {**row, "answer_ms": round(ms, 1), "answer_over_parse": round(ms / row["parse_ms"], 2),
+            "answer": ans.get("reason") or ans.get("kind", ""),
             "limit": ans.get("limit", ""), "suggestions": len(ans.get("suggestions", [])), "status_n": len(lat),
             "status_p50_ms": round(pct(lat, 0.5), 1), "status_p99_ms": round(pct(lat, 0.99), 1),
             "status_max_ms": round(max(lat), 1)}
@@ -216,11 +233,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(res: dict[str, Any]) -> str:
-    head = f"{'case':8} {'bytes':>8} {'answer ms':>10} {'status p50':>10} {'p99':>8} {'max':>8} {'n':>5}  answer"
+    head = (f"{'case':8} {'bytes':>8} {'answer ms':>10} {'/ parse':>8} {'status p50':>10} {'p99':>8} {'max':>8} "
+            f"{'n':>5}  answer")
     lines = [f"idle status: p50 {res['idle_status_p50_ms']} ms, p99 {res['idle_status_p99_ms']} ms", head]
     for r in res["rows"]:
         what = f"{r['suggestions']} suggestions" if r["suggestions"] else r["answer"]
-        lines.append(f"{r['case']:8} {r['bytes']:>8} {r['answer_ms']:>10} {r['status_p50_ms']:>10} "
+        lines.append(f"{r['case']:8} {r['bytes']:>8} {r['answer_ms']:>10} {r.get('answer_over_parse', '-'):>8} "
+                     f"{r['status_p50_ms']:>10} "
                      f"{r['status_p99_ms']:>8} {r['status_max_ms']:>8} {r['status_n']:>5}  {what}"
                      + (f" [limit: {r['limit']}]" if r["limit"] else ""))
     return "\n".join(lines)
