@@ -48,7 +48,15 @@ from llada_lsp.nextedit.edit_window import (
     fill_request,
     from_fill,
 )
-from llada_lsp.nextedit.next_edit_work import Base, Snapshot, analyse, base_of, checked
+from llada_lsp.nextedit.next_edit_work import (
+    TYPING_HOLD_S,
+    Base,
+    Snapshot,
+    analyse,
+    base_of,
+    checked,
+    typing_word,
+)
 from llada_lsp.text.documents import Document, DocumentStore
 from llada_lsp.text.positions import Encoding, PositionError
 from llada_lsp.text.syntax import parser_for
@@ -140,26 +148,6 @@ FILLS_OFF = 1.01  # above any confidence: no masked fill is run
 GATED: dict[str, float] = {"tiny-code": FILLS_OFF, "mini-code": FILLS_OFF}
 
 
-# A request whose cursor is in (or at the end of) a word the edit changed comes while the word
-# may still be typed (a pause mid-word outlasts the clients' 300 ms debounce): it is answered
-# only once the document has not changed for this long; the next edit cancels it before then
-# (`document changed`), so a half-typed name (`ent` for `entry`) is not shown at a short pause.
-TYPING_HOLD_S = 1.0
-
-
-def typing_word(text: str, cursor: int, edited: tuple[int, int]) -> bool:
-    """Whether the cursor is in or right after a word that the edit's changed stretch touches."""
-    a = cursor
-    while a > 0 and (text[a - 1].isalnum() or text[a - 1] == "_"):
-        a -= 1
-    if a == cursor:
-        return False  # no word ends at the cursor: the user has left it
-    b = cursor
-    while b < len(text) and (text[b].isalnum() or text[b] == "_"):
-        b += 1
-    return edited[0] <= b and edited[1] >= a
-
-
 def model_name(model: str | None) -> str:
     """The model's short name: the option's, else $LLADA_MODEL's, else the embedded tiny-code."""
     return (model or os.environ.get("LLADA_MODEL") or "tiny-code").rstrip("/").rsplit("/", 1)[-1]
@@ -240,7 +228,8 @@ class NextEditService:
                 self.counters[f"limit_{analysis.limit}"] += 1
                 return self._empty(version, analysis.detail, analysis.limit)
             return self._empty(version, f"no follow-up: {analysis.kind} {analysis.detail}".strip())
-        if typing_word(snap.text, cursor, analysis.edited):
+        removed = base.text[analysis.edited[0]:len(base.text) - (len(snap.text) - analysis.edited[1])]
+        if typing_word(snap.text, cursor, analysis.edited, removed):
             await self._hold(p.uri, guard)  # mid-word: wait until the typing stops for `typing_hold_s`
         self.counters[f"kind_{analysis.kind}"] += 1
         masked = [site for site in analysis.sites if site.prior is None]

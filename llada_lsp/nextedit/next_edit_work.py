@@ -8,6 +8,8 @@ a tree runs here, off the event loop, on a snapshot the loop took, under the req
 - `checked`: the suggestions of the analysis and the fills, `edit_window.keep`, and their wire
   form (positions from a line index of the snapshot's text, not the document's, which the loop
   edits meanwhile).
+- `typing_word`: whether a request comes while a word is being typed (the service then waits
+  `TYPING_HOLD_S` after the last change).
 """
 
 from __future__ import annotations
@@ -110,3 +112,27 @@ def checked(snap: Snapshot, base: Base, got: Analysed, fills: list[Suggested | N
         guard.check()
         wire.append(lsp_suggestion(snap.text, index, s, enc))
     return wire
+
+
+# A request whose cursor is in (or at the end of) a word the edit changed comes while the word
+# may still be typed (a pause mid-word outlasts the clients' 300 ms debounce): it is answered
+# only once the document has not changed for this long; the next edit cancels it before then
+# (`document changed`), so a half-typed name (`ent` for `entry`) is not shown at a short pause.
+TYPING_HOLD_S = 1.0
+
+
+def typing_word(text: str, cursor: int, edited: tuple[int, int], removed: str = "") -> bool:
+    """Whether the cursor is in or right after a word that the edit is typing: characters
+    inserted into it, or a word character deleted from it (`removed`: the text the edit took
+    out; `, b` deleted after `a` is no typing of `a`)."""
+    a = cursor
+    while a > 0 and (text[a - 1].isalnum() or text[a - 1] in "_$"):
+        a -= 1
+    if a == cursor:
+        return False  # no word ends at the cursor: the user has left it
+    b = cursor
+    while b < len(text) and (text[b].isalnum() or text[b] in "_$"):
+        b += 1
+    if edited[1] > edited[0]:
+        return edited[0] < b and edited[1] > a
+    return a <= edited[0] <= b and (removed[:1].isalnum() or removed[:1] in ("_", "$"))

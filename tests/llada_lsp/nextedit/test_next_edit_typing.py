@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from llada_lsp.nextedit.next_edit import NextEditParams, typing_word
+from llada_lsp.nextedit.next_edit import NextEditParams
+from llada_lsp.nextedit.next_edit_work import typing_word
 from tests.llada_lsp.nextedit.test_next_edit_unit import URI, edit, service, until
 
 
@@ -19,6 +20,10 @@ def test_typing_word() -> None:
     assert not typing_word(text, end + 1, (end - 1, end))  # the cursor has left it (after the comma)
     assert not typing_word(text, end, (0, 3))  # a word the edit did not touch
     assert not typing_word(text, text.index("height"), (end - 1, end))  # before a word: not typing it
+    # deletions: a backspace inside the word is typing; `, b` deleted after `a` is not
+    assert typing_word(text, end, (end, end), "t")  # `widt` -> `wid`
+    deleted = "def f(a):\n"
+    assert not typing_word(deleted, deleted.index("a") + 1, (7, 7), ", b")
 
 
 async def test_a_half_typed_name_waits_and_the_next_keystroke_drops_it() -> None:
