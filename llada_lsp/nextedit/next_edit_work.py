@@ -19,7 +19,7 @@ from typing import Any
 
 import tree_sitter as ts
 
-from llada_lsp.nextedit.edit_analysis import Analysis, analyze
+from llada_lsp.nextedit.edit_analysis import Analysis, analyze, common_ends
 from llada_lsp.nextedit.edit_limits import Guard, parse
 from llada_lsp.nextedit.edit_window import Suggested, keep, lsp_suggestion, site_suggestions
 from llada_lsp.text.documents import Document
@@ -92,11 +92,37 @@ def analyse(snap: Snapshot, base: Base, guard: Guard) -> Analysed:
         parser = parser_for(snap.language)
         assert parser is not None
         tree = parse(parser, snap.text.encode("utf-8", "surrogatepass"), tree, guard)
-    analysis = analyze(snap.language, base.text, snap.text, lambda: base.parsed(snap.language, guard), tree, guard)
+    analysis = analyze(snap.language, base.text, snap.text, lambda: old_around(snap, base, tree, guard), tree, guard)
     got = Analysed(analysis, tree, count_errors(tree.root_node))
     if not analysis.sites and not analysis.limit:
         got.settles = got.errors <= base.error_count(snap.language, guard)
     return got
+
+
+def old_around(snap: Snapshot, base: Base, tree: ts.Tree, guard: Guard) -> ts.Tree:
+    """The base's tree when the loop had it; else a parse of only the top-level statement around
+    the edit (tree-sitter's included ranges: its nodes keep their offsets in the whole text),
+    all the parameter, field and return analyses read of it; the whole base when the edit
+    crosses statements."""
+    if base.tree is not None:
+        return base.tree
+    p, s = common_ends(base.text, snap.text)
+    new_data, old_data = snap.text.encode("utf-8", "surrogatepass"), base.text.encode("utf-8", "surrogatepass")
+    pb, sb = len(snap.text[:p].encode("utf-8", "surrogatepass")), len(snap.text[len(snap.text) - s:].encode(
+        "utf-8", "surrogatepass"))
+    cursor = tree.root_node.walk()
+    top = cursor.node if cursor.goto_first_child_for_byte(pb) is not None else None
+    if top is None or not (top.start_byte <= pb and len(new_data) - sb <= top.end_byte):
+        return base.parsed(snap.language, guard)
+    a, b = top.start_byte, top.end_byte - (len(new_data) - len(old_data))
+    parser = parser_for(snap.language)
+    assert parser is not None
+    parser.included_ranges = [ts.Range(_point(old_data, a), _point(old_data, b), a, b)]
+    return parse(parser, old_data, None, guard)
+
+
+def _point(data: bytes, b: int) -> tuple[int, int]:
+    return data.count(b"\n", 0, b), b - (data.rfind(b"\n", 0, b) + 1)
 
 
 def checked(snap: Snapshot, base: Base, got: Analysed, fills: list[Suggested | None], placeholders: bool,

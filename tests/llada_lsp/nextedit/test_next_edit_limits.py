@@ -18,6 +18,7 @@ from llada_lsp.nextedit.edit_analysis import analyze
 from llada_lsp.nextedit.edit_limits import MAX_DEPTH, MAX_SITES, Cancelled, Guard, parse
 from llada_lsp.nextedit.edit_window import Suggested, keep
 from llada_lsp.nextedit.next_edit import NextEditParams, NextEditService
+from llada_lsp.nextedit.next_edit_work import Base, Snapshot, old_around
 from llada_lsp.text.documents import DocumentStore
 from llada_lsp.text.positions import LineIndex
 from llada_lsp.text.syntax import parser_for
@@ -164,3 +165,31 @@ def test_overlapping_suggestions_are_checked_in_layers() -> None:
     outer = Suggested(2, text.index(", 3)") + 3, "3, f(1, 2)", 1.0)
     out = keep("python", text, LineIndex.of(text), [outer, inner], (1, 1), 0)
     assert out == sorted([outer, inner], key=lambda s: (s.start, s.end))
+
+
+CASES = [  # (language, text, an edit: old -> new, whether it lies inside one top-level statement)
+    ("python", "class A:\n    def m(self, a):\n        return a\n\n\nx = A()\nx.m(1)\n\n\ndef g():\n    A().m(2)\n",
+     "def m(self, a)", "def m(self, a, b)", True),
+    ("python", "from dataclasses import dataclass\n\n\n@dataclass\nclass P:\n    x: int\n\n\np = P(1)\nq = P(x=2)\n",
+     "    x: int", "    x: int\n    y: int", False),  # the line's end is past the class: the whole base is parsed
+    ("python", "def f():\n    return 1, 2\n\n\na, b = f()\n", "return 1, 2", "return 1, 2, 3", True),
+    ("go", "package m\n\ntype T struct {\n\tA int\n}\n\nfunc g() T {\n\treturn T{A: 1}\n}\n", "\tA int\n", "\tA int\n\tB int\n",
+     True),
+    ("javascript", "function f(a, b) {\n  return a - b;\n}\nf(1, 2);\nf(3, 4);\n", "function f(a, b)", "function f(b, a)", True),
+]
+
+
+@pytest.mark.parametrize("lang,old,a,b,inside", CASES)
+def test_the_base_parsed_around_the_edit_gives_the_whole_parse_s_answer(lang: str, old: str, a: str, b: str,
+                                                                         inside: bool) -> None:
+    new = old.replace(a, b, 1)
+    p = parser_for(lang)
+    assert p is not None
+    old_tree, new_tree = p.parse(old.encode()), p.parse(new.encode())
+    whole = analyze(lang, old, new, old_tree, new_tree)
+    assert whole.sites, whole
+    snap = Snapshot(lang, new, 2, 1, new_tree, False)
+    partial = old_around(snap, Base(old), new_tree, Guard())
+    covered = partial.root_node.end_byte - partial.root_node.start_byte
+    assert (covered < len(old.encode())) == inside  # only the statement, when the edit is inside one
+    assert analyze(lang, old, new, partial, new_tree) == whole
