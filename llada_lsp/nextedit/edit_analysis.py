@@ -25,20 +25,34 @@ The diff is textual first (common prefix and suffix), then read on the trees: a 
 stretch whose words differ only by one name, consistently, is a rename (so an edit that
 already updated some sites is still the same rename); a changed stretch inside one function's
 parameter list is a parameter change. Offsets in and out are character offsets.
+
+The work is bounded (`llada_lsp.nextedit.edit_limits`): an edit or a follow-up nested too deep,
+or a name scanned that occurs too often, gives kind `none` with the reason and the `limit`
+hit; the tree before the edit is asked for (`old_tree` may be a function that parses it) only
+once the new text's side of the analysis has passed those limits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tree_sitter as ts
 
 from llada_lsp.nextedit.edit_fields import field_change, return_change
+from llada_lsp.nextedit.edit_js import (
+    assigned_shorthand,
+    jsdoc_param_sites,
+    parameter_property_class,
+)
+from llada_lsp.nextedit.edit_limits import Guard, Refused, check_depth
 from llada_lsp.nextedit.edit_params import param_change
 from llada_lsp.nextedit.edit_syntax import (
     BRACES,
     GO,
     JS,
+    JS_TOKENS,
+    JS_WORD,
     LANGS,
     PY,
     TOKENS,
@@ -61,6 +75,7 @@ class Analysis:
     sites: tuple[Site, ...] = ()
     edited: tuple[int, int] = (0, 0)  # the changed stretch of the new text
     definition: tuple[int, int] | None = None  # the edited definition's span (a function: its signature)
+    limit: str = ""  # the limit that refused the analysis ("sites", "depth"), "" when none did
 
     @property
     def found(self) -> bool:
@@ -91,26 +106,47 @@ def common_ends(old: str, new: str) -> tuple[int, int]:
     return p, s
 
 
-def analyze(language: str, old: str, new: str, old_tree: ts.Tree, new_tree: ts.Tree) -> Analysis:
+def analyze(language: str, old: str, new: str, old_tree: ts.Tree | Callable[[], ts.Tree], new_tree: ts.Tree,
+            guard: Guard | None = None) -> Analysis:
     lang = LANGS.get(language)
     if lang is None or old == new:
         return Analysis("none", "unsupported language" if lang is None else "no change")
     p, s = common_ends(old, new)
     a = p
-    while a > 0 and (new[a - 1].isalnum() or new[a - 1] == "_"):
+    word = "_$" if lang is JS else "_"
+    while a > 0 and (new[a - 1].isalnum() or new[a - 1] in word):
         a -= 1
     bo, bn = len(old) - s, len(new) - s
-    while bn < len(new) and (new[bn].isalnum() or new[bn] == "_"):
+    while bn < len(new) and (new[bn].isalnum() or new[bn] in word):
         bo, bn = bo + 1, bn + 1
     edited = (p, len(new) - s)
-    ot, nt = Text(old), Text(new)
-    got = _rename(lang, ot, nt, a, bo, bn, new_tree) or param_change(lang, ot, nt, a, bo, bn, old_tree, new_tree) \
-        or field_change(lang, ot, nt, a, bo, bn, old_tree, new_tree) \
-        or return_change(lang, ot, nt, a, bo, bn, old_tree, new_tree)
+    ot, nt = Text(old, guard), Text(new, guard)
+    before = _old_tree(old_tree, ot, a)
+    try:
+        check_depth(new_tree.root_node, nt.byte(a))
+        got = _rename(lang, ot, nt, a, bo, bn, new_tree) \
+            or param_change(lang, ot, nt, a, bo, bn, before, new_tree) \
+            or field_change(lang, ot, nt, a, bo, bn, before, new_tree) \
+            or return_change(lang, ot, nt, a, bo, bn, before, new_tree)
+    except Refused as e:
+        return Analysis("none", e.reason, (), edited, limit=e.limit)
     if got is None:
         return Analysis("none", "no follow-up kind", (), edited)
     kind, detail, sites, definition = got
     return Analysis(kind, detail, sites, edited, definition)
+
+
+def _old_tree(given: ts.Tree | Callable[[], ts.Tree], ot: Text, a: int) -> Callable[[], ts.Tree]:
+    """The tree before the edit, got (parsed) at the first call and depth-checked at the edit."""
+    memo: list[ts.Tree] = []
+
+    def get() -> ts.Tree:
+        if not memo:
+            tree = given if isinstance(given, ts.Tree) else given()
+            check_depth(tree.root_node, ot.byte(min(a, len(ot.text))))
+            memo.append(tree)
+        return memo[0]
+    return get
 
 
 # ---------------------------------------------------------------- renames
@@ -120,13 +156,14 @@ def _rename(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, tree: ts.T
     """A consistent one-name rename over the changed stretch, anchored at a binding."""
     if bn - a > 4000 or bo - a > 4000:
         return None
-    old_toks, new_toks = TOKENS.findall(ot.text[a:bo]), TOKENS.findall(nt.text[a:bn])
+    tokens, words = (JS_TOKENS, JS_WORD) if lang is JS else (TOKENS, WORD)
+    old_toks, new_toks = tokens.findall(ot.text[a:bo]), tokens.findall(nt.text[a:bn])
     if len(old_toks) != len(new_toks):
         return None
     pair, anchors, off = None, [], a
     for o, n in zip(old_toks, new_toks, strict=True):
         if o != n:
-            if not (WORD.fullmatch(o) and WORD.fullmatch(n)) or (pair is not None and pair != (o, n)):
+            if not (words.fullmatch(o) and words.fullmatch(n)) or (pair is not None and pair != (o, n)):
                 return None
             pair = (o, n)
             anchors.append(off)
@@ -144,11 +181,47 @@ def _rename(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, tree: ts.T
         if got is None:
             continue
         scope, attr = got
-        sites = _attr_uses(lang, nt, scope, old_name) if attr else _uses(lang, nt, scope, old_name, node.type)
+        shorthand: set[int] = set()  # `{ old }` keeps its key: `{ old: new }`
+        sites = _attr_uses(lang, nt, scope, old_name) if attr else \
+            _uses(lang, nt, scope, old_name, node.type, shorthand)
+        if not attr and lang is PY:
+            sites = _after_rebinding(nt, scope, old_name, node, sites)
+        if not attr and lang is JS and _is_param(lang, node):
+            sites = sorted(sites + jsdoc_param_sites(nt, scope, old_name))
+            cls = parameter_property_class(node)
+            if cls is not None:  # also a property: this.name
+                sites = sorted(set(sites) | set(_attr_uses(lang, nt, cls, old_name)))
         what = "attribute" if attr else node.parent.type if node.parent is not None else "name"
-        out = tuple(Site(x, y, new_name) for x, y in sites)
+        out = tuple(Site(x, y, f"{old_name}: {new_name}" if x in shorthand else new_name) for x, y in sites)
         return "rename", f"{old_name} -> {new_name} ({what})", out, (nt.char(scope.start_byte), nt.char(scope.end_byte))
     return None
+
+
+def _statement(n: ts.Node) -> ts.Node:
+    """The statement holding `n` (its ancestor whose parent is a block or the module)."""
+    while n.parent is not None and n.parent.type not in ("block", "module"):
+        n = n.parent
+    return n
+
+
+def _after_rebinding(t: Text, scope: ts.Node, name: str, anchor: ts.Node, sites: list[tuple[int, int]]
+                     ) -> list[tuple[int, int]]:
+    """Python: a rename at an assignment that rebinds a name the scope bound before it (a
+    parameter, an earlier assignment) renames that binding only: the uses after its statement
+    up to the next binding of the name, never the parameter (a public keyword name) nor the
+    uses before (its own right-hand side included); nothing when the statement is not directly
+    in the scope's body (a branch or a loop: which binding a later use sees is not known)."""
+    bound = [n for n in word_nodes(t, scope, name) if (b := _binding_scope(PY, t, n)) is not None and b.id == scope.id]
+    if not any(n.start_byte < anchor.start_byte for n in bound):
+        return sites  # the first binding: every use is its
+    stmt = _statement(anchor)
+    body = scope if scope.type == "module" else scope.child_by_field_name("body")
+    if body is None or stmt.parent is None or stmt.parent.id != body.id:
+        return []
+    start = t.char(stmt.end_byte)
+    later = [_statement(n).start_byte for n in bound if n.start_byte >= stmt.end_byte]
+    end = t.char(min(later)) if later else len(t.text)
+    return [(x, y) for x, y in sites if start <= x < end]
 
 
 def _enclosing(lang: Lang, n: ts.Node) -> ts.Node:
@@ -189,7 +262,8 @@ def _binding(lang: Lang, t: Text, n: ts.Node) -> tuple[ts.Node, bool] | None:
             return p.parent.parent, True  # a method: reached as self.name
         return _enclosing(lang, p), False
     if _is_param(lang, n):
-        fn = ancestor(n, lang.functions)
+        plist = ancestor(n, lang.params)  # its function, or a function type's parameters (no uses)
+        fn = plist.parent if plist is not None else None
         return (fn, False) if fn is not None else None
     if _is_declared(lang, n):
         comp = ancestor(n, frozenset({"for_in_clause"})) if lang is PY else None
@@ -199,7 +273,24 @@ def _binding(lang: Lang, t: Text, n: ts.Node) -> tuple[ts.Node, bool] | None:
     return None
 
 
+_JS_PATTERNS = frozenset({"rest_pattern", "array_pattern", "object_pattern", "pair_pattern", "assignment_pattern"})
+
+
+def _pattern_top(lang: Lang, n: ts.Node) -> ts.Node:
+    """JS/TS: the whole destructuring or rest pattern that binds `n` (`...args`, `[a, b]`,
+    `{k: v}`'s v, `x = 1`'s x), `n` itself when it is in none."""
+    if lang is not JS:
+        return n
+    while (p := n.parent) is not None and p.type in _JS_PATTERNS:
+        if p.type == "pair_pattern" and not is_field(n, "value") or p.type == "assignment_pattern" \
+                and not is_field(n, "left"):
+            return n
+        n = p
+    return n
+
+
 def _is_param(lang: Lang, n: ts.Node) -> bool:
+    n = _pattern_top(lang, n)
     p = n.parent
     if p is None:
         return False
@@ -230,7 +321,13 @@ def _is_declared(lang: Lang, n: ts.Node) -> bool:
         return p.type in ("as_pattern_target", "named_expression") and (
             p.type != "named_expression" or is_field(n, "name"))
     if lang is JS:
-        return p.type == "variable_declarator" and is_field(n, "name")
+        n = _pattern_top(lang, n)
+        p = n.parent
+        if p is not None and p.type == "for_in_statement" and is_field(n, "left"):  # for (const s of xs)
+            return any(c.type in ("const", "let", "var") for c in p.children)
+        if p is not None and p.type == "catch_clause" and is_field(n, "parameter"):
+            return True
+        return p is not None and p.type == "variable_declarator" and is_field(n, "name")
     if lang is GO:
         if p.type in ("var_spec", "const_spec") and is_field(n, "name"):
             return True
@@ -249,11 +346,17 @@ def _is_use(lang: Lang, t: Text, n: ts.Node) -> bool:
     return not (p.type == "keyword_argument" and is_field(n, "name"))
 
 
-def _uses(lang: Lang, t: Text, scope: ts.Node, name: str, ident_type: str) -> list[tuple[int, int]]:
-    """The old name's uses in `scope` that the binding reaches (nested rebinding scopes out)."""
-    nodes = [n for n in word_nodes(t, scope, name) if n.type == ident_type]
+def _uses(lang: Lang, t: Text, scope: ts.Node, name: str, ident_type: str, shorthand: set[int]
+          ) -> list[tuple[int, int]]:
+    """The old name's uses in `scope` that the binding reaches (nested rebinding scopes out);
+    the starts of those that are JS shorthand properties (`{ name }`) go in `shorthand`."""
+    nodes = [n for n in word_nodes(t, scope, name) if n.type == ident_type
+             or (lang is JS and ident_type == "identifier" and (n.type == "shorthand_property_identifier" or (
+                 n.type == "shorthand_property_identifier_pattern" and assigned_shorthand(n))))]
     rebinding: set[int] = set()
     for n in nodes:
+        if t.guard is not None:
+            t.guard.check()
         s = _binding_scope(lang, t, n)
         if s is not None and s.id != scope.id and inside(s, scope):
             rebinding.add(s.id)
@@ -269,6 +372,8 @@ def _uses(lang: Lang, t: Text, scope: ts.Node, name: str, ident_type: str) -> li
             p = p.parent
         if not shadowed:
             out.append((t.char(n.start_byte), t.char(n.end_byte)))
+            if n.type.startswith("shorthand_property_identifier"):
+                shorthand.add(out[-1][0])
     return out
 
 

@@ -23,6 +23,7 @@ old shape is the user's next edit).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import tree_sitter as ts
 
@@ -44,8 +45,8 @@ RECORDS = {PY: "class_definition", GO: "type_spec", RUST: "struct_item"}
 _DATACLASS = re.compile(r"@\s*(?:dataclasses\s*\.\s*)?dataclass\b")
 
 
-def field_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_tree: ts.Tree, new_tree: ts.Tree
-                 ) -> tuple[str, str, tuple[Site, ...], tuple[int, int] | None] | None:
+def field_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_tree: Callable[[], ts.Tree],
+                 new_tree: ts.Tree) -> tuple[str, str, tuple[Site, ...], tuple[int, int] | None] | None:
     kind = RECORDS.get(lang)
     if kind is None:
         return None
@@ -57,8 +58,10 @@ def field_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_t
     nf = _fields(lang, nt, nrec)  # None for a class that is no record: before any file scan
     if nf is None:
         return None
+    name = nt.of(name_node)
+    built = _py_calls(nt, new_tree, name, nrec) if lang is PY else _literals(lang, nt, new_tree, name)  # limits first
     # the same record before the edit (the changed stretch may start just past its old end)
-    olds = [n.parent for n in word_nodes(ot, old_tree.root_node, nt.of(name_node))
+    olds = [n.parent for n in word_nodes(ot, old_tree().root_node, name)
             if n.parent is not None and n.parent.type == kind and is_field(n, "name")]
     orec = min(olds, key=lambda n: abs(n.start_byte - nrec.start_byte), default=None)
     of_ = _fields(lang, ot, orec) if orec is not None else None
@@ -68,16 +71,16 @@ def field_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_t
     if len(nn) != len(on) + 1 or [x for x in nn if x in on] != on:
         return None
     i = next(k for k in range(len(nn)) if k >= len(on) or nn[k] != on[k])
-    name, field = nt.of(name_node), nn[i]
+    field = nn[i]
     definition = (nt.char(nrec.start_byte), nt.char(min(nrec.end_byte, nrec.start_byte + 2000)))
     if nf[0][i][1]:
         return "field_added", f"{name}: +{field} at {i} (has a default)", (), definition
     if lang is PY:
-        sites = [s for c in _py_calls(nt, new_tree, name, nrec)
+        sites = [s for c in built
                  if (s := insert_arg(nt, c, i, len(on), field, True, nf[1])) is not None]
     else:
         label = f"{field}: "
-        sites = [s for body in _literals(lang, nt, new_tree, name)
+        sites = [s for body in built
                  if (s := _insert_keyed(lang, nt, body, nn[:i], on, field, label)) is not None]
     return "field_added", f"{name}: +{field} at {i}", tuple(sites), definition
 
@@ -225,20 +228,24 @@ def _insert_keyed(lang: Lang, t: Text, body: ts.Node, before: list[str], old: li
 
 # ---------------------------------------------------------------- return shapes
 
-def return_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_tree: ts.Tree, new_tree: ts.Tree
-                  ) -> tuple[str, str, tuple[Site, ...], tuple[int, int] | None] | None:
+def return_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_tree: Callable[[], ts.Tree],
+                  new_tree: ts.Tree) -> tuple[str, str, tuple[Site, ...], tuple[int, int] | None] | None:
     if lang is not PY:
         return None
     x, y = _trimmed(nt, a, bn)
     ob0, ob1 = ot.byte(min(x, len(ot.text))), ot.byte(min(max(x, bo), len(ot.text)))
     if ob1 <= ob0:  # a pure insertion: the old node just before it
         ob0 = ob1 = max(0, ob0 - 1)
-    nret, oret = _returned(new_tree, nt.byte(x), nt.byte(y)), _returned(old_tree, ob0, ob1)
-    if nret is None or oret is None:
-        return None
-    fn = ancestor(nret, frozenset({"function_definition"}))
+    nret = _returned(new_tree, nt.byte(x), nt.byte(y))
+    fn = ancestor(nret, frozenset({"function_definition"})) if nret is not None else None
     name_node = fn.child_by_field_name("name") if fn is not None else None
-    if fn is None or name_node is None or ancestor(oret, frozenset({"function_definition"})) is None:
+    if nret is None or fn is None or name_node is None:
+        return None
+    params = fn.child_by_field_name("parameters")
+    skip = 1 if params is not None and params.named_children and nt.of(params.named_children[0]) in PY.self_names else 0
+    calls = calls_of(lang, nt, new_tree, nt.of(name_node), fn, skip)  # the new text's side first: its limits
+    oret = _returned(old_tree(), ob0, ob1)
+    if oret is None or ancestor(oret, frozenset({"function_definition"})) is None:
         return None
     new_vals, old_vals = _values(nt, nret), _values(ot, oret)
     if len(old_vals) < 2 or len(new_vals) != len(old_vals) + 1:
@@ -247,10 +254,8 @@ def return_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_
     if new_vals[:i] + new_vals[i + 1:] != old_vals:
         return None
     hint = new_vals[i] if WORD.fullmatch(new_vals[i]) else "_"
-    params = fn.child_by_field_name("parameters")
-    skip = 1 if params is not None and params.named_children and nt.of(params.named_children[0]) in PY.self_names else 0
     sites: list[Site] = []
-    for args in calls_of(lang, nt, new_tree, nt.of(name_node), fn, skip):
+    for args in calls:
         call = args.parent
         asg = call.parent if call is not None else None
         if call is None or asg is None or asg.type != "assignment" or not is_field(call, "right"):

@@ -8,32 +8,36 @@ calls, and (JS, Go, Rust) at `x.m(...)` when the method's name is unique in the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tree_sitter as ts
 
+from llada_lsp.nextedit.edit_limits import Refused
 from llada_lsp.nextedit.edit_syntax import PY, RUST, Lang, Site, Text, inside, is_field, word_nodes
 
 
-def param_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_tree: ts.Tree, new_tree: ts.Tree
-            ) -> tuple[str, str, tuple[Site, ...], tuple[int, int] | None] | None:
+def param_change(lang: Lang, ot: Text, nt: Text, a: int, bo: int, bn: int, old_tree: Callable[[], ts.Tree],
+                 new_tree: ts.Tree) -> tuple[str, str, tuple[Site, ...], tuple[int, int] | None] | None:
     nl = _param_list(lang, new_tree, nt.byte(a), nt.byte(bn))
-    ol = _param_list(lang, old_tree, ot.byte(a), ot.byte(bo))
-    if nl is None or ol is None:
+    if nl is None:
         return None
     fn = nl.parent
     name_node = fn.child_by_field_name("name") if fn is not None else None
     if fn is None or name_node is None:
         return None
     fname = nt.of(name_node)
-    oparams, nparams = _params(lang, ot, ol), _params(lang, nt, nl)
+    nparams = _params(lang, nt, nl)
     skip = 1 if nparams and nparams[0].name in lang.self_names else 0
-    oparams = [x for x in oparams if x.name not in lang.self_names]
+    calls = calls_of(lang, nt, new_tree, fname, fn, skip)  # the new text's side first: its limits
+    ol = _param_list(lang, old_tree(), ot.byte(a), ot.byte(bo))
+    if ol is None:
+        return None
+    oparams = [x for x in _params(lang, ot, ol) if x.name not in lang.self_names]
     nparams = [x for x in nparams if x.name not in lang.self_names]
     on, nn = [x.name for x in oparams], [x.name for x in nparams]
     body = fn.child_by_field_name("body")  # the signature is what a call needs to see
     definition = (nt.char(fn.start_byte), nt.char(body.start_byte if body is not None else fn.end_byte))
-    calls = calls_of(lang, nt, new_tree, fname, fn, skip)
     kw = lang is PY  # keyword arguments exist
     if len(nn) == len(on) + 1 and [x for x in nn if x in on] == on:
         i = next(k for k in range(len(nn)) if k >= len(on) or nn[k] != on[k])
@@ -130,10 +134,13 @@ def calls_of(lang: Lang, t: Text, tree: ts.Tree, fname: str, fn: ts.Node, skip: 
     """The argument lists of the calls of `fname` in the file. A function: plain calls. A
     method: `self.m(...)` / `this.m(...)` / `Self::m(...)` / `Owner.m(...)`, and, outside Python,
     `x.m(...)` with any receiver when no other function of the file has that name (its type is
-    not known: precision first). A Python method without `self` first is followed nowhere."""
+    not known: precision first); Python: `x.m(...)` where every binding of `x` in its scope
+    makes it an instance of the method's class (`_instance_of`). A Python method without
+    `self` first is followed nowhere."""
     out: list[ts.Node] = []
     root = tree.root_node
     owner = _owner(fn)
+    known: dict[tuple[int, str], bool | None] = {}  # (scope, name) -> bound to an owner there (None: unbound)
     method = fn.type == "method_declaration" or owner is not None
     if method and lang is PY and not skip:
         return []
@@ -147,7 +154,8 @@ def calls_of(lang: Lang, t: Text, tree: ts.Tree, fname: str, fn: ts.Node, skip: 
             continue
         if p.type in CALLEE and is_field(n, CALLEE[p.type][0]):
             obj = p.child_by_field_name(CALLEE[p.type][1])
-            if not method or obj is None or not (t.of(obj) in receivers or unique):
+            if not method or obj is None or not (t.of(obj) in receivers or unique
+                                                 or (lang is PY and owner and _instance_of(t, obj, owner, known))):
                 continue
             if lang is RUST and not skip and t.of(obj) != "self":
                 continue  # an associated function is called by path (`Self::m`)
@@ -165,6 +173,80 @@ def calls_of(lang: Lang, t: Text, tree: ts.Tree, fname: str, fn: ts.Node, skip: 
         if args is not None:
             out.append(args)
     return out
+
+
+_PY_SCOPES = frozenset({"function_definition", "lambda"})
+
+
+def _scope_of(n: ts.Node) -> ts.Node:
+    """The function whose local `n` is (or the module)."""
+    p = n.parent
+    while p is not None and p.type not in _PY_SCOPES and p.parent is not None:
+        p = p.parent
+    return p if p is not None else n
+
+
+def _instance_of(t: Text, obj: ts.Node, owner: str, known: dict[tuple[int, str], bool | None]) -> bool:
+    """Python: whether the receiver `obj` (a name) is an instance of class `owner`: in the
+    innermost function (or the module) that binds it, every binding is `x = Owner(...)` (or
+    `x = cls(...)` inside Owner) or a parameter annotated `x: Owner` (no other assignment,
+    unannotated parameter, loop target). A name too frequent to scan (the site limit) is not known."""
+    if obj.type != "identifier":
+        return False
+    name, scope = t.of(obj), _scope_of(obj)
+    while True:
+        key = (scope.id, name)
+        if key not in known:
+            try:
+                binds = [k for n in word_nodes(t, scope, name) if _scope_of(n).id == scope.id
+                         and (k := _binds_as(t, n, owner)) is not None]
+            except Refused:
+                binds = [False]
+            known[key] = all(binds) if binds else None  # None: not bound here
+        if (got := known[key]) is not None:
+            return got
+        outer = _scope_of(scope)
+        if outer.id == scope.id:
+            return False
+        scope = outer
+
+
+def _owner_class(t: Text, n: ts.Node) -> str:
+    p = n.parent
+    while p is not None and p.type != "class_definition":
+        p = p.parent
+    name = p.child_by_field_name("name") if p is not None else None
+    return t.of(name) if name is not None else ""
+
+
+def _binds_as(t: Text, n: ts.Node, owner: str) -> bool | None:
+    """None when `n` binds nothing; else whether it binds an instance of `owner`."""
+    p = n.parent
+    if p is None or n.type != "identifier":
+        return None
+    if p.type == "assignment" and is_field(n, "left"):
+        value = p.child_by_field_name("right")
+        fn = value.child_by_field_name("function") if value is not None and value.type == "call" else None
+        if fn is not None and t.of(fn) in ("cls", "self.__class__", "type(self)"):  # inside the owner class only
+            return _owner_class(t, n) == owner
+        return fn is not None and t.of(fn) == owner
+    if p.type in ("typed_parameter", "typed_default_parameter") and p.named_children and p.named_children[0] == n:
+        ty = p.child_by_field_name("type")
+        return ty is not None and t.of(ty).strip("'\"") == owner
+    if p.type in ("parameters", "lambda_parameters", "default_parameter", "pattern_list", "tuple_pattern",
+                  "list_pattern", "as_pattern_target", "augmented_assignment", "for_statement", "for_in_clause",
+                  "named_expression", "global_statement", "nonlocal_statement", "with_item", "list_splat_pattern",
+                  "dictionary_splat_pattern", "import_statement", "import_from_statement", "aliased_import",
+                  "dotted_name", "except_clause", "keyword_argument"):
+        if p.type == "keyword_argument" or (p.type == "dotted_name" and p.parent is not None
+                                             and p.parent.type not in ("import_statement", "aliased_import")):
+            return None
+        if p.type in ("for_statement", "for_in_clause", "augmented_assignment") and not is_field(n, "left"):
+            return None
+        if p.type == "named_expression" and not is_field(n, "name"):
+            return None
+        return False  # bound some other way: the class is not known
+    return None
 
 
 def _split(args: ts.Node) -> tuple[list[ts.Node], list[ts.Node]] | None:

@@ -1,6 +1,8 @@
 """The grammar facts and tree helpers the edit analysis reads (`llada_lsp.nextedit.edit_analysis`,
 `llada_lsp.nextedit.edit_params`): per language the node types of identifiers, scopes, parameter lists
-and calls; a text with its UTF-8 bytes; a follow-up `Site`."""
+and calls; a text with its UTF-8 bytes (and the request's `Guard`); a follow-up `Site`. Every
+scan for a name goes through `word_nodes`, which holds the request's limits
+(`llada_lsp.nextedit.edit_limits`)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,12 @@ from dataclasses import dataclass, field
 
 import tree_sitter as ts
 
+from llada_lsp.nextedit.edit_limits import Guard, check_depth, word_spans
+
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TOKENS = re.compile(r"[A-Za-z_0-9]+|\s+|.", re.S)
+JS_WORD = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")  # JS/TS names may hold `$` (`completions$`)
+JS_TOKENS = re.compile(r"[A-Za-z_0-9$]+|\s+|.", re.S)
 
 
 @dataclass(frozen=True)
@@ -35,10 +41,12 @@ PY = Lang(frozenset({"identifier"}), frozenset({"function_definition", "lambda"}
           "attribute", "attribute", "object")
 JS = Lang(frozenset({"identifier", "type_identifier"}),
           frozenset({"function_declaration", "function_expression", "arrow_function", "method_definition",
-                     "function", "generator_function_declaration"}),
+                     "function", "generator_function_declaration", "function_signature", "method_signature",
+                     "abstract_method_signature"}),
           frozenset({"function_declaration", "function_expression", "arrow_function", "method_definition",
-                     "function", "generator_function_declaration", "statement_block", "class_body",
-                     "for_statement", "for_in_statement"}),
+                     "function", "generator_function_declaration", "function_signature", "method_signature",
+                     "abstract_method_signature", "statement_block", "class_body", "for_statement",
+                     "for_in_statement", "catch_clause"}),
           frozenset({"formal_parameters"}), frozenset({"call_expression"}), frozenset({"this"}),
           "member_expression", "property", "object")
 GO = Lang(frozenset({"identifier", "type_identifier"}),
@@ -71,9 +79,11 @@ class Site:
 
 @dataclass
 class Text:
-    """A text with its UTF-8 bytes and the offset maps between them (identity for ASCII)."""
+    """A text with its UTF-8 bytes and the offset maps between them (identity for ASCII), and
+    the guard of the request analysing it."""
 
     text: str
+    guard: Guard | None = None
     data: bytes = field(init=False)
     ascii: bool = field(init=False)
 
@@ -114,19 +124,15 @@ def inside(n: ts.Node, outer: ts.Node | None) -> bool:
 
 
 def word_nodes(t: Text, scope: ts.Node, name: str) -> list[ts.Node]:
-    """The smallest nodes spanning each whole-word match of `name` inside `scope`."""
+    """The smallest nodes spanning each whole-word match of `name` inside `scope`. Refused when
+    the name occurs more than `MAX_SITES` times there or a match lies deeper than `MAX_DEPTH`
+    below it; Cancelled when the request is."""
     out: list[ts.Node] = []
-    needle, data, root = name.encode(), t.data, root_of(scope)
-    i, end = scope.start_byte, scope.end_byte
-    while (i := data.find(needle, i, end)) >= 0:
-        j = i + len(needle)
-        if (i == 0 or not _word_byte(data[i - 1])) and (j >= len(data) or not _word_byte(data[j])):
-            n = root.descendant_for_byte_range(i, j)
-            if n is not None and n.start_byte == i and n.end_byte == j:
-                out.append(n)
-        i = j
+    for i, j in word_spans(t.data, name, scope.start_byte, scope.end_byte):
+        if t.guard is not None:
+            t.guard.check()
+        check_depth(scope, i)
+        n = scope.descendant_for_byte_range(i, j)
+        if n is not None and n.start_byte == i and n.end_byte == j:
+            out.append(n)
     return out
-
-
-def _word_byte(b: int) -> bool:
-    return b == 95 or 48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122 or b >= 128

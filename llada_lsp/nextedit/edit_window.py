@@ -24,8 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import tree_sitter as ts
+
 from engine.api import CompletionRequest, ContextChunk, Plan
 from llada_lsp.nextedit.edit_analysis import Site
+from llada_lsp.nextedit.edit_limits import Guard, parse
 from llada_lsp.text.positions import Encoding, LineIndex, units
 from llada_lsp.text.syntax import count_errors, parser_for
 
@@ -131,49 +134,115 @@ def touches(index: LineIndex, s: Suggested, kept: tuple[int, int]) -> bool:
     return a <= kept[1] and b >= kept[0]
 
 
-def _point(text: str, i: int) -> tuple[int, int]:
-    line_start = text.rfind("\n", 0, i) + 1
-    return text.count("\n", 0, i), len(text[line_start:i].encode("utf-8", "surrogatepass"))
+MAX_ROUNDS = 4  # parses of the document with the suggestions applied, per layer of them
+MAX_LAYERS = 4  # layers of nested (overlapping) suggestions checked; deeper ones are dropped
+
+
+def _layers(found: list[Suggested]) -> list[list[Suggested]]:
+    """`found` (sorted) split into layers of suggestions that do not overlap, each one in the
+    first layer it fits (a reordered call inside another one's arguments goes to the next)."""
+    layers: list[list[Suggested]] = []
+    for s in found:
+        for layer in layers:
+            last = layer[-1]
+            if s.start > last.end or (s.start == last.end and (last.start < last.end or s.start < s.end)):
+                layer.append(s)
+                break
+        else:
+            layers.append([s])
+    return layers[:MAX_LAYERS]
+
+
+def _applied(text: str, found: list[Suggested]) -> tuple[str, list[tuple[int, int]]]:
+    """`text` with every suggestion of one layer applied, and each one's span in the result."""
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    at = shift = 0
+    for s in found:
+        parts += [text[at:s.start], s.text]
+        spans.append((s.start + shift, s.start + shift + len(s.text)))
+        shift += len(s.text) - (s.end - s.start)
+        at = s.end
+    parts.append(text[at:])
+    return "".join(parts), spans
+
+
+def _error_rows(node: ts.Node, limit: int = 64) -> list[int]:
+    """The first rows of the ERROR and MISSING nodes under `node` (none inside an ERROR)."""
+    out: list[int] = []
+    stack = [node] if node.has_error or node.is_missing else []
+    while stack and len(out) < limit:
+        cur = stack.pop()
+        if cur.is_error or cur.is_missing:
+            out.append(cur.start_point[0])
+            continue
+        stack.extend(c for c in cur.children if c.has_error or c.is_missing)
+    return out
+
+
+def _blamed(language: str, text: str, index: LineIndex, layer: list[Suggested], errors_now: int,
+            old_rows: set[int], guard: Guard | None) -> set[int] | None:
+    """One parse of `text` with `layer` applied: None when it adds no parse error, else the
+    suggestions blamed: those on the first row of an error, else the nearest one before it
+    (an error the text had, moved by the suggestions above it, blames none on other rows);
+    all of them when no error can be placed."""
+    parser = parser_for(language)
+    if parser is None:
+        return None
+    after, spans = _applied(text, layer)
+    root = parse(parser, after.encode("utf-8", "surrogatepass"), None, guard).root_node
+    if count_errors(root) <= errors_now:
+        return None
+    new_index = LineIndex.of(after)
+    rows = [(new_index.line_of(a), new_index.line_of(b)) for a, b in spans]
+    ends = [index.line_of(s.end) for s in layer]
+    grown = [s.text.count("\n") - text.count("\n", s.start, s.end) for s in layer]
+    moved = {r + sum(g for e, g in zip(ends, grown, strict=True) if e < r) for r in old_rows}
+    blamed: set[int] = set()
+    for row in _error_rows(root):
+        on_row = [k for k, (a, b) in enumerate(rows) if a <= row <= b]
+        if not on_row and row in moved:
+            continue
+        blamed.update(on_row or [k for k, (a, _b) in enumerate(rows) if a <= row][-1:])
+    return blamed or set(range(len(layer)))
 
 
 def adds_parse_error(language: str, text: str, s: Suggested, errors_now: int, tree: Any = None) -> bool:
-    """Whether the document with `s` applied parses with more errors than `errors_now`;
-    `tree`, the current tree of `text`, is copied and edited so that the parse is incremental."""
-    parser = parser_for(language)
-    if parser is None:
-        return False
-    after = text[:s.start] + s.text + text[s.end:]
-    data = after.encode("utf-8", "surrogatepass")
-    old_tree = None
-    if tree is not None:
-        old_tree = tree.copy()
-        sb = len(text[:s.start].encode("utf-8", "surrogatepass"))
-        eb = sb + len(text[s.start:s.end].encode("utf-8", "surrogatepass"))
-        nb = sb + len(s.text.encode("utf-8", "surrogatepass"))
-        old_tree.edit(start_byte=sb, old_end_byte=eb, new_end_byte=nb, start_point=_point(text, s.start),
-                      old_end_point=_point(text, s.end), new_end_point=_point(after, s.start + len(s.text)))
-    new_tree = parser.parse(data, old_tree) if old_tree is not None else parser.parse(data)
-    return count_errors(new_tree.root_node) > errors_now
+    """Whether the document with `s` alone applied parses with more errors than `errors_now`."""
+    return _blamed(language, text, LineIndex.of(text), [s], errors_now, set(), None) is not None
 
 
 def keep(language: str, text: str, index: LineIndex, found: list[Suggested], kept: tuple[int, int],
-         errors_now: int, tree: Any = None, fallback: Mapping[tuple[int, int], Suggested] | None = None
-         ) -> list[Suggested]:
+         errors_now: int, tree: Any = None, fallback: Mapping[tuple[int, int], Suggested] | None = None,
+         guard: Guard | None = None) -> list[Suggested]:
     """The suggestions that change something, stay off the kept lines and add no parse error;
     one that adds a parse error is replaced by `fallback`'s at its span (a model fill by its
-    site's placeholder) when that one passes the same checks."""
-    out = []
-    for s in sorted(found, key=lambda s: (s.start, s.end)):
-        if s.text == text[s.start:s.end] or touches(index, s, kept):
-            continue
-        if adds_parse_error(language, text, s, errors_now, tree):
-            alt = (fallback or {}).get((s.start, s.end))
-            if alt is None or alt == s or alt.text == text[s.start:s.end] \
-                    or adds_parse_error(language, text, alt, errors_now, tree):
-                continue
-            s = alt
-        out.append(s)
-    return out
+    site's placeholder) when that one passes the same checks.
+
+    The parse check applies all the suggestions at once (a layer of non-overlapping ones) and
+    parses once; when that adds errors, the suggestions on their rows give way (to the
+    fallback, else out) and it parses again, `MAX_ROUNDS` times at most (then none of the
+    layer is kept): a few parses per request, whatever the number of sites. `tree`, the
+    current tree of `text`, gives the rows of the errors the text has already."""
+    fallback = fallback or {}
+    cands = [s for s in sorted(found, key=lambda s: (s.start, s.end))
+             if s.text != text[s.start:s.end] and not touches(index, s, kept)]
+    old_rows = set(_error_rows(tree.root_node)) if tree is not None and errors_now else set()
+    out: list[Suggested] = []
+    for layer in _layers(cands):
+        for _ in range(MAX_ROUNDS):
+            blamed = _blamed(language, text, index, layer, errors_now, old_rows, guard) if layer else None
+            if blamed is None:
+                out += layer
+                break
+            swapped = []
+            for k, s in enumerate(layer):
+                alt = fallback.get((s.start, s.end)) if k in blamed else s
+                if alt is None or (k in blamed and (alt == s or alt.text == text[s.start:s.end])):
+                    continue
+                swapped.append(alt)
+            layer = swapped
+    return sorted(out, key=lambda s: (s.start, s.end))
 
 
 def lsp_suggestion(text: str, index: LineIndex, s: Suggested, enc: Encoding) -> dict[str, Any]:

@@ -13,9 +13,14 @@ error), and model fills below `nextEdit.threshold` (the weakest token's confiden
 dropped. The base moves to the current text when a request finds nothing left to do and the
 text parses with no more errors than the base (so a half-typed name keeps the old base).
 
-The newest request for a document wins: it cancels the older one's engine jobs and the older
-one answers an empty list with the reason `superseded`; an edit of the document does the same
-to a running request (`document changed`), since its answer would be stale.
+The parses, the analysis and the checks run on one worker thread (`next_edit_work`), on a
+snapshot of the document, bounded by the limits of `edit_limits` (a refusal answers with its
+`limit` and reason): the event loop answers other requests meanwhile.
+
+The newest request for a document wins: it cancels the older one's engine jobs (and its
+worker's guard) and the older one answers an empty list with the reason `superseded`; an edit
+of the document does the same to a running request (`document changed`), since its answer
+would be stale.
 """
 
 from __future__ import annotations
@@ -24,14 +29,17 @@ import asyncio
 import itertools
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
 from llada_lsp.lsp.options import Options
-from llada_lsp.nextedit.edit_analysis import Analysis, Site, analyze
+from llada_lsp.nextedit.edit_analysis import Analysis, Site
+from llada_lsp.nextedit.edit_limits import Cancelled, Guard
 from llada_lsp.nextedit.edit_window import (
     FILL_PREFIX_CHARS,
     FILL_ROWS,
@@ -39,13 +47,19 @@ from llada_lsp.nextedit.edit_window import (
     Suggested,
     fill_request,
     from_fill,
-    keep,
-    lsp_suggestion,
-    site_suggestions,
+)
+from llada_lsp.nextedit.next_edit_work import (
+    TYPING_HOLD_S,
+    Base,
+    Snapshot,
+    analyse,
+    base_of,
+    checked,
+    typing_word,
 )
 from llada_lsp.text.documents import Document, DocumentStore
 from llada_lsp.text.positions import Encoding, PositionError
-from llada_lsp.text.syntax import count_errors, parser_for
+from llada_lsp.text.syntax import parser_for
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +89,14 @@ class Answer:
     reason: str = ""
     kind: str = ""  # the edit's kind (llada_lsp.nextedit.edit_analysis)
     detail: str = ""
+    limit: str = ""  # the limit that refused the request ("sites", "depth"; edit_limits)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"version": self.version, "suggestions": self.suggestions}
         if self.reason:
             out["reason"] = self.reason
+        if self.limit:
+            out["limit"] = self.limit
         if self.kind:
             out["kind"], out["detail"] = self.kind, self.detail
         return out
@@ -119,15 +136,6 @@ def parse_params(params: Any) -> NextEditParams:
     return NextEditParams(uri, version, line, character, edited)
 
 
-@dataclass
-class Base:
-    """The text before the edit being made, its tree and its parse errors."""
-
-    text: str
-    tree: Any
-    errors: int
-
-
 # The precision gate (bench/next_edit.py, BENCHMARKS.md "Next-edit suggestions"): per model,
 # the lowest fill confidence at which the model's own fills are exactly right >= 90% of the time
 # (FILLS_OFF: at no threshold), for the models whose suggestions then reach precision >= 0.9
@@ -154,6 +162,11 @@ class NextEditService:
                  encoding: Callable[[], Encoding]) -> None:
         self.store, self.engine, self.options, self.encoding = store, engine, options, encoding
         self.jobs: dict[str, list[EngineJob]] = {}
+        self.guards: dict[str, Guard] = {}  # the running request's, per document
+        self.wakers: dict[str, asyncio.Event] = {}  # a request held mid-word, woken by the next edit
+        self.changed_at: dict[str, float] = {}  # time.monotonic() of each document's last change
+        self.typing_hold_s = TYPING_HOLD_S
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="next-edit")  # parses and tree walks
         self.bases: dict[str, Base] = {}
         self.latest: dict[str, int] = {}
         self.serial = itertools.count(1)
@@ -186,41 +199,62 @@ class NextEditService:
         if why is not None:
             return self._empty(doc.version, why)
         base = self.bases.get(p.uri)
-        tree = doc.syntax_tree()
-        if base is None or tree is None:
-            return self._empty(doc.version, "no edit since the document was opened" if base is None
-                               else "no grammar for the language")
-        version, revision, text, index = doc.version, doc.revision, doc.text, doc.index
-        analysis = analyze(doc.language_id, base.text, text, base.tree, tree)
-        errors_now = count_errors(tree.root_node)
+        if base is None:
+            return self._empty(doc.version, "no edit since the document was opened")
+        snap, guard = Snapshot.of(doc), Guard()
+        cursor = doc.index.offset(p.line, p.character, enc)
+        self.guards[p.uri] = guard
+        try:
+            return await self._suggest(p, doc, snap, base, guard, serial, enc, cursor)
+        except Cancelled:
+            return self._empty(snap.version, guard.reason)
+        except asyncio.CancelledError:
+            guard.cancel("cancelled")  # $/cancelRequest: the worker stops at its next check
+            raise
+        finally:
+            if self.guards.get(p.uri) is guard:
+                del self.guards[p.uri]
+
+    async def _suggest(self, p: NextEditParams, doc: Document, snap: Snapshot, base: Base, guard: Guard,
+                       serial: int, enc: Encoding, cursor: int) -> Answer:
+        loop = asyncio.get_running_loop()
+        got = await loop.run_in_executor(self.worker, analyse, snap, base, guard)
+        guard.check()
+        analysis, version = got.analysis, snap.version
         if not analysis.sites:
-            if errors_now <= base.errors:
-                self.bases[p.uri] = Base(text, tree.copy(), errors_now)  # settled: the next edit starts here
+            if got.settles:
+                self.bases[p.uri] = Base(snap.text, got.tree, got.errors)  # settled: the next edit starts here
+            if analysis.limit:
+                self.counters[f"limit_{analysis.limit}"] += 1
+                return self._empty(version, analysis.detail, analysis.limit)
             return self._empty(version, f"no follow-up: {analysis.kind} {analysis.detail}".strip())
+        removed = base.text[analysis.edited[0]:len(base.text) - (len(snap.text) - analysis.edited[1])]
+        if typing_word(snap.text, cursor, analysis.edited, removed):
+            await self._hold(p.uri, guard)  # mid-word: wait until the typing stops for `typing_hold_s`
         self.counters[f"kind_{analysis.kind}"] += 1
         masked = [site for site in analysis.sites if site.prior is None]
         fills: list[Suggested | None] = [None] * len(masked)
         if masked and self._threshold() <= 1.0:  # fills off (the gate's default): the engine is not asked
-            got = await self._fill(doc, analysis, masked, serial)
-            if isinstance(got, str):
-                return self._empty(version, got)
-            fills = got
+            filled = await self._fill(doc, analysis, masked, serial)
+            if isinstance(filled, str):
+                return self._empty(version, filled)
+            fills = filled
             if self.latest.get(p.uri) != serial:
                 return self._empty(version, "superseded")
-            if self.store.docs.get(p.uri) is not doc or doc.version != version or doc.revision != revision:
+            if self.store.docs.get(p.uri) is not doc or doc.version != version or doc.revision != snap.revision:
                 return self._empty(version, "document changed")
         # a fill that passed, else (and where it adds a parse error) the name to type over
-        found, holders = site_suggestions(analysis.sites, fills, self.options.next_edit.placeholders)
         kept = (p.line, p.line)
         if p.edited is not None:
             kept = (min(p.line, p.edited[0]), max(p.line, p.edited[1]))
-        out = keep(doc.language_id, text, index, found, kept, errors_now, doc.syntax_tree(), holders)
-        if not out and errors_now <= base.errors:
-            self.bases[p.uri] = Base(text, tree.copy(), errors_now)  # nothing to follow: settled
+        out = await loop.run_in_executor(self.worker, checked, snap, base, got, fills,
+                                         self.options.next_edit.placeholders, kept, enc, guard)
+        guard.check()
+        if got.settles:
+            self.bases[p.uri] = Base(snap.text, got.tree, got.errors)  # nothing to follow: settled
         self.counters["answered"] += 1
         self.counters["suggestions"] += len(out)
-        return Answer(version, [lsp_suggestion(text, index, s, enc) for s in out], "",
-                      analysis.kind, analysis.detail)
+        return Answer(version, out, "", analysis.kind, analysis.detail)
 
     async def _fill(self, doc: Document, analysis: Analysis, sites: list[Site], serial: int
                     ) -> list[Suggested | None] | str:
@@ -260,6 +294,23 @@ class NextEditService:
             out.append(s if s is not None and conf >= threshold else None)
         return out
 
+    async def _hold(self, uri: str, guard: Guard) -> None:
+        """Wait until `typing_hold_s` after the document's last change; Cancelled at once by
+        the next edit or request (the guard)."""
+        left = self.typing_hold_s - (time.monotonic() - self.changed_at.get(uri, 0.0))
+        if left <= 0:
+            return
+        self.counters["held_typing"] += 1
+        woken = self.wakers.setdefault(uri, asyncio.Event())
+        try:
+            await asyncio.wait_for(woken.wait(), left)
+        except TimeoutError:
+            pass
+        finally:
+            if self.wakers.get(uri) is woken and not woken.is_set():
+                del self.wakers[uri]
+        guard.check()
+
     def _refusal(self, doc: Document, p: NextEditParams) -> str | None:
         """Why the request gets nothing without reaching the engine, if it does."""
         if not self.enabled:
@@ -297,24 +348,30 @@ class NextEditService:
         return "engine stream ended"
 
     def _cancel(self, uri: str, reason: str) -> None:
+        guard = self.guards.pop(uri, None)
+        if guard is not None:
+            guard.cancel(reason)  # the worker's analysis or check stops at its next step
+        woken = self.wakers.pop(uri, None)
+        if woken is not None:
+            woken.set()  # a request held while a word is typed ends now
         for job in self.jobs.pop(uri, []):
             job.cancel(reason)
 
-    def _empty(self, version: int | None, why: str) -> Answer:
+    def _empty(self, version: int | None, why: str, limit: str = "") -> Answer:
         self.counters["empty"] += 1
-        self.empty_reasons[why.split(":", 1)[0]] += 1
+        self.empty_reasons[why.split(":", 1)[0] if not limit else f"{limit} limit"] += 1
         log.debug("no next edit: %s", why)
-        return Answer(version, [], why)
+        return Answer(version, [], why, limit=limit)
 
     def document_changing(self, doc: Document) -> None:
         """Before an edit is applied: the text as it stands becomes the base when there is none."""
         if doc.uri in self.bases or not self.enabled or doc.tree is None or doc.unservable_reason() is not None:
             return
-        tree = doc.syntax_tree()
-        self.bases[doc.uri] = Base(doc.text, tree.copy(), count_errors(tree.root_node))
+        self.bases[doc.uri] = base_of(doc)  # no parse on the loop: the worker parses it if asked
 
     def document_changed(self, uri: str) -> None:
         """An edit makes a running request's answer stale: stop its engine work now."""
+        self.changed_at[uri] = time.monotonic()
         self._cancel(uri, "document changed")
 
     def document_closed(self, uri: str) -> None:
@@ -324,4 +381,5 @@ class NextEditService:
 
     def debug_info(self) -> dict[str, Any]:
         return {"counters": dict(self.counters), "available": self.available,
+                "running": len(self.guards),  # requests being analysed or checked on the worker now
                 "emptyReasons": [{"reason": r, "count": n} for r, n in self.empty_reasons.most_common()]}

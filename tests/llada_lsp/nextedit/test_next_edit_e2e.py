@@ -131,3 +131,22 @@ async def test_an_edit_while_computing_makes_it_stale(client: Any) -> None:
     ans = plain(await pending)
     assert ans["suggestions"] == [], ans
     assert ans["reason"] == "document changed" or ans["reason"].startswith("stale"), ans
+
+
+async def test_the_server_answers_while_a_huge_next_edit_runs(client: Any) -> None:
+    """A parameter added to a function called 190,000 times (950 KB, under the 1 MB limit): while
+    the next-edit request is analysed on its worker thread, status requests are answered (the
+    server says a next-edit is running); the request ends with the site limit's reason."""
+    text = "def f(a):\n    return a\n\n\n" + "f(1)\n" * 190_000
+    uri = open_doc(client, "ne_huge.py", "python", text, uri="file:///tmp/llada-ne/huge.py")
+    insert(client, uri, 2, 0, 7, ", b")
+    pending = asyncio.ensure_future(send_next_edit(client, uri, 2, t.Position(0, 10)))
+    running = []
+    while not pending.done():
+        running.append((await debug_info(client))["nextEdit"]["running"])
+        if running[-1]:
+            break
+    assert running and running[-1] == 1, running  # answered while the next-edit ran
+    ans = plain(await pending)
+    assert ans["suggestions"] == [] and ans["limit"] == "sites", ans
+    assert (await debug_info(client))["nextEdit"]["running"] == 0

@@ -154,7 +154,9 @@ def service(**opts: Any) -> tuple[NextEditService, DocumentStore, ScriptedEngine
     store.open(URI, "python", 1, TEXT)
     eng = ScriptedEngine()
     options = parse_options({"nextEdit": {"enabled": True, "threshold": 0.5, **opts}})[0]
-    return NextEditService(store, eng, options, lambda: "utf-16"), store, eng
+    svc = NextEditService(store, eng, options, lambda: "utf-16")
+    svc.typing_hold_s = 0.0  # no wait mid-word here (test_next_edit_typing.py tests it)
+    return svc, store, eng
 
 
 def edit(svc: NextEditService, store: DocumentStore, old: str, new: str, version: int) -> None:
@@ -165,10 +167,11 @@ def edit(svc: NextEditService, store: DocumentStore, old: str, new: str, version
 
 
 async def until(cond: Any) -> None:
-    for _ in range(200):
+    """Poll `cond` (the analysis runs on the service's worker thread first), for 60 s at most."""
+    for _ in range(6000):
         if cond():
             return
-        await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
     raise AssertionError("condition never held")
 
 
