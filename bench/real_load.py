@@ -11,6 +11,7 @@ Then the same checkpoint at float32 must be refused by the memory pre-flight.
 
     python bench/real_load.py --quick          # a scaled-down shape (d_model 1024, 4 layers)
     python bench/real_load.py --full           # LLaDA-8B's shape: needs ~19 GB free RAM, 17 GB disk
+    python bench/real_load.py --smoke          # d_model 64, 2 layers: that the bench runs (tests/bench)
 
 The checkpoint is written under --dir (default: the system temp dir) and deleted after.
 """
@@ -32,12 +33,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.engine.model.adapters.published import LLADA_8B, LLADA_8B_TEMPLATE  # noqa: E402
-from tests.engine.model.adapters.real_ckpts import _shapes, write_tokenizer  # noqa: E402
+from tests.fakes.ckpt_writers import checkpoint_shapes, write_tokenizer  # noqa: E402
+from tests.fakes.published import LLADA_8B, LLADA_8B_TEMPLATE  # noqa: E402
 
 SPECIAL = {126080: "<|startoftext|>", 126081: "<|endoftext|>", 126336: "<|mdm_mask|>",
            126346: "<|start_header_id|>", 126347: "<|end_header_id|>", 126348: "<|eot_id|>"}
 QUICK = {"d_model": 1024, "n_layers": 4, "n_heads": 8, "n_kv_heads": 8, "mlp_hidden_size": 3072}
+SMOKE = {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4, "mlp_hidden_size": 128}
 SHARD_BYTES = 1 << 30
 PREFIX = "import math\n\n\ndef area(r):\n    return math.pi * r * r\n\n\ndef perimeter(r):\n    ret"
 
@@ -57,7 +59,7 @@ def write_checkpoint(out: Path, cfg: dict) -> int:
           "chat_template": LLADA_8B_TEMPLATE,
           "added_tokens_decoder": {str(i): {"content": t, "special": True} for i, t in SPECIAL.items()}}
     (out / "tokenizer_config.json").write_text(json.dumps(tc))
-    shapes = _shapes("llada", cfg)
+    shapes = checkpoint_shapes("llada", cfg)
     g = torch.Generator().manual_seed(0)
     groups: list[list[str]] = [[]]
     size = 0
@@ -68,7 +70,8 @@ def write_checkpoint(out: Path, cfg: dict) -> int:
             size = 0
         groups[-1].append(n)
         size += b
-    weight_map, total = {}, 0
+    weight_map: dict[str, str] = {}
+    total = 0
     for k, names in enumerate(groups):
         part = {}
         for n in names:
@@ -183,6 +186,7 @@ def main() -> None:
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="a scaled-down shape (default)")
     size.add_argument("--full", action="store_true", help="LLaDA-8B's exact shape (~16 GB)")
+    size.add_argument("--smoke", action="store_true", help="d_model 64, 2 layers (the bench's smoke test)")
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the checkpoint is written (and deleted)")
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--max-tokens", type=int, default=32)
@@ -195,7 +199,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(child_inprocess(args.child, args.threads, args.max_tokens)))
         return
-    cfg = dict(LLADA_8B) if args.full else LLADA_8B | QUICK
+    scaled = SMOKE if args.smoke else QUICK
+    cfg = dict(LLADA_8B) if args.full else LLADA_8B | scaled
     given = args.path is not None
     path = Path(args.path) if given else Path(tempfile.mkdtemp(prefix="llada8b-shape-", dir=args.dir))
     try:
@@ -223,7 +228,7 @@ def main() -> None:
     finally:
         if not args.keep and not given:
             shutil.rmtree(path, ignore_errors=True)
-    shape = "LLaDA-8B" if args.full else "scaled " + ",".join(f"{k}={v}" for k, v in QUICK.items())
+    shape = "LLaDA-8B" if args.full else "scaled " + ",".join(f"{k}={v}" for k, v in scaled.items())
     print(f"\nshape: {shape}; weights {weights / 2**30:.2f} GiB bf16; threads {args.threads}")
     base = inproc["import_rss"] if inproc else 0
     print(f"(RSS of the interpreter with torch and the engine imported, before any model: {base / 2**30:.2f} GiB)")

@@ -5,7 +5,7 @@ A key is allowed when the adapter reads it (its config dataclass's fields, plus 
 knowingly ignores it: generic Hugging Face bookkeeping, training-only settings, and keys whose
 published value changes nothing here (a condition checks that value where one matters).
 LLaDA2.2's block-routing and edit-token keys are read by the LLaDA2 adapter (its config dataclass).
-Checked against the published configs in tests/engine/model/adapters/published.py.
+Checked against the published configs in tests/fakes/published.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checkpoints that look like the real ones (tests/engine/model/adapters/real_ckpts.py): padded vocabularies,
+"""Checkpoints that look like the real ones (tests/fakes/real_ckpts.py): padded vocabularies,
 published configs, bf16 shards. Mid-word completions, end ids, base vs instruct, dtype, the
 config allow-lists, the memory plan and `llada-engine check`."""
 
@@ -17,8 +17,8 @@ from engine.model.adapters import find_family
 from engine.model.loader import load_model
 from engine.model.memory import AVAILABLE_ENV, MemoryPlanError, plan
 from engine.service import TextEngine
-from tests.engine.model.adapters import published as pub
-from tests.engine.model.adapters.real_ckpts import NAMES, _spec, config_of, fixture, published_diff
+from tests.fakes import published as pub
+from tests.fakes.real_ckpts import NAMES, _spec, config_of, fixture, published_diff
 
 DTYPES = [torch.bfloat16, torch.float32]
 FAMILY = {"llada2-mini": "llada2", "llada-8b-base": "llada", "llada-8b-instruct": "llada", "dream-base": "dream",

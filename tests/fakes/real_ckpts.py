@@ -1,4 +1,4 @@
-"""Checkpoints that look like the real ones: the published config.json (tests/engine/model/adapters/published.py)
+"""Checkpoints that look like the real ones: the published config.json (tests/fakes/published.py)
 with only depth and width changed, a tokenizer with the real token count (fewer tokens than
 embedding rows, as every real checkpoint has), the real special ids at their real places, the
 chat template and generation_config.json, and bf16 weights in two shards with
@@ -21,18 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors.torch import save_file
-
-from tests.engine.model.adapters import published as pub
-from tests.engine.model.adapters.tiny_ckpts import (
-    CODE_CHARS,
-    CODE_WORDS,
-    LLADA2_CHAT_TEMPLATE,
-    checkpoint_shapes,
-    random_weight,
-    save_code_tokenizer,
-)
+from tests.fakes import published as pub
+from tests.fakes.ckpt_writers import checkpoint_shapes, write_sharded, write_tokenizer
 
 NAMES = ("llada2-mini", "llada-8b-base", "llada-8b-instruct", "dream-base", "dream-instruct")
 
@@ -53,7 +43,7 @@ def _spec(name: str) -> dict[str, Any]:
         roles = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
                  "mask_token": "<|mask|>"}
         return {"family": "llada2", "config": pub.LLADA2_MINI, "tokens": 157153, "special": sp, "roles": roles,
-                "template": LLADA2_CHAT_TEMPLATE, "generation": {"eos_token_id": 156892, "pad_token_id": 156892}}
+                "template": pub.LLADA2_CHAT_TEMPLATE, "generation": {"eos_token_id": 156892, "pad_token_id": 156892}}
     if name.startswith("llada-8b"):
         sp = {126080: "<|startoftext|>", 126081: "<|endoftext|>", 126336: "<|mdm_mask|>",
               126346: "<|start_header_id|>", 126347: "<|end_header_id|>", 126348: "<|eot_id|>"}
@@ -75,33 +65,6 @@ def config_of(name: str) -> dict[str, Any]:
     return s["config"] | SHRINK[s["family"]]
 
 
-def write_tokenizer(out: Path, size: int, special: dict[int, str]) -> None:
-    low = [*CODE_CHARS, "<unk>", *CODE_WORDS]
-    vocab = {t: i for i, t in enumerate(low)}
-    for i in range(len(low), size):
-        vocab[special.get(i, f"<unused_{i}>")] = i
-    save_code_tokenizer(out, vocab, special)
-
-
-def write_sharded(out: Path, shapes: dict[str, tuple[int, ...]], seed: int, shards: int = 2,
-                  dtype: torch.dtype = torch.bfloat16) -> None:
-    """Random weights in `shards` safetensors files plus model.safetensors.index.json."""
-    g = torch.Generator().manual_seed(seed)
-    names = sorted(shapes)
-    weight_map: dict[str, str] = {}
-    total = 0
-    for k in range(shards):
-        part: dict[str, torch.Tensor] = {}
-        for n in names[k::shards]:
-            part[n] = random_weight(n, shapes[n], g).to(dtype)
-            total += part[n].numel() * part[n].element_size()
-        fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
-        save_file(part, str(out / fname), metadata={"format": "pt"})
-        weight_map |= {n: fname for n in part}
-    (out / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
-
-
 def write(name: str, out: Path, seed: int = 0) -> Path:
     s = _spec(name)
     out.mkdir(parents=True, exist_ok=True)
@@ -120,7 +83,7 @@ def write(name: str, out: Path, seed: int = 0) -> Path:
 
 def _version() -> str:
     here = Path(__file__).parent
-    src = b"".join((here / f).read_bytes() for f in ("real_ckpts.py", "published.py", "tiny_ckpts.py"))
+    src = b"".join((here / f).read_bytes() for f in ("real_ckpts.py", "published.py", "ckpt_writers.py"))
     return hashlib.sha256(src).hexdigest()[:12]
 
 

@@ -1,5 +1,5 @@
 """The published config.json of each checkpoint family the engine loads, and the facts about
-its tokenizer and chat template the fixtures of `tests/engine/model/adapters/real_ckpts.py` copy.
+its tokenizer and chat template the fixtures of `tests/fakes/real_ckpts.py` copy.
 
 Sources (read with the project's search tools; the Hugging Face repos themselves are not
 reachable from here, so each config is the copy a public GitHub repository carries):
@@ -72,7 +72,23 @@ DEPTH_WIDTH: dict[str, tuple[str, ...]] = {
               "max_window_layers"),
 }
 
-LLADA2_TEMPLATE_NOTE = "structure of the LLaDA2 chat template (tests/engine/model/adapters/tiny_ckpts.LLADA2_CHAT_TEMPLATE)"
+# The structure of the chat_template of inclusionAI/LLaDA2.0-mini / LLaDA2.1 (tokenizer_config.json),
+# without its tool and reasoning branches: a SYSTEM turn ending "detailed thinking off<|role_end|>",
+# then <role>HUMAN</role>...<|role_end|>, and <role>ASSISTANT</role> as the generation prompt.
+LLADA2_CHAT_TEMPLATE = (
+    "{% set thinking_option = 'off' %}"
+    "{{- '<role>SYSTEM</role>' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n' }}{%- endif %}"
+    "{{- 'detailed thinking ' + thinking_option + '<|role_end|>' }}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' %}{{- '<role>HUMAN</role>' + message.content + '<|role_end|>' }}"
+    "{%- elif message.role == 'system' and not loop.first %}"
+    "{{- '<role>SYSTEM</role>' + message.content + '<|role_end|>' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<role>ASSISTANT</role>' + message.content + '<|role_end|>' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<role>ASSISTANT</role>' }}{%- endif %}"
+)
 # GSAI-ML/LLaDA-8B-Instruct tokenizer_config.json `chat_template`, verbatim (yinj66/support_basis copy)
 LLADA_8B_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
