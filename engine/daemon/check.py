@@ -17,9 +17,16 @@ EXIT_DOES_NOT_FIT = 3
 
 
 def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int | None = None,
-             prompt_format: str = "auto", available: int | None = None) -> dict[str, Any]:
+             prompt_format: str = "auto", available: int | None = None,
+             trust_remote_code: bool = False) -> dict[str, Any]:
     from engine.model.adapters import find_family
-    from engine.model.loader import generation_end_ids, resolve, resolve_dtype, special_ids
+    from engine.model.loader import (
+        generation_end_ids,
+        no_adapter_message,
+        resolve,
+        resolve_dtype,
+        special_ids,
+    )
     from engine.model.memory import plan, stored_dtype
     from engine.prompt.tokenizer import load_prompt_format, load_tokenizer
     from engine.service import EMBEDDED_MAX_LEN, REAL_MAX_LEN
@@ -28,9 +35,11 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
     cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
     embedded = cfg.get("model_type") == "llada_lsp"
     family = None if embedded else find_family(cfg)
-    fam = "embedded" if embedded else (family.name if family else "remote (needs --trust-remote-code)")
+    fam = "embedded" if embedded else (family.name if family else "remote (--trust-remote-code)")
     if family is not None:
         family.config_check(cfg)  # refuses a config key the adapter does not implement
+    elif not embedded and not trust_remote_code:
+        raise ValueError(no_adapter_message(path, cfg))
     dt = str(resolve_dtype(dtype, device, path)).removeprefix("torch.")
     tok = load_tokenizer(path)
     if embedded:
@@ -58,7 +67,8 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
 def cmd_check(args: argparse.Namespace) -> int:
     avail = int(args.available_gib * (1 << 30)) if args.available_gib is not None else None
     try:
-        d = describe(args.model, args.dtype, args.device, args.max_len, args.prompt_format, avail)
+        d = describe(args.model, args.dtype, args.device, args.max_len, args.prompt_format, avail,
+                     args.trust_remote_code)
     except (OSError, ValueError) as e:
         print(f"llada-engine check: cannot read {args.model}: {e}", file=sys.stderr)
         return 2
@@ -93,6 +103,8 @@ def add_check_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's private sub
     k.add_argument("--max-len", type=int, help="cache positions planned (default: the engine's canvas)")
     k.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"])
     k.add_argument("--available-gib", type=float, help="plan against this much free memory instead of the device's")
+    k.add_argument("--trust-remote-code", action="store_true",
+                   help="describe a checkpoint without a native adapter (its own code would run at load)")
     k.add_argument("--json", action="store_true")
     k.set_defaults(fn=cmd_check)
 

@@ -23,6 +23,7 @@ import torch
 from safetensors import safe_open
 from torch import Tensor, nn
 
+from engine.model import memory
 from engine.model.adapters import find_family, known_model_types
 from engine.model.adapters.common import AdapterModel
 from engine.model.model_path import ModelNotFoundError, resolve
@@ -110,11 +111,18 @@ def special_ids(path: Path, config: dict[str, Any], mask_id: int | None = None) 
     return SpecialTokens(mask=mask, end_of_text=eos, end_of_middle=eos, pad=pad, **fim)
 
 
+def no_adapter_message(path: Path, cfg: dict[str, Any]) -> str:
+    """Why a checkpoint without a native adapter is refused (one line)."""
+    return (f"{path}: model_type {cfg.get('model_type')!r} has no native adapter (known: "
+            f"{', '.join(known_model_types())}); pass --trust-remote-code to run the "
+            f"checkpoint's own modeling code (uncached, slower) at your own risk")
+
+
 # -- weights -------------------------------------------------------------------------------
 def weight_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.exists():
-        return [path / f for f in sorted(set(_json(index)["weight_map"].values()))]
+        return memory.weight_files(path)  # FileNotFoundError naming a missing shard
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ModelNotFoundError(f"{path}: no *.safetensors weights (only safetensors checkpoints are loaded)")
@@ -277,6 +285,8 @@ def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: tor
     fam = find_family(cfg)
     if fam is not None:
         fam.config_check(cfg)  # a key the adapter does not implement is refused by name
+    elif not trust_remote_code:
+        raise ValueError(no_adapter_message(path, cfg))
     dt = dtype or default_dtype(cfg, dev, path)
     if check_memory:
         from engine.model.memory import preflight
@@ -284,10 +294,6 @@ def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: tor
         preflight(path, cfg, dt, dev, max_len)
     special = special_ids(path, cfg, mask_id)
     if fam is None:
-        if not trust_remote_code:
-            raise ValueError(f"{path}: model_type {cfg.get('model_type')!r} has no native adapter (known: "
-                             f"{', '.join(known_model_types())}); pass --trust-remote-code to run the "
-                             f"checkpoint's own modeling code (uncached, slower) at your own risk")
         return LoadedModel(_load_remote(path, cfg, special, dev, dt), path, path, special, "remote", "none")
     with torch.device("meta"):
         m = fam.build(cfg, special)

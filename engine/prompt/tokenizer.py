@@ -29,8 +29,16 @@ SPECIAL_TOKEN_NAMES: dict[str, str] = {
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer of a checkpoint directory (its tokenizer.json) or of a tokenizer.json file;
+    ValueError (one line) when the file is not a tokenizer the `tokenizers` library reads."""
     p = Path(path)
-    return Tokenizer.from_file(str(p / "tokenizer.json" if p.is_dir() else p))
+    f = p / "tokenizer.json" if p.is_dir() else p
+    if not f.exists():
+        raise FileNotFoundError(f"{f}: no tokenizer.json (only fast tokenizers are loaded)")
+    try:
+        return Tokenizer.from_file(str(f))
+    except Exception as e:  # noqa: BLE001 - the Rust library raises a bare Exception; re-raised as ValueError
+        raise ValueError(f"{f}: not a tokenizer this engine reads: {e}") from None
 
 
 def special_tokens_of(tok: Tokenizer) -> SpecialTokens:
