@@ -23,7 +23,7 @@ CODE_WORDS = ("def", "ret", "return")
 
 def random_weight(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     """A float32 random tensor for the checkpoint tensor `name`, drawn from `g`."""
-    if name.endswith(("norm.weight", "layernorm.weight")):
+    if name.endswith(("norm.weight", "layernorm.weight", "q_norm.weight", "k_norm.weight")):
         return 1.0 + 0.1 * torch.randn(shape, generator=g)
     if name.endswith("expert_bias"):
         return 0.05 * torch.randn(shape, generator=g)
@@ -34,14 +34,50 @@ def random_weight(name: str, shape: tuple[int, ...], g: torch.Generator) -> torc
 
 
 def checkpoint_shapes(family: str, c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape of a `family` ("llada2", "llada", "dream") checkpoint with config.json
+    """Tensor name -> shape of a `family` ("llada2", "llada", "dream", "llada_moe") checkpoint with config.json
     `c`, as the published modeling code names them (tied heads omit the head tensor, as tied
     checkpoints do). The order is the writers' draw order."""
     if family == "llada2":
         return _llada2_shapes(c)
     if family == "llada":
         return _llada_shapes(c)
+    if family == "llada_moe":
+        return _llada_moe_shapes(c)
     return _dream_shapes(c)
+
+
+def _llada_moe_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    D, V, H, KV = c["hidden_size"], c["vocab_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    hd, E, EI = D // H, c["num_experts"], c["expert_intermediate_size"]
+    freq = c.get("moe_layer_freq") or [1] * c["num_hidden_layers"]
+    s: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
+    if not c.get("tie_word_embeddings", False):
+        s["lm_head.weight"] = (V, D)
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        s |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
+              p + "self_attn.q_proj.weight": (H * hd, D), p + "self_attn.k_proj.weight": (KV * hd, D),
+              p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.o_proj.weight": (D, H * hd)}
+        if c.get("attention_bias"):
+            s |= {p + "self_attn.q_proj.bias": (H * hd,), p + "self_attn.k_proj.bias": (KV * hd,),
+                  p + "self_attn.v_proj.bias": (KV * hd,), p + "self_attn.o_proj.bias": (D,)}
+        if c.get("qk_layernorm", True):
+            s |= {p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)}
+        if not freq[i]:
+            FF = c["dense_intermediate_size"]
+            s |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
+            continue
+        s[p + "mlp.gate.weight"] = (E, D)
+        if c.get("moe_router_enable_expert_bias"):
+            s[p + "mlp.expert_bias"] = (E,)
+        for e in range(E):
+            q = p + f"mlp.experts.{e}."
+            s |= {q + "gate_proj.weight": (EI, D), q + "up_proj.weight": (EI, D), q + "down_proj.weight": (D, EI)}
+        if c.get("shared_expert_intermediate_size"):
+            SI = c["shared_expert_intermediate_size"]
+            s |= {p + "shared_expert.gate_proj.weight": (SI, D), p + "shared_expert.up_proj.weight": (SI, D),
+                  p + "shared_expert.down_proj.weight": (D, SI)}
+    return s
 
 
 def _llada2_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -109,7 +145,8 @@ def _dream_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 
 
 
-def save_code_tokenizer(out: Path, vocab: dict[str, int], special: dict[int, str]) -> None:
+def save_code_tokenizer(out: Path, vocab: dict[str, int], special: dict[int, str],
+                        plain: dict[int, str] | None = None) -> None:
     """tokenizer.json of a word-level tokenizer over `vocab` (characters, "<unk>" and CODE_WORDS
     at its low ids) that splits text into CODE_WORDS and single characters; `special`: the
     special tokens {id: text}, also in `vocab`."""
@@ -120,19 +157,25 @@ def save_code_tokenizer(out: Path, vocab: dict[str, int], special: dict[int, str
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(f"{words}|[\\s\\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
     tok.add_special_tokens([special[i] for i in sorted(special)])
+    if plain:  # added tokens that are not special (Qwen2.5's FIM and tool-call tokens)
+        from tokenizers import AddedToken
+
+        tok.add_tokens([AddedToken(plain[i], special=False, normalized=False) for i in sorted(plain)])
     tok.save(str(out / "tokenizer.json"))
 
 
 
 
-def write_tokenizer(out: Path, size: int, special: dict[int, str]) -> None:
+def write_tokenizer(out: Path, size: int, special: dict[int, str], plain: dict[int, str] | None = None) -> None:
     """tokenizer.json of `size` tokens: the code tokenizer's characters and words at the low ids,
-    unused filler entries up to `size`, and `special` ({id: text}) at their ids."""
+    unused filler entries up to `size`, and the added tokens `special` and `plain` (not special)
+    ({id: text}) at their ids."""
     low = [*CODE_CHARS, "<unk>", *CODE_WORDS]
+    added = special | (plain or {})
     vocab = {t: i for i, t in enumerate(low)}
     for i in range(len(low), size):
-        vocab[special.get(i, f"<unused_{i}>")] = i
-    save_code_tokenizer(out, vocab, special)
+        vocab[added.get(i, f"<unused_{i}>")] = i
+    save_code_tokenizer(out, vocab, special, plain)
 
 
 def write_sharded(out: Path, shapes: dict[str, tuple[int, ...]], seed: int, shards: int = 2,

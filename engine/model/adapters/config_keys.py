@@ -55,6 +55,16 @@ DREAM_IGNORED: dict[str, Cond] = {
     "use_mrope": lambda v, c: not v,
 }
 
+# LLaDA-MoE: what its published modeling code (modeling_lladamoe.py) never reads in a forward
+LLADA_MOE_IGNORED: dict[str, Cond] = {
+    "router_aux_loss_coef": None,  # training only
+    "norm_topk_prob": None,  # the published MoE block fixes it to False whatever the config says
+    "router_num_group": lambda v, c: v is None,  # no group-limited routing in the published block
+    "router_topk_group": lambda v, c: v is None,
+    "routed_scaling_factor": lambda v, c: v in (None, 1, 1.0),  # not applied by the published block
+}
+
+
 def read_keys(config_cls: type) -> set[str]:
     return {f.name for f in fields(config_cls)}
 
