@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,9 +32,10 @@ def test_no_bench_imports_from_tests_outside_fakes() -> None:
     assert bad == {}
 
 
-def test_real_load_bench_smoke() -> None:
-    out = subprocess.run([sys.executable, "bench/real_load.py", "--smoke", "--threads", "1", "--max-tokens", "8"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+@pytest.mark.parametrize("family", ["llada-8b", "llada-moe"])
+def test_real_load_bench_smoke(family: str) -> None:
+    out = subprocess.run([sys.executable, "bench/real_load.py", "--smoke", "--family", family, "--threads", "1",
+                          "--max-tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["bench"] == "real_load" and res["float32_refused"] is True

@@ -13,7 +13,7 @@ from tests.fakes.real_ckpts import fixture
 from tests.llada_lsp.lsp_helpers import debug_info, inline, item_texts, open_doc, server_session
 
 PUBLISHED = ["dream-instruct", "dream-coder-instruct", "diffucoder-instruct", "llada-1.5", "llada2-mini",
-             "llada2.2-mini"]
+             "llada2.2-mini", "llada-moe-instruct"]
 TEXT = "def f(x):\n    ret"
 
 
