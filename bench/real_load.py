@@ -11,6 +11,8 @@ Then the same checkpoint at float32 must be refused by the memory pre-flight.
 
     python bench/real_load.py --quick          # a scaled-down shape (d_model 1024, 4 layers)
     python bench/real_load.py --full           # LLaDA-8B's shape: needs ~19 GB free RAM, 17 GB disk
+    python bench/real_load.py --smoke          # d_model 64, 2 layers: that the bench runs (tests/bench)
+    python bench/real_load.py --family llada-moe [--quick|--full|--smoke]   # LLaDA-MoE-7B-A1B's shape
 
 The checkpoint is written under --dir (default: the system temp dir) and deleted after.
 """
@@ -28,36 +30,53 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.engine.model.adapters.published import LLADA_8B, LLADA_8B_TEMPLATE  # noqa: E402
-from tests.engine.model.adapters.real_ckpts import _shapes, write_tokenizer  # noqa: E402
+from tests.fakes.ckpt_writers import checkpoint_shapes, write_tokenizer  # noqa: E402
+from tests.fakes.published import LLADA2_CHAT_TEMPLATE, LLADA_8B, LLADA_8B_TEMPLATE, LLADA_MOE_7B  # noqa: E402
 
 SPECIAL = {126080: "<|startoftext|>", 126081: "<|endoftext|>", 126336: "<|mdm_mask|>",
            126346: "<|start_header_id|>", 126347: "<|end_header_id|>", 126348: "<|eot_id|>"}
 QUICK = {"d_model": 1024, "n_layers": 4, "n_heads": 8, "n_kv_heads": 8, "mlp_hidden_size": 3072}
+SMOKE = {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4, "mlp_hidden_size": 128}
+# LLaDA-MoE-7B-A1B (--family llada-moe): LLaDA2's tokenizer and template, 64 experts of 1024
+MOE_SPECIAL = {156891: "<|startoftext|>", 156892: "<|endoftext|>", 156895: "<|mask|>", 156900: "<|role_end|>",
+               157151: "<role>", 157152: "</role>"}
+MOE_QUICK = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
+             "moe_layer_freq": [1] * 4}
+MOE_SMOKE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+             "expert_intermediate_size": 32, "num_experts": 16, "moe_layer_freq": [1] * 2}
+FAMILIES: dict[str, tuple[Any, ...]] = {  # name: (family, published config, quick, smoke, tokens, specials, template, end id, bos id)
+    "llada-8b": ("llada", LLADA_8B, QUICK, SMOKE, 126349, SPECIAL, LLADA_8B_TEMPLATE, 126081, 126080),
+    "llada-moe": ("llada_moe", LLADA_MOE_7B, MOE_QUICK, MOE_SMOKE, 157153, MOE_SPECIAL, LLADA2_CHAT_TEMPLATE,
+                  156892, 156891),
+}
 SHARD_BYTES = 1 << 30
 PREFIX = "import math\n\n\ndef area(r):\n    return math.pi * r * r\n\n\ndef perimeter(r):\n    ret"
 
 
-def write_checkpoint(out: Path, cfg: dict) -> int:
-    """The checkpoint in bf16 shards of about SHARD_BYTES, each tensor drawn and written in turn
-    (the writer holds one shard at a time); returns the weights' bytes."""
+def write_checkpoint(out: Path, cfg: dict, name: str = "llada-8b") -> int:
+    """The checkpoint of FAMILIES[name] in bf16 shards of about SHARD_BYTES, each tensor drawn and
+    written in turn (the writer holds one shard at a time); returns the weights' bytes."""
     import torch
     from safetensors.torch import save_file
 
+    family, _, _, _, tokens, special, template, end, bos = FAMILIES[name]
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 126080, "eos_token_id": 126081,
-                                                            "pad_token_id": 126081}))
-    write_tokenizer(out, 126349, SPECIAL)
-    tc = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
-          "chat_template": LLADA_8B_TEMPLATE,
-          "added_tokens_decoder": {str(i): {"content": t, "special": True} for i, t in SPECIAL.items()}}
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": bos, "eos_token_id": end,
+                                                            "pad_token_id": end}))
+    write_tokenizer(out, tokens, special)
+    tc = {"bos_token": special[bos], "eos_token": special[end], "pad_token": special[end],
+          "chat_template": template,
+          "added_tokens_decoder": {str(i): {"content": t, "special": True} for i, t in special.items()}}
+    if "<|mask|>" in special.values():
+        tc["mask_token"] = "<|mask|>"
     (out / "tokenizer_config.json").write_text(json.dumps(tc))
-    shapes = _shapes("llada", cfg)
+    shapes = checkpoint_shapes(family, cfg)
     g = torch.Generator().manual_seed(0)
     groups: list[list[str]] = [[]]
     size = 0
@@ -68,7 +87,8 @@ def write_checkpoint(out: Path, cfg: dict) -> int:
             size = 0
         groups[-1].append(n)
         size += b
-    weight_map, total = {}, 0
+    weight_map: dict[str, str] = {}
+    total = 0
     for k, names in enumerate(groups):
         part = {}
         for n in names:
@@ -183,6 +203,9 @@ def main() -> None:
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="a scaled-down shape (default)")
     size.add_argument("--full", action="store_true", help="LLaDA-8B's exact shape (~16 GB)")
+    size.add_argument("--smoke", action="store_true", help="d_model 64, 2 layers (the bench's smoke test)")
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="llada-8b",
+                    help="the published config whose shape is written (llada-moe: LLaDA-MoE-7B-A1B)")
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the checkpoint is written (and deleted)")
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     ap.add_argument("--max-tokens", type=int, default=32)
@@ -195,17 +218,19 @@ def main() -> None:
     if args.child:
         print(json.dumps(child_inprocess(args.child, args.threads, args.max_tokens)))
         return
-    cfg = dict(LLADA_8B) if args.full else LLADA_8B | QUICK
+    _, published, quick, smoke, *_ = FAMILIES[args.family]
+    scaled = smoke if args.smoke else quick
+    cfg = dict(published) if args.full else published | scaled
     given = args.path is not None
-    path = Path(args.path) if given else Path(tempfile.mkdtemp(prefix="llada8b-shape-", dir=args.dir))
+    path = Path(args.path) if given else Path(tempfile.mkdtemp(prefix=f"{args.family}-shape-", dir=args.dir))
     try:
         t0 = time.perf_counter()
         if given:
             weights = json.loads((path / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
             cfg = json.loads((path / "config.json").read_text())
-            args.full = cfg["d_model"] == LLADA_8B["d_model"] and cfg["n_layers"] == LLADA_8B["n_layers"]
+            args.full = all(cfg.get(k) == published[k] for k in scaled if k in published)
         else:
-            weights = write_checkpoint(path, cfg)
+            weights = write_checkpoint(path, cfg, args.family)
             print(f"wrote {weights / 2**30:.2f} GiB of bf16 weights in {time.perf_counter() - t0:.0f} s to {path}",
                   flush=True)
         inproc = None
@@ -223,7 +248,8 @@ def main() -> None:
     finally:
         if not args.keep and not given:
             shutil.rmtree(path, ignore_errors=True)
-    shape = "LLaDA-8B" if args.full else "scaled " + ",".join(f"{k}={v}" for k, v in QUICK.items())
+    full_name = "LLaDA-8B" if args.family == "llada-8b" else "LLaDA-MoE-7B-A1B"
+    shape = full_name if args.full else f"{full_name} scaled " + ",".join(f"{k}={v}" for k, v in scaled.items())
     print(f"\nshape: {shape}; weights {weights / 2**30:.2f} GiB bf16; threads {args.threads}")
     base = inproc["import_rss"] if inproc else 0
     print(f"(RSS of the interpreter with torch and the engine imported, before any model: {base / 2**30:.2f} GiB)")

@@ -13,6 +13,7 @@ see (the LSP's `mode` option, the CLI's `--mode`, `info()["mode"]` on the wire).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -34,7 +35,7 @@ from engine.decoding.policies import Policy
 from engine.decoding.scheduler import Scheduler
 from engine.decoding.stops import stop_index
 from engine.model.checkpoint import EMBEDDED_DIR
-from engine.model.loader import generation_end_ids, load_model
+from engine.model.loader import end_id_sources, load_model
 from engine.model.native import Transformer
 from engine.presets import DEFAULT_PRESET
 from engine.prompt.builder import PromptBuilder
@@ -104,9 +105,13 @@ class TextEngine:
         self.name_paths = NamePaths(texts, self.special_ids, self.config.vocab_size, self.tok, special.mask,
                                     enabled=fmt.kind not in ("chat", "template"))
         self.prompts = PromptBuilder(self.tok, special, fmt, self.max_prompt_tokens, self.bidirectional, self._heal)
-        self.format, self.fim, self.end_ids = fmt, fim, self.prompts.end_ids
-        # the ids decoding stops at: the format's ends plus generation_config.json's eos ids
-        self.stop_ids = frozenset(self.end_ids | generation_end_ids(self.loaded.path))
+        self.format, self.fim, self.end_ids = fmt, self.prompts.fim, self.prompts.end_ids
+        # the ids decoding stops at: the format's ends plus every end the checkpoint's files name
+        # (engine.model.loader.end_id_sources; a real checkpoint's pad token too)
+        turn_ends = {t: i for t in fmt.end_texts if (i := self.tok.token_to_id(t)) is not None}
+        self.end_sources = end_id_sources(self.loaded.path, self._checkpoint_config(), special, turn_ends,
+                                          pad_ends=not embedded)
+        self.stop_ids = frozenset(self.end_ids | set(self.end_sources))
         self.sp = special
         if self.prompts.turn_end is not None and self.prompts.turn_end != special.end_of_middle:
             # answers end at the format's end-of-turn token: the decoder's end-of-middle becomes it
@@ -118,12 +123,17 @@ class TextEngine:
         self._lock = threading.Lock()
         self._loop: Scheduler | None = None
 
+    def _checkpoint_config(self) -> dict[str, Any]:
+        f = self.loaded.path / "config.json"
+        return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+
     def info(self) -> dict[str, Any]:
         """The model and its budgets; "mode" is the engine's default preset (that of a plan
         naming none, `--mode` of the engine CLI), not the last request's: each request's plan
         names its own (the language server's always does)."""
         return {"model": self.model_dir.name, "path": str(self.model_dir), "family": self.loaded.family,
                 "prompt_format": self.format.kind, "prompt_template": self.format.source,
+                "prompt_reason": self.format.reason,
                 "max_len": self.max_len, "block_size": self.config.block_size,
                 "vocab_size": self.config.vocab_size, "mode": self.preset, "max_prompt_tokens": self.max_prompt_tokens,
                 "max_context_tokens": self.prompts.max_context_tokens,  # the workspace context's share

@@ -29,6 +29,10 @@ SERVER = tuple(child.python_command("llada_lsp"))
 T = TypeVar("T")
 
 
+class EngineStartError(RuntimeError):
+    """The server's engine failed to start (a refused or unreadable model): the server's reason."""
+
+
 def plain(obj: Any) -> Any:
     """pygls hands custom-message params over as namedtuples: back to dicts and lists."""
     if hasattr(obj, "_asdict"):
@@ -149,7 +153,7 @@ class LladaClient(Recorder):
             return
         status = await self.engine_settled(timeout)
         if status["state"] != "ready":
-            raise RuntimeError(f"the server's engine did not start: {status.get('message', '')}")
+            raise EngineStartError(f"the server's engine did not start: {status.get('message', '')}")
 
     async def close(self, timeout: float = 10.0) -> None:
         """shutdown, exit, and the process is gone."""

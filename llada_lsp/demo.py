@@ -28,6 +28,7 @@ from pygls.exceptions import JsonRpcException
 from engine.presets import DEFAULT_PRESET, MODES
 from llada_lsp.client import (
     SERVER,
+    EngineStartError,
     LladaClient,
     debug_info,
     inline,
@@ -59,6 +60,8 @@ class Demo:
     def __init__(self, out: Any = sys.stdout) -> None:
         self.out = out
         self.client = LladaClient("llada-demo")
+        # the server's showMessage repeats what its status says (printed once, below)
+        self.client.feature(t.WINDOW_SHOW_MESSAGE)(lambda ls, params: None)
 
     def say(self, msg: str) -> None:
         print(msg, file=self.out, flush=True)
@@ -148,7 +151,12 @@ async def run(args: argparse.Namespace) -> int:
     demo = Demo()
     demo.say(f"llada-lsp demo: {path.name} ({lang}), model "
              f"{args.model or os.environ.get('LLADA_MODEL') or 'embedded'}")
-    await demo.start(cmd, init)
+    try:
+        await demo.start(cmd, init)
+    except EngineStartError as e:  # a refused model: the server's one-line reason, no traceback
+        await demo.stop()
+        print(f"llada-lsp demo: {e}", file=sys.stderr)
+        return 2
     try:
         open_document(demo.client, uri, lang, text)
         version = 1

@@ -17,9 +17,16 @@ EXIT_DOES_NOT_FIT = 3
 
 
 def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int | None = None,
-             prompt_format: str = "auto", available: int | None = None) -> dict[str, Any]:
+             prompt_format: str = "auto", available: int | None = None,
+             trust_remote_code: bool = False) -> dict[str, Any]:
     from engine.model.adapters import find_family
-    from engine.model.loader import generation_end_ids, resolve, resolve_dtype, special_ids
+    from engine.model.loader import (
+        end_id_sources,
+        no_adapter_message,
+        resolve,
+        resolve_dtype,
+        special_ids,
+    )
     from engine.model.memory import plan, stored_dtype
     from engine.prompt.tokenizer import load_prompt_format, load_tokenizer
     from engine.service import EMBEDDED_MAX_LEN, REAL_MAX_LEN
@@ -28,9 +35,11 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
     cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
     embedded = cfg.get("model_type") == "llada_lsp"
     family = None if embedded else find_family(cfg)
-    fam = "embedded" if embedded else (family.name if family else "remote (needs --trust-remote-code)")
+    fam = "embedded" if embedded else (family.name if family else "remote (--trust-remote-code)")
     if family is not None:
         family.config_check(cfg)  # refuses a config key the adapter does not implement
+    elif not embedded and not trust_remote_code:
+        raise ValueError(no_adapter_message(path, cfg))
     dt = str(resolve_dtype(dtype, device, path)).removeprefix("torch.")
     tok = load_tokenizer(path)
     if embedded:
@@ -41,16 +50,17 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
         special = special_ids(path, cfg)
     fim = min(special.fim_prefix, special.fim_suffix, special.fim_middle) >= 0
     fmt = load_prompt_format(path, tok, fim, None, prompt_format)
+    turn_ends = {t: i for t in fmt.end_texts if (i := tok.token_to_id(t)) is not None}
+    ends = end_id_sources(path, cfg, special, turn_ends, pad_ends=not embedded)
     rows = int(cfg.get("embedding_size") or cfg.get("vocab_size") or 0)
     ctx = int(cfg.get("max_position_embeddings") or cfg.get("max_sequence_length") or cfg.get("max_seq_len") or 0)
     tokens = min(max_len or (EMBEDDED_MAX_LEN if embedded else REAL_MAX_LEN), ctx or 1 << 30)
     p = plan(path, cfg, dt, device, tokens, available)
     return {"path": str(path), "family": fam, "model_type": cfg.get("model_type"),
-            "prompt_format": fmt.kind, "template": fmt.source or "", "turn_end": list(fmt.end_texts),
+            "prompt_format": fmt.kind, "prompt_reason": fmt.reason, "template": fmt.source or "",
+            "turn_end": list(fmt.end_texts),
             "tokenizer_tokens": tok.get_vocab_size(), "embedding_rows": rows,
-            "special": dataclasses.asdict(special), "end_ids": sorted(generation_end_ids(path) | {special.end_of_middle}
-                                                           | {i for t in fmt.end_texts if (i := tok.token_to_id(t)) is not None}
-                                                           | ({special.end_of_text} if fmt.end_texts else set())),
+            "special": dataclasses.asdict(special), "end_ids": sorted(ends), "end_sources": ends,
             "stored_dtype": cfg.get("torch_dtype") or cfg.get("dtype") or stored_dtype(path), "dtype": dt, "device": device,
             "plan": p, "fits": p.fits}
 
@@ -58,7 +68,8 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
 def cmd_check(args: argparse.Namespace) -> int:
     avail = int(args.available_gib * (1 << 30)) if args.available_gib is not None else None
     try:
-        d = describe(args.model, args.dtype, args.device, args.max_len, args.prompt_format, avail)
+        d = describe(args.model, args.dtype, args.device, args.max_len, args.prompt_format, avail,
+                     args.trust_remote_code)
     except (OSError, ValueError) as e:
         print(f"llada-engine check: cannot read {args.model}: {e}", file=sys.stderr)
         return 2
@@ -70,11 +81,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"family       {d['family']} (model_type {d['model_type']!r})")
         print(f"prompt       {d['prompt_format']}" + (f" from {d['template']}" if d["template"] else "")
               + (f", turn end {d['turn_end']}" if d["turn_end"] else ""))
+        print(f"  because    {d['prompt_reason']}")
         print(f"vocabulary   tokenizer {d['tokenizer_tokens']} tokens, embedding {d['embedding_rows']} rows"
               + (f" ({d['embedding_rows'] - d['tokenizer_tokens']} padding rows)"
                  if d["embedding_rows"] > d["tokenizer_tokens"] else ""))
         print("special      " + ", ".join(f"{k} {v}" for k, v in d["special"].items() if v >= 0)
               + f"; decoding ends at {d['end_ids']}")
+        for i, sources in sorted(d["end_sources"].items()):
+            print(f"  ends at    {i}: " + "; ".join(sources))
         print(f"dtype        {d['dtype']} on {d['device']} (stored: {d['stored_dtype']})")
         for line in p.lines():
             print(f"memory       {line}")
@@ -93,6 +107,8 @@ def add_check_parser(sub: Any) -> None:  # noqa: ANN401 - argparse's private sub
     k.add_argument("--max-len", type=int, help="cache positions planned (default: the engine's canvas)")
     k.add_argument("--prompt-format", default="auto", choices=["auto", "chat", "plain"])
     k.add_argument("--available-gib", type=float, help="plan against this much free memory instead of the device's")
+    k.add_argument("--trust-remote-code", action="store_true",
+                   help="describe a checkpoint without a native adapter (its own code would run at load)")
     k.add_argument("--json", action="store_true")
     k.set_defaults(fn=cmd_check)
 

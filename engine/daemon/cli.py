@@ -39,9 +39,13 @@ def cmd_complete(args: argparse.Namespace) -> int:
     text = Path(args.file).read_text(encoding="utf-8")
     at = _position(text, args.line, args.col)
     t0 = time.perf_counter()
-    eng = TextEngine(args.model, preset=args.mode, trust_remote_code=args.trust_remote_code,
-                     max_prompt_tokens=args.max_prompt_tokens, prompt_template=args.prompt_template,
-                     prompt_format=args.prompt_format)
+    try:
+        eng = TextEngine(args.model, preset=args.mode, trust_remote_code=args.trust_remote_code,
+                         max_prompt_tokens=args.max_prompt_tokens, prompt_template=args.prompt_template,
+                         prompt_format=args.prompt_format)
+    except (OSError, ValueError) as e:  # a refused or unreadable checkpoint: its one-line reason
+        print(f"llada-engine complete: cannot load the model {args.model or '(default)'}: {e}", file=sys.stderr)
+        return 2
     print(f"model {eng.info()['model']} loaded in {(time.perf_counter() - t0) * 1000:.0f} ms", file=sys.stderr)
     plan = Plan(max_tokens=args.max_tokens, stop=args.stop, preset=args.mode)
     req = CompletionRequest("cli-1", str(args.file), text[:at], text[at:], plan)

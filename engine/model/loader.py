@@ -23,6 +23,7 @@ import torch
 from safetensors import safe_open
 from torch import Tensor, nn
 
+from engine.model import memory
 from engine.model.adapters import find_family, known_model_types
 from engine.model.adapters.common import AdapterModel
 from engine.model.model_path import ModelNotFoundError, resolve
@@ -110,11 +111,18 @@ def special_ids(path: Path, config: dict[str, Any], mask_id: int | None = None) 
     return SpecialTokens(mask=mask, end_of_text=eos, end_of_middle=eos, pad=pad, **fim)
 
 
+def no_adapter_message(path: Path, cfg: dict[str, Any]) -> str:
+    """Why a checkpoint without a native adapter is refused (one line)."""
+    return (f"{path}: model_type {cfg.get('model_type')!r} has no native adapter (known: "
+            f"{', '.join(known_model_types())}); pass --trust-remote-code to run the "
+            f"checkpoint's own modeling code (uncached, slower) at your own risk")
+
+
 # -- weights -------------------------------------------------------------------------------
 def weight_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.exists():
-        return [path / f for f in sorted(set(_json(index)["weight_map"].values()))]
+        return memory.weight_files(path)  # FileNotFoundError naming a missing shard
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ModelNotFoundError(f"{path}: no *.safetensors weights (only safetensors checkpoints are loaded)")
@@ -256,6 +264,38 @@ def generation_end_ids(path: Path) -> set[int]:
     return {int(i) for i in (v if isinstance(v, list) else [v]) if isinstance(i, int)}
 
 
+def end_id_sources(path: Path, config: dict[str, Any], special: SpecialTokens,
+                   turn_ends: dict[str, int] | None = None, pad_ends: bool = True) -> dict[int, list[str]]:
+    """Every id an answer ends at, with the file or rule that says so: `eos_token_id` in
+    config.json and in generation_config.json (an id or a list), the tokenizer's `eos_token`,
+    the chat template's end of turn (`turn_ends`: text -> id) and, with `pad_ends` (the diffusion
+    checkpoints: their SFT pads every answer with it, e.g. DiffuCoder's `<|dlm_pad|>`), the pad
+    token of config.json, generation_config.json or the tokenizer, unless it is the mask."""
+    ids, roles = token_table(path)
+    gen = _json(path / "generation_config.json")
+    out: dict[int, list[str]] = {}
+
+    def add(v: Any, source: str) -> None:
+        for i in (v if isinstance(v, list) else [v]):
+            if isinstance(i, int) and i >= 0 and i != special.mask and source not in out.setdefault(i, []):
+                out[i].append(source)
+
+    add(special.end_of_middle, "end of middle")
+    add(config.get("eos_token_id"), "config.json eos_token_id")
+    add(gen.get("eos_token_id"), "generation_config.json eos_token_id")
+    if roles.get("eos_token") in ids:
+        add(ids[roles["eos_token"]], f"tokenizer eos_token {roles['eos_token']}")
+    for text, i in (turn_ends or {}).items():
+        add(i, f"chat template end of turn {text}")
+        add(special.end_of_text, "end of text (after a turn)")
+    if pad_ends:
+        add(config.get("pad_token_id"), "config.json pad_token_id")
+        add(gen.get("pad_token_id"), "generation_config.json pad_token_id")
+        if roles.get("pad_token") in ids:
+            add(ids[roles["pad_token"]], f"tokenizer pad_token {roles['pad_token']} (answers are padded with it)")
+    return out
+
+
 def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                trust_remote_code: bool = False, mask_id: int | None = None, check_memory: bool = True,
                max_len: int = 4608) -> LoadedModel:
@@ -277,6 +317,8 @@ def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: tor
     fam = find_family(cfg)
     if fam is not None:
         fam.config_check(cfg)  # a key the adapter does not implement is refused by name
+    elif not trust_remote_code:
+        raise ValueError(no_adapter_message(path, cfg))
     dt = dtype or default_dtype(cfg, dev, path)
     if check_memory:
         from engine.model.memory import preflight
@@ -284,10 +326,6 @@ def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: tor
         preflight(path, cfg, dt, dev, max_len)
     special = special_ids(path, cfg, mask_id)
     if fam is None:
-        if not trust_remote_code:
-            raise ValueError(f"{path}: model_type {cfg.get('model_type')!r} has no native adapter (known: "
-                             f"{', '.join(known_model_types())}); pass --trust-remote-code to run the "
-                             f"checkpoint's own modeling code (uncached, slower) at your own risk")
         return LoadedModel(_load_remote(path, cfg, special, dev, dt), path, path, special, "remote", "none")
     with torch.device("meta"):
         m = fam.build(cfg, special)

@@ -30,9 +30,16 @@ def _json(p: Path) -> dict[str, Any]:
 
 
 def weight_files(path: Path) -> list[Path]:
+    """The safetensors files of a checkpoint: those its index names (FileNotFoundError, one line,
+    when one is missing), else every *.safetensors file."""
     index = path / "model.safetensors.index.json"
     if index.exists():
-        return [path / f for f in sorted(set(_json(index)["weight_map"].values()))]
+        files = [path / f for f in sorted(set(_json(index)["weight_map"].values()))]
+        gone = [f.name for f in files if not f.exists()]
+        if gone:
+            raise FileNotFoundError(f"{path}: model.safetensors.index.json names {len(gone)} weight file(s) that "
+                                    f"are missing, e.g. {gone[0]} (an incomplete download?)")
+        return files
     return sorted(path.glob("*.safetensors"))
 
 

@@ -108,7 +108,7 @@ class PromptBuilder:
         tok = load_tokenizer(path)
         fim = all(tok.token_to_id(t) is not None for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
         fmt = load_prompt_format(path, tok, fim, template_file)
-        if fim:
+        if fmt.kind == "fim":
             sp = special_tokens_of(tok)
         else:  # a chat checkpoint: only its end of text matters here (the server stops at it)
             eot = tok.token_to_id(fmt.special_texts.get("eos_token") or "<|endoftext|>")
@@ -119,7 +119,8 @@ class PromptBuilder:
 
     @property
     def fim(self) -> bool:
-        return min(self.sp.fim_prefix, self.sp.fim_suffix, self.sp.fim_middle) >= 0
+        """Whether prompts are FIM: the format chose it (the model was trained with its markers)."""
+        return self.format.kind == "fim" and min(self.sp.fim_prefix, self.sp.fim_suffix, self.sp.fim_middle) >= 0
 
     def _count_format_tokens(self) -> int:
         """Prompt tokens a rendered format spends with empty prefix and suffix."""

@@ -118,6 +118,7 @@ class PromptFormat:
     source: str = ""  # where the template came from (for info and docs)
     end_texts: tuple[str, ...] = ()
     special_texts: dict[str, str] = field(default_factory=dict)  # bos_token, eos_token, ... for the template
+    reason: str = ""  # why the checkpoint's files chose this format (`llada-engine check` prints it)
     _renderer: Any = None
 
     @property

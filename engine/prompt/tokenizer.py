@@ -29,8 +29,16 @@ SPECIAL_TOKEN_NAMES: dict[str, str] = {
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer of a checkpoint directory (its tokenizer.json) or of a tokenizer.json file;
+    ValueError (one line) when the file is not a tokenizer the `tokenizers` library reads."""
     p = Path(path)
-    return Tokenizer.from_file(str(p / "tokenizer.json" if p.is_dir() else p))
+    f = p / "tokenizer.json" if p.is_dir() else p
+    if not f.exists():
+        raise FileNotFoundError(f"{f}: no tokenizer.json (only fast tokenizers are loaded)")
+    try:
+        return Tokenizer.from_file(str(f))
+    except Exception as e:  # noqa: BLE001 - the Rust library raises a bare Exception; re-raised as ValueError
+        raise ValueError(f"{f}: not a tokenizer this engine reads: {e}") from None
 
 
 def special_tokens_of(tok: Tokenizer) -> SpecialTokens:
@@ -71,10 +79,34 @@ def chat_template_of(path: Path, cfg: dict[str, Any]) -> str:
     return tmpl or ""
 
 
+# Qwen2.5's FIM tokens at their ids: Qwen2.5's tokenizer adds them (with <|fim_pad|>, <|repo_name|>
+# and <|file_sep|>, 151662-151664) for every Qwen2.5 model, so every derivative carries them, FIM
+# trained (Qwen2.5-Coder) or not (Dream, Dream-Coder, DiffuCoder: diffusion models adapted from
+# Qwen2.5 or Qwen2.5-Coder and trained without them)
+QWEN25_FIM_IDS = {"<|fim_prefix|>": 151659, "<|fim_middle|>": 151660, "<|fim_suffix|>": 151661}
+MODEL_CARD = "README.md"
+
+
+def fim_trained(path: Path, tok: Tokenizer) -> tuple[bool, str]:
+    """Whether the checkpoint in `path` was trained with the FIM tokens its tokenizer has, and
+    why, from its files: tokens of its own are evidence (the embedded models); Qwen2.5's
+    inherited ones are not, unless its model card (README.md) shows a prompt with all three."""
+    ids = {t: tok.token_to_id(t) for t in QWEN25_FIM_IDS}
+    if ids != QWEN25_FIM_IDS:
+        return True, "its tokenizer has FIM tokens of its own (not Qwen2.5's inherited ones)"
+    card = path / MODEL_CARD
+    text = card.read_text(encoding="utf-8", errors="replace") if card.is_file() else ""
+    if all(t in text for t in QWEN25_FIM_IDS):
+        return True, f"its model card ({MODEL_CARD}) shows a prompt with the FIM tokens"
+    return False, ("its FIM tokens are Qwen2.5's (ids 151659-151661, in every Qwen2.5 derivative) and no file "
+                   f"says it was trained with them (no FIM prompt in {MODEL_CARD})")
+
+
 def load_prompt_format(path: str | Path, tok: Tokenizer, fim: bool,
                        template_file: str | Path | None = None, override: str = "auto") -> PromptFormat:
     """The prompt format of the checkpoint whose tokenizer files are in `path`: a user's
-    template file when given; FIM when the model has the markers; the chat template when the
+    template file when given; FIM when the model has the markers (`fim`) and was trained with them
+    (`fim_trained`); the chat template when the
     checkpoint ships one (an instruct checkpoint: tokenizer_config.json's `chat_template` or
     chat_template.jinja; base checkpoints ship none); else plain (engine.prompt.prompt_format).
     Its files decide, never its path. `override`: "chat" or "plain" forces that choice (a base
@@ -92,12 +124,18 @@ def load_prompt_format(path: str | Path, tok: Tokenizer, fim: bool,
         return (end,) if end else ()
 
     if template_file:
-        return PromptFormat("template", read_template_file(template_file), str(template_file), ends(), texts)
+        return PromptFormat("template", read_template_file(template_file), str(template_file), ends(), texts,
+                            reason="a prompt template file was given")
     if override == "chat" and not chat:
         raise ValueError(f"{p}: prompt format 'chat' asked for, but the checkpoint has no chat template "
                          "(tokenizer_config.json chat_template or chat_template.jinja)")
-    if fim and override == "auto":
-        return PromptFormat("fim")
+    trained, why = fim_trained(p if p.is_dir() else p.parent, tok) if fim else (False, "")
+    if trained and override == "auto":
+        return PromptFormat("fim", reason=why)
+    unused = f"; no FIM: {why}" if fim else ""
+    if override != "auto":
+        unused = f"; --prompt-format {override} asked for" + unused
     if chat and override != "plain":
-        return PromptFormat("chat", chat, str(p / "tokenizer_config.json"), ends(), texts)
-    return PromptFormat("plain")
+        return PromptFormat("chat", chat, str(p / "tokenizer_config.json"), ends(), texts,
+                            reason="the checkpoint ships a chat template" + unused)
+    return PromptFormat("plain", reason="no chat template" + unused)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.model.adapters import config_keys, dream, llada, llada2
+from engine.model.adapters import config_keys, dream, llada, llada2, llada_moe
 from engine.model.adapters.common import AdapterModel
 from engine.model.native import SpecialTokens
 
@@ -42,6 +42,9 @@ FAMILIES: dict[str, Family] = {
     "llada": Family("llada", llada.MODEL_TYPES, llada.ARCHITECTURES, llada.build, "bidirectional",
                     frozenset(config_keys.read_keys(llada.LLaDAConfig)), config_keys.LLADA_IGNORED,
                     llada.LLaDAConfig.from_hf),
+    "llada_moe": Family("llada_moe", llada_moe.MODEL_TYPES, llada_moe.ARCHITECTURES, llada_moe.build, "bidirectional",
+                        frozenset(config_keys.read_keys(llada_moe.LLaDAMoEConfig)), config_keys.LLADA_MOE_IGNORED,
+                        llada_moe.LLaDAMoEConfig.from_hf),
     "dream": Family("dream", dream.MODEL_TYPES, dream.ARCHITECTURES, dream.build, "bidirectional",
                     frozenset(config_keys.read_keys(dream.DreamConfig)), config_keys.DREAM_IGNORED,
                     dream.DreamConfig.from_hf),

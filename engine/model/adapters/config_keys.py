@@ -5,7 +5,7 @@ A key is allowed when the adapter reads it (its config dataclass's fields, plus 
 knowingly ignores it: generic Hugging Face bookkeeping, training-only settings, and keys whose
 published value changes nothing here (a condition checks that value where one matters).
 LLaDA2.2's block-routing and edit-token keys are read by the LLaDA2 adapter (its config dataclass).
-Checked against the published configs in tests/engine/model/adapters/published.py.
+Checked against the published configs in tests/fakes/published.py.
 """
 
 from __future__ import annotations
@@ -54,6 +54,16 @@ DREAM_IGNORED: dict[str, Cond] = {
     "max_window_layers": None,  # only with use_sliding_window
     "use_mrope": lambda v, c: not v,
 }
+
+# LLaDA-MoE: what its published modeling code (modeling_lladamoe.py) never reads in a forward
+LLADA_MOE_IGNORED: dict[str, Cond] = {
+    "router_aux_loss_coef": None,  # training only
+    "norm_topk_prob": None,  # the published MoE block fixes it to False whatever the config says
+    "router_num_group": lambda v, c: v is None,  # no group-limited routing in the published block
+    "router_topk_group": lambda v, c: v is None,
+    "routed_scaling_factor": lambda v, c: v in (None, 1, 1.0),  # not applied by the published block
+}
+
 
 def read_keys(config_cls: type) -> set[str]:
     return {f.name for f in fields(config_cls)}

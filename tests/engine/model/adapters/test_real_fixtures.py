@@ -1,4 +1,4 @@
-"""Checkpoints that look like the real ones (tests/engine/model/adapters/real_ckpts.py): padded vocabularies,
+"""Checkpoints that look like the real ones (tests/fakes/real_ckpts.py): padded vocabularies,
 published configs, bf16 shards. Mid-word completions, end ids, base vs instruct, dtype, the
 config allow-lists, the memory plan and `llada-engine check`."""
 
@@ -17,12 +17,11 @@ from engine.model.adapters import find_family
 from engine.model.loader import load_model
 from engine.model.memory import AVAILABLE_ENV, MemoryPlanError, plan
 from engine.service import TextEngine
-from tests.engine.model.adapters import published as pub
-from tests.engine.model.adapters.real_ckpts import NAMES, _spec, config_of, fixture, published_diff
+from tests.fakes import published as pub
+from tests.fakes.real_ckpts import NAMES, _spec, config_of, fixture, published_diff
 
 DTYPES = [torch.bfloat16, torch.float32]
-FAMILY = {"llada2-mini": "llada2", "llada-8b-base": "llada", "llada-8b-instruct": "llada", "dream-base": "dream",
-          "dream-instruct": "dream"}
+FAMILY = {name: _spec(name)["family"] for name in NAMES}
 
 
 def test_fixtures_differ_from_the_published_configs_in_depth_and_width_only() -> None:
@@ -57,7 +56,7 @@ def test_fixture_has_a_padded_vocabulary_and_bf16_shards(name: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "f32"])
-@pytest.mark.parametrize("name", ["llada2-mini", "llada-8b-base", "llada-8b-instruct", "dream-base", "dream-instruct"])
+@pytest.mark.parametrize("name", NAMES)
 def test_mid_word_completion_on_a_padded_vocabulary(name: str, dtype: torch.dtype) -> None:
     """Before the fix the healing mask had the tokenizer's width and every preset raised
     IndexError (mask [157153] vs logits [157184]) for the cursor after `ret`."""

@@ -1,7 +1,8 @@
 """Tiny random checkpoints in the public layouts of LLaDA2.x, LLaDA-8B and Dream.
 
-Config keys and tensor names are spelled out here from the published configs and modeling
-code, independently of the adapters, so a naming mistake in an adapter fails to load.
+Config keys are spelled out here from the published configs, tensor names in
+tests/fakes/ckpt_writers.py from the published modeling code, independently of the adapters,
+so a naming mistake in an adapter fails to load.
 Special tokens: ids 90.. of a 96-token vocabulary; LLaDA2's mask id comes only from the
 tokenizer files (its config has no mask_token_id), the others' from config.json.
 """
@@ -15,6 +16,15 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from tests.fakes.ckpt_writers import (  # noqa: F401  (checkpoint_shapes: re-exported to the tests)
+    CODE_CHARS,
+    CODE_WORDS,
+    checkpoint_shapes,
+    random_weight,
+    save_code_tokenizer,
+)
+from tests.fakes.published import LLADA2_CHAT_TEMPLATE  # noqa: F401  (re-exported to the tests)
+
 VOCAB, MASK, EOS, PAD = 96, 90, 91, 92
 SPECIALS = {MASK: "<|mask|>", EOS: "<|endoftext|>", PAD: "<|pad|>"}
 
@@ -26,92 +36,6 @@ def _tokenizer(out: Path, mask_role: bool) -> None:
     if mask_role:
         tc["mask_token"] = "<|mask|>"
     (out / "tokenizer_config.json").write_text(json.dumps(tc))
-
-
-def random_weight(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-    """A float32 random tensor for the checkpoint tensor `name`, drawn from `g`."""
-    if name.endswith(("norm.weight", "layernorm.weight")):
-        return 1.0 + 0.1 * torch.randn(shape, generator=g)
-    if name.endswith("expert_bias"):
-        return 0.05 * torch.randn(shape, generator=g)
-    if name.endswith(("embeddings.weight", "wte.weight", "embed_tokens.weight")):
-        return torch.randn(shape, generator=g)
-    # projections: sharp enough that confidences spread over (0, 1)
-    return torch.randn(shape, generator=g) * (1.5 / shape[-1] ** 0.5)
-
-
-def checkpoint_shapes(family: str, c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape of a `family` ("llada2", "llada", "dream") checkpoint with config.json
-    `c`, as the published modeling code names them (tied heads omit the head tensor, as tied
-    checkpoints do). The order is the writers' draw order."""
-    if family == "llada2":
-        return _llada2_shapes(c)
-    if family == "llada":
-        return _llada_shapes(c)
-    return _dream_shapes(c)
-
-
-def _llada2_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    D, H, KV, HD, V = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["vocab_size"]
-    FF, MI, E = c["intermediate_size"], c["moe_intermediate_size"], c["num_experts"]
-    s: dict[str, tuple[int, ...]] = {"model.word_embeddings.weight": (V, D), "model.norm.weight": (D,)}
-    if not c.get("tie_word_embeddings", False):
-        s["lm_head.weight"] = (V, D)
-    qkv = (H + 2 * KV) * HD
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        s |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-              p + "attention.query_key_value.weight": (qkv, D)}
-        if c.get("use_qkv_bias", False):
-            s[p + "attention.query_key_value.bias"] = (qkv,)
-        s |= {p + "attention.query_layernorm.weight": (HD,), p + "attention.key_layernorm.weight": (HD,),
-              p + "attention.dense.weight": (D, H * HD)}
-        if c.get("use_bias", False):
-            s[p + "attention.dense.bias"] = (D,)
-        if i < c["first_k_dense_replace"]:
-            s |= {p + "mlp.gate_proj.weight": (FF, D), p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
-            continue
-        s |= {p + "mlp.gate.weight": (E, D), p + "mlp.gate.expert_bias": (E,)}
-        for e, mi in [*((f"experts.{j}", MI) for j in range(E)), ("shared_experts", MI * c["num_shared_experts"])]:
-            s |= {p + f"mlp.{e}.gate_proj.weight": (mi, D), p + f"mlp.{e}.up_proj.weight": (mi, D),
-                  p + f"mlp.{e}.down_proj.weight": (D, mi)}
-    return s
-
-
-def _llada_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    D, FF, V = c["d_model"], c["mlp_hidden_size"], c.get("embedding_size") or c["vocab_size"]
-    kv = D // c["n_heads"] * (c.get("n_kv_heads") or c["n_heads"])
-    qkv_bias = c.get("include_bias", False) or c.get("include_qkv_bias", False)
-    s: dict[str, tuple[int, ...]] = {"model.transformer.wte.weight": (V, D), "model.transformer.ln_f.weight": (D,)}
-    if not c.get("weight_tying", False):
-        s["model.transformer.ff_out.weight"] = (V, D)
-    for i in range(c["n_layers"]):
-        p = f"model.transformer.blocks.{i}."
-        s |= {p + "attn_norm.weight": (D,), p + "ff_norm.weight": (D,)}
-        for proj, rows in (("q_proj", D), ("k_proj", kv), ("v_proj", kv)):
-            s[p + proj + ".weight"] = (rows, D)
-            if qkv_bias:
-                s[p + proj + ".bias"] = (rows,)
-        s |= {p + "attn_out.weight": (D, D), p + "ff_proj.weight": (FF, D), p + "up_proj.weight": (FF, D),
-              p + "ff_out.weight": (D, FF)}
-    return s
-
-
-def _dream_shapes(c: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    D, FF, V, H, KV = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_attention_heads"], c["num_key_value_heads"]
-    hd = D // H
-    s: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
-    if not c.get("tie_word_embeddings", False):
-        s["lm_head.weight"] = (V, D)
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        s |= {p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-              p + "self_attn.q_proj.weight": (H * hd, D), p + "self_attn.q_proj.bias": (H * hd,),
-              p + "self_attn.k_proj.weight": (KV * hd, D), p + "self_attn.k_proj.bias": (KV * hd,),
-              p + "self_attn.v_proj.weight": (KV * hd, D), p + "self_attn.v_proj.bias": (KV * hd,),
-              p + "self_attn.o_proj.weight": (D, H * hd), p + "mlp.gate_proj.weight": (FF, D),
-              p + "mlp.up_proj.weight": (FF, D), p + "mlp.down_proj.weight": (D, FF)}
-    return s
 
 
 def _save(out: Path, cfg: dict, shapes: dict[str, tuple[int, ...]], seed: int, shards: int = 1) -> Path:
@@ -208,43 +132,8 @@ def prompt_ids(n: int, seed: int = 0) -> list[int]:
 # (mask 156895 of 157184), LLaDA-8B and Dream do. A few whole words give token healing
 # something to extend ("ret" -> "return").
 ROLE_END, ROLE_OPEN, ROLE_CLOSE = 93, 94, 95
-CODE_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \n\t()[]{}:=+-*/.,_'\"#<>`"
-CODE_WORDS = ("def", "ret", "return")
 CODE_SPECIALS = {MASK: "<|mask|>", EOS: "<|endoftext|>", PAD: "<|pad|>", ROLE_END: "<|role_end|>",
                  ROLE_OPEN: "<role>", ROLE_CLOSE: "</role>"}
-# The structure of the chat_template of inclusionAI/LLaDA2.0-mini / LLaDA2.1 (tokenizer_config.json),
-# without its tool and reasoning branches: a SYSTEM turn ending "detailed thinking off<|role_end|>",
-# then <role>HUMAN</role>...<|role_end|>, and <role>ASSISTANT</role> as the generation prompt.
-LLADA2_CHAT_TEMPLATE = (
-    "{% set thinking_option = 'off' %}"
-    "{{- '<role>SYSTEM</role>' }}"
-    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n' }}{%- endif %}"
-    "{{- 'detailed thinking ' + thinking_option + '<|role_end|>' }}"
-    "{%- for message in messages %}"
-    "{%- if message.role == 'user' %}{{- '<role>HUMAN</role>' + message.content + '<|role_end|>' }}"
-    "{%- elif message.role == 'system' and not loop.first %}"
-    "{{- '<role>SYSTEM</role>' + message.content + '<|role_end|>' }}"
-    "{%- elif message.role == 'assistant' %}{{- '<role>ASSISTANT</role>' + message.content + '<|role_end|>' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<role>ASSISTANT</role>' }}{%- endif %}"
-)
-
-
-def save_code_tokenizer(out: Path, vocab: dict[str, int], special: dict[int, str]) -> None:
-    """tokenizer.json of a word-level tokenizer over `vocab` (characters, "<unk>" and CODE_WORDS
-    at its low ids) that splits text into CODE_WORDS and single characters; `special`: the
-    special tokens {id: text}, also in `vocab`."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    words = "|".join(sorted(CODE_WORDS, key=len, reverse=True))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(f"{words}|[\\s\\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tok.add_special_tokens([special[i] for i in sorted(special)])
-    tok.save(str(out / "tokenizer.json"))
-
-
 def write_code_tokenizer(out: Path) -> Path:
     """Characters and a few words (ids 0..89), the specials of CODE_SPECIALS at the end (90..95)."""
     vocab = {c: i for i, c in enumerate(CODE_CHARS)}
