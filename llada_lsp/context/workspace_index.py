@@ -37,6 +37,7 @@ from llada_lsp.context.definitions import (
     definitions_in,
     extract_definitions,
 )
+from llada_lsp.context.exclusions import Exclusions, family
 from llada_lsp.context.safe_files import read_regular, resolved_roots, utf8_path, walk
 from llada_lsp.text.documents import Document, looks_binary
 from llada_lsp.text.syntax import normalize_language
@@ -51,15 +52,6 @@ MAX_DIRS = 20000  # directories visited by one scan
 RESCAN_S = 60.0  # a language's files are looked at again after this long
 SKIP_DIRS = frozenset({"node_modules", "__pycache__", "venv", "site-packages", "target", "build", "dist",
                        "out", "vendor", "third_party"})
-FAMILIES = ({"javascript", "javascriptreact", "typescript", "typescriptreact"}, {"c", "cpp"})
-
-
-def family(language_id: str) -> frozenset[str]:
-    """The languages whose files can define names for a file of `language_id`."""
-    for f in FAMILIES:
-        if language_id in f:
-            return frozenset(f)
-    return frozenset({language_id})
 
 
 def path_of(uri: str) -> str:
@@ -111,6 +103,7 @@ class WorkspaceIndex:
     reader: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "llada-index-read"))
     pending: Future[None] | None = None  # the last re-read of a closed document's file
     generation: int = 0  # moves on whenever a file's entry is added, changed or forgotten
+    exclusions: Exclusions = field(default_factory=Exclusions)  # secrets and gitignored files
 
     def set_roots(self, uris: list[str | None]) -> None:
         """The workspace folders (rootUri, workspaceFolders): file:// URIs of directories. Files
@@ -118,9 +111,22 @@ class WorkspaceIndex:
         roots = [Path(path_of(u)) for u in uris if u and u.startswith("file:")]
         self.roots = [r for i, r in enumerate(roots) if r.is_absolute() and r.is_dir() and r not in roots[:i]]
         self.real_roots = resolved_roots(self.roots)
+        self.exclusions.set_roots(self.roots, self.real_roots)
         self.scanned.clear()
-        for key in [k for k in list(self.files) if not self._under_roots(k)]:
+        for key in [k for k in list(self.files) if not self._under_roots(k) or self.excluded(k)]:
             self._forget(key)
+        with self.lock:
+            for key in [k for k in self.opened if not self.usable(k)]:
+                del self.opened[key]
+
+    def excluded(self, path: str) -> bool:
+        """Whether the file at `path` is secret or gitignored (`exclusions`)."""
+        return self.exclusions.secret(path) or self.exclusions.ignored(path)
+
+    def usable(self, key: str) -> bool:
+        """Whether an open document's key may be context: a printable path inside a workspace
+        folder, neither secret nor ignored (`Exclusions.usable`)."""
+        return utf8_path(key) and self.exclusions.usable(key)
 
     def _under_roots(self, key: str) -> bool:
         return any(Path(key).is_relative_to(r) for r in self.roots)
@@ -154,8 +160,9 @@ class WorkspaceIndex:
             return self.opened.get(key) or self.files.get(key)
 
     # -- open documents (the event loop) --------------------------------------------------------
-    def index_open(self, doc: Document) -> Entry | None:
-        """The entry of an open document, computed again when its revision moved on."""
+    def index_open(self, doc: Document, keep: bool = True) -> Entry:
+        """The entry of an open document, computed again when its revision moved on; kept
+        for lookups only when `keep` (the caller checked that it is `usable`)."""
         key = path_of(doc.uri)
         e = self.opened.get(key)
         if e is not None and e.stamp == (-1, doc.revision):
@@ -163,9 +170,16 @@ class WorkspaceIndex:
         tree = doc.syntax_tree() if doc.unservable_reason() is None else None
         defs = definitions_in(tree.root_node) if tree is not None else ()
         e = make_entry(key, doc.language_id, (-1, doc.revision), doc.text, defs, True)
-        with self.lock:
-            self.opened[key] = e
+        if keep:
+            with self.lock:
+                self.opened[key] = e
         return e
+
+    def drop_open(self, key: str) -> None:
+        """An open document that may not be context (any more) leaves the lookups."""
+        if key in self.opened:
+            with self.lock:
+                self.opened.pop(key, None)
 
     def close(self, uri: str) -> None:
         """An open document closed: its file on disk (perhaps saved since) is read again, on
@@ -178,7 +192,8 @@ class WorkspaceIndex:
 
     def _reread(self, key: str) -> None:
         lang = self.files[key].language if key in self.files else normalize_language("", key)
-        if self._index_file(key, lang) is None and read_regular(key, self.real_roots, MAX_FILE_BYTES) is None:
+        if self._index_file(key, lang) is None and (self.excluded(key) or
+                                                     read_regular(key, self.real_roots, MAX_FILE_BYTES) is None):
             self._forget(key)
 
     def settle(self, timeout: float | None = None) -> None:
@@ -209,8 +224,11 @@ class WorkspaceIndex:
         total = sum(e.stamp[1] for e in list(self.files.values()))
         found: set[str] = set()
         whole = True
-        for path in walk(list(self.roots), lambda d: not d.startswith(".") and d not in SKIP_DIRS,
-                         lambda n: normalize_language("", n) in langs, MAX_DIRS):
+        ex = self.exclusions
+        for path in walk(list(self.roots),
+                         lambda p, d: not d.startswith(".") and d not in SKIP_DIRS and not ex.entry_excluded(p, True),
+                         lambda p, n: normalize_language("", n) in langs and not ex.entry_excluded(p, False),
+                         MAX_DIRS):
             if not path:  # the walk stopped at MAX_DIRS
                 whole = False
                 break
@@ -220,7 +238,7 @@ class WorkspaceIndex:
                 whole = False
                 log.info("workspace index for %s stopped at its bounds (%d files)", language, seen - 1)
                 break
-            got = self._index_file(path, normalize_language("", path))
+            got = self._index_file(path, normalize_language("", path), checked=True)
             if got is not None:
                 parsed += 1
                 total += got
@@ -239,10 +257,11 @@ class WorkspaceIndex:
                 self.names.get(d.name, set()).discard(key)
             self.generation += 1
 
-    def _index_file(self, path: str, language: str) -> int | None:
+    def _index_file(self, path: str, language: str, checked: bool = False) -> int | None:
         """Parse one file when it changed since its entry; the bytes it holds, or None. Only a
-        regular file inside the roots is read (`safe_files.read_regular`)."""
-        if not utf8_path(path):
+        regular file inside the roots, neither secret nor gitignored (`checked`: the walk
+        checked it), is read (`safe_files.read_regular`)."""
+        if not utf8_path(path) or (not checked and self.excluded(path)):
             return None
         got = read_regular(path, self.real_roots, MAX_FILE_BYTES)
         if got is None:
