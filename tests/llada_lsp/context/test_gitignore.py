@@ -27,8 +27,8 @@ docs/*.tmp
 **/deep_dir
 a/**/z.txt
 logs/**
-trail.txt\ 
-spaces.txt   
+trail.txt\{SP}
+spaces.txt{SP}{SP}{SP}
 *.py[cod]
 file[!0-9].dat
 n?.cfg
@@ -42,7 +42,7 @@ foo**bar
 **/mid/**/end.c
 x\*y
 node_modules
-"""
+""".replace("{SP}", " ")  # trailing spaces: one escaped, three dropped
 SUB_IGNORE = """
 !*.log
 local.txt
@@ -76,7 +76,7 @@ def repo(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     home = tmp_path / "home"
     home.mkdir()
     (home / "my-ignore").write_text(GLOBAL_IGNORE)
-    (home / ".gitconfig").write_text(f'[user]\n\tname = t\n[core]\n\texcludesFile = "~/my-ignore" ; the global one\n')
+    (home / ".gitconfig").write_text('[user]\n\tname = t\n[core]\n\texcludesFile = "~/my-ignore" ; the global one\n')
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
     ws = tmp_path / "ws"
     ws.mkdir()
