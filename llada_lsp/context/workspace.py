@@ -281,7 +281,7 @@ class WorkspaceContext:
         here = Path(own_key).parent
         out: list[DefKey] = []
         for name in names_near(doc.text, offset):
-            if name in own.by_name:
+            if own.where(name):
                 continue
             places = [(e, i) for e, i in self.index.lookup(name)
                       if e.key != own_key and compatible(doc.language_id, e.language)]
@@ -294,7 +294,7 @@ class WorkspaceContext:
 
     def _definition_chunk(self, key: DefKey, language: str) -> ContextChunk | None:
         e = self.index.entry(key[0])
-        ix = e.by_name.get(key[1]) if e is not None else None
+        ix = e.where(key[1]) if e is not None else None
         if e is None or not ix or not compatible(language, e.language) or self.index.excluded(e.key):
             return None
         return ContextChunk(self.index.relative(e.key), e.texts[ix[0]])

@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 MAX_FILES = 2000  # files indexed per language family
 MAX_FILE_BYTES = 256 * 1024  # larger files are skipped
-MAX_TOTAL_BYTES = 16 * 1024 * 1024  # of the files indexed, over all files
+MAX_TOTAL_BYTES = 16 * 1024 * 1024  # of the files indexed, over all files, DEF_COST per definition included
+DEF_COST = 384  # bytes a definition costs the index beyond its file's bytes (bench/index_memory.py)
 MAX_SCAN_S = 5.0  # wall time of one scan
 MAX_DIRS = 20000  # directories visited by one scan
 RESCAN_S = 60.0  # a language's files are looked at again after this long
@@ -72,10 +73,21 @@ class Entry:
     defs: tuple[Definition, ...]
     texts: tuple[str, ...]
     is_open: bool = False
-    by_name: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
+    # name -> the index of its definition (an int: most names), or of each (a tuple)
+    by_name: dict[str, int | tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     def chars(self) -> int:
         return sum(len(t) for t in self.texts)
+
+    def where(self, name: str) -> tuple[int, ...]:
+        """The indexes of `name`'s definitions in this file (none: empty)."""
+        got = self.by_name.get(name)
+        return () if got is None else (got,) if isinstance(got, int) else got
+
+    def cost(self) -> int:
+        """What the entry counts against `max_bytes`: its file's bytes plus DEF_COST per
+        definition (an estimate of its memory, bench/index_memory.py)."""
+        return self.stamp[1] + DEF_COST * len(self.defs)
 
 
 def make_entry(key: str, language: str, stamp: tuple[float, int], text: str,
@@ -85,7 +97,7 @@ def make_entry(key: str, language: str, stamp: tuple[float, int], text: str,
     for i, d in enumerate(defs):
         by_name.setdefault(d.name, []).append(i)
     return Entry(key, language, stamp, defs, tuple(definition_text(lines, d) for d in defs), is_open,
-                 {n: tuple(ix) for n, ix in by_name.items()})
+                 {n: ix[0] if len(ix) == 1 else tuple(ix) for n, ix in by_name.items()})
 
 
 @dataclass
@@ -93,7 +105,7 @@ class WorkspaceIndex:
     roots: list[Path] = field(default_factory=list)
     files: dict[str, Entry] = field(default_factory=dict)  # on disk, by path
     opened: dict[str, Entry] = field(default_factory=dict)  # open documents, by path_of(uri)
-    names: dict[str, set[str]] = field(default_factory=dict)  # name -> keys of the files on disk
+    names: dict[str, str | set[str]] = field(default_factory=dict)  # name -> the key (or keys) of its files on disk
     scanned: dict[str, float] = field(default_factory=dict)  # language -> when its scan ended
     lock: threading.Lock = field(default_factory=threading.Lock)
     thread: threading.Thread | None = None
@@ -148,11 +160,11 @@ class WorkspaceIndex:
         out: list[tuple[Entry, int]] = []
         with self.lock:
             for e in self.opened.values():
-                out.extend((e, i) for i in e.by_name.get(name, ()))
-            for key in sorted(self.names.get(name, ())):
+                out.extend((e, i) for i in e.where(name))
+            for key in sorted(_keys(self.names.get(name))):
                 if key not in self.opened:
                     e = self.files[key]
-                    out.extend((e, i) for i in e.by_name.get(name, ()))
+                    out.extend((e, i) for i in e.where(name))
         return out
 
     def entry(self, key: str) -> Entry | None:
@@ -221,7 +233,7 @@ class WorkspaceIndex:
         langs = family(language)
         t0 = time.monotonic()
         parsed = seen = 0
-        total = sum(e.stamp[1] for e in list(self.files.values()))
+        total = sum(e.cost() for e in list(self.files.values()))
         found: set[str] = set()
         whole = True
         ex = self.exclusions
@@ -254,7 +266,7 @@ class WorkspaceIndex:
             if old is None:
                 return
             for d in old.defs:
-                self.names.get(d.name, set()).discard(key)
+                _discard(self.names, d.name, key)
             self.generation += 1
 
     def _index_file(self, path: str, language: str, checked: bool = False) -> int | None:
@@ -278,12 +290,41 @@ class WorkspaceIndex:
         if looks_binary(text):
             return None
         e = make_entry(path, language, stamp, text, extract_definitions(language, text))
+        cost = e.cost() - (old.cost() if old is not None else 0)
         with self.lock:
             if old is not None:
                 for d in old.defs:
-                    self.names.get(d.name, set()).discard(path)
+                    _discard(self.names, d.name, path)
             self.files[path] = e
             for d in e.defs:
-                self.names.setdefault(d.name, set()).add(path)
+                _add(self.names, d.name, path)
             self.generation += 1
-        return stamp[1]
+        return cost
+
+
+# A name's files: one key as a str (most names: a set costs 200 bytes), several as a set.
+def _keys(got: str | set[str] | None) -> tuple[str, ...] | set[str]:
+    return () if got is None else (got,) if isinstance(got, str) else got
+
+
+def _add(names: dict[str, str | set[str]], name: str, key: str) -> None:
+    got = names.get(name)
+    if got is None:
+        names[name] = key
+    elif isinstance(got, str):
+        if got != key:
+            names[name] = {got, key}
+    else:
+        got.add(key)
+
+
+def _discard(names: dict[str, str | set[str]], name: str, key: str) -> None:
+    got = names.get(name)
+    if got == key:
+        del names[name]
+    elif isinstance(got, set):
+        got.discard(key)
+        if len(got) == 1:
+            names[name] = next(iter(got))
+        elif not got:
+            del names[name]
