@@ -167,7 +167,10 @@ class Exclusions:
         """Whether git ignores `path` in its workspace folder's repository."""
         root = self._root_of(path)
         repo = self.repos.get(Path(root)) if root is not None else None
-        return repo is not None and repo.ignored(self._rel(path, str(repo.top)), is_dir)
+        if repo is None or root is None:
+            return False
+        below = len(Path(root).relative_to(repo.top).parts)
+        return repo.ignored(self._rel(path, str(repo.top)), is_dir, below)
 
     def entry_excluded(self, path: str, is_dir: bool) -> bool:
         """For a walk that never enters an excluded folder: whether this entry is secret or

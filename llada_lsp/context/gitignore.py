@@ -254,11 +254,11 @@ def match(rules: tuple[Rule, ...], rel: str, is_dir: bool) -> bool | None:
     return None
 
 
-def read_small(path: Path) -> str:
+def read_small(path: Path, follow: bool = True) -> str:
     """An ignore or config file's text; "" when it is missing, not a regular file, larger than
     MAX_IGNORE_BYTES or unreadable (never blocks: O_NONBLOCK, the type checked on the
-    descriptor)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+    descriptor). `follow`: whether a link at `path` itself is followed."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags)
     except (OSError, ValueError):
@@ -293,12 +293,7 @@ class GitIgnore:
     def rules_in(self, folder: str) -> tuple[Rule, ...]:
         """The rules of `folder`'s `.gitignore` (`folder` relative to `top`, "" for the top)."""
         path = self.top / folder / ".gitignore" if folder else self.top / ".gitignore"
-        try:
-            if not stat.S_ISREG(os.stat(path, follow_symlinks=False).st_mode):
-                return ()
-        except (OSError, ValueError):
-            return ()
-        return parse_rules(read_small(path))
+        return parse_rules(read_small(path, follow=False))  # a link is not followed (as git)
 
     def chain(self, folder: str) -> Chain:
         """The `.gitignore` rules that apply to the entries of `folder`, top first (each folder
@@ -332,11 +327,13 @@ class GitIgnore:
                 return got
         return False
 
-    def ignored(self, rel: str, is_dir: bool) -> bool:
+    def ignored(self, rel: str, is_dir: bool, below: int = 0) -> bool:
         """Whether `rel` is ignored: it, or a folder above it, is (git never looks inside an
-        ignored folder, so a `!` cannot bring a file in it back)."""
+        ignored folder, so a `!` cannot bring a file in it back). The first `below` folders
+        (the workspace folder's own path inside the repository, opened on purpose) are not
+        asked about."""
         parts = [p for p in rel.split("/") if p]
-        for k in range(1, len(parts) + 1):
+        for k in range(below + 1, len(parts) + 1):
             if self.decide("/".join(parts[:k]), is_dir if k == len(parts) else True):
                 return True
         return False

@@ -138,3 +138,20 @@ def test_hostile_patterns_stay_fast() -> None:
     deep = compile_rule("**/" * 20 + "x/**/y")
     assert deep is not None and match((deep,), "/".join(["n"] * 1500), False) is None
     assert segment("[[:bogus:]]")("a") is False  # an unknown class matches nothing
+
+
+def test_a_folder_opened_inside_an_ignored_one_and_linked_ignore_files(tmp_path: Path) -> None:
+    """A workspace folder the outer repository ignores (`build/`) was opened on purpose: its
+    files count (the folders above it are not asked about); a `.gitignore` that is a link is
+    not followed (as git); `.git/info/exclude` of the repository above the folder counts."""
+    (tmp_path / ".git" / "info").mkdir(parents=True)
+    (tmp_path / ".git" / "info" / "exclude").write_text("*.tmp\n")
+    (tmp_path / ".gitignore").write_text("build/\n")
+    folder = tmp_path / "build" / "sub"
+    folder.mkdir(parents=True)
+    (tmp_path / "elsewhere.txt").write_text("*.py\n")
+    (folder / ".gitignore").symlink_to(tmp_path / "elsewhere.txt")
+    ex = Exclusions(env={})
+    ex.set_roots([folder], [folder.resolve()])
+    assert not ex.ignored(str(folder / "a.py")) and ex.ignored(str(folder / "x.tmp"))
+    assert ex.usable(str(folder / "a.py")) and not ex.usable(str(tmp_path / "other" / "a.py"))
