@@ -32,17 +32,19 @@ from llada_lsp.context.gitignore import (
 )
 
 _DATA = ("json", "yaml", "yml", "toml", "ini", "env", "txt", "conf", "cfg", "properties", "xml", "csv")  # not code
+# Names only (no `/` inside): each is matched against one name, so a check costs the same at
+# any depth; a folder's name (`.ssh/`) excludes everything in it.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     # environment files
     ".env", ".env.*", "*.env", ".envrc", ".flaskenv",
     # private keys and key stores
     "*.pem", "*.key", "*.p12", "*.pfx", "*.p8", "*.ppk", "*.jks", "*.keystore", "*.truststore", "*.kdbx",
-    "*.gpg", "*.pgp", "*.asc", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "**/.ssh/**", "**/.gnupg/**",
+    "*.gpg", "*.pgp", "*.asc", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".ssh/", ".gnupg/",
     # package managers' and tools' tokens
     ".npmrc", ".yarnrc.yml", ".pypirc", ".netrc", "_netrc", ".git-credentials", ".gitcookies", ".htpasswd",
-    ".pgpass", ".my.cnf", ".dockercfg", "**/.docker/config.json", ".vault-token", ".s3cfg", ".boto",
+    ".pgpass", ".my.cnf", ".dockercfg", ".docker/", ".vault-token", ".s3cfg", ".boto",
     # cloud and cluster credentials
-    "credentials", "**/.aws/**", "**/.azure/**", "**/gcloud/**", "kubeconfig", "*.kubeconfig", "**/.kube/**",
+    "credentials", ".aws/", ".azure/", "gcloud/", "kubeconfig", "*.kubeconfig", ".kube/",
     "*.tfvars", "*.tfstate", "*.tfstate.*", "service-account*.json", "client_secret*.json",
     # data files named as secrets or credentials (a `secrets.py` module is code, and kept)
     *(f"{stem}.{ext}" for stem in ("secret", "secrets", "credentials") for ext in _DATA),

@@ -222,8 +222,28 @@ def _char_class(pat: str, i: int) -> tuple[str | None, int]:
 
 
 def match_parts(segs: tuple[Segment | None, ...], parts: list[str]) -> bool:
-    """Whether the names `parts` match the segments, `**` (None) taking any number of names:
-    the greedy walk again, one level up (every `**` is alike)."""
+    """Whether the names `parts` match the segments, `**` (None) taking any number of names.
+    The segments before the first `**` and after the last are checked at the ends first (a
+    `**/name` costs one check at any depth); the rest is the greedy walk again, one level up
+    (every `**` is alike)."""
+    if None not in segs:
+        return len(segs) == len(parts) and all(_fits(seg, part) for seg, part in zip(segs, parts, strict=True))
+    first = segs.index(None)
+    last = len(segs) - 1 - segs[::-1].index(None)
+    tail = len(segs) - 1 - last
+    if len(parts) < first + tail or not all(_fits(seg, part) for seg, part in zip(segs[:first], parts, strict=False)):
+        return False
+    if tail and not all(_fits(seg, part) for seg, part in zip(segs[last + 1:], parts[len(parts) - tail:], strict=True)):
+        return False
+    mid = segs[first:last + 1]
+    return all(seg is None for seg in mid) or _greedy_parts(mid, parts[first:len(parts) - tail])
+
+
+def _fits(seg: Segment | None, part: str) -> bool:
+    return seg is not None and seg(part)
+
+
+def _greedy_parts(segs: tuple[Segment | None, ...], parts: list[str]) -> bool:
     p = t = 0
     star, mark = -1, 0
     while t < len(parts):

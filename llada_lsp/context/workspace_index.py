@@ -237,8 +237,13 @@ class WorkspaceIndex:
         found: set[str] = set()
         whole = True
         ex = self.exclusions
-        for path in walk(list(self.roots),
-                         lambda p, d: not d.startswith(".") and d not in SKIP_DIRS and not ex.entry_excluded(p, True),
+        deadline = t0 + max_s
+
+        def keep_dir(p: str, d: str) -> bool:  # past the deadline, no folder is entered (the walk ends)
+            return (not d.startswith(".") and d not in SKIP_DIRS and not ex.entry_excluded(p, True)
+                    and time.monotonic() < deadline)
+
+        for path in walk(list(self.roots), keep_dir,
                          lambda p, n: normalize_language("", n) in langs and not ex.entry_excluded(p, False),
                          MAX_DIRS):
             if not path:  # the walk stopped at MAX_DIRS
@@ -254,6 +259,8 @@ class WorkspaceIndex:
             if got is not None:
                 parsed += 1
                 total += got
+        if time.monotonic() >= deadline:
+            whole = False
         if whole:  # what the walk did not find was deleted or moved (or is not a file now)
             for key in [k for k, e in list(self.files.items()) if e.language in langs and k not in found]:
                 self._forget(key)
