@@ -139,6 +139,8 @@ class CompletionService:
         doc = at.real
         if not self.options.language_enabled(doc.language_id):
             return Verdict(None, "language disabled")
+        if self.workspace.secret(doc.uri):  # llada_lsp.context.exclusions: a .env, a key, the user's `exclude`
+            return Verdict(None, "excluded: a secret file (its text is never sent)")
         why = doc.unservable_reason()
         if why is not None:
             return Verdict(None, why)

@@ -50,7 +50,7 @@ MAX_DEFINITIONS = 2000  # per file
 MAX_DEF_LINES = 30  # a definition's chunk at most; longer classes become a skeleton
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Definition:
     """`name` is defined on lines start..end (0-based, inclusive, with the decorators and doc
     comments just above); `members`: the first lines of the definitions inside it."""

@@ -20,21 +20,25 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 SPECIAL_TREES = (Path("/proc"), Path("/dev"), Path("/sys"))
 MAX_NAME_CHARS = 255
+CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 def utf8_name(name: str) -> bool:
     """Whether a file name decoded by the OS is valid UTF-8 (no surrogate escapes) and printable
-    enough to show to a model (no control characters)."""
+    enough to show to a model: no control or format character (Unicode categories Cc, Cf, Zl,
+    Zp: C0 and C1 controls such as U+0085 and U+009B, bidi controls, U+2028 and U+2029)."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return False
-    return len(name) <= MAX_NAME_CHARS and not any(ord(c) < 32 or ord(c) == 127 for c in name)
+    return len(name) <= MAX_NAME_CHARS and not any(
+        unicodedata.category(c) in CONTROL_CATEGORIES for c in name)
 
 
 def utf8_path(path: str) -> bool:
@@ -102,10 +106,10 @@ def read_regular(path: str | Path, roots: list[Path], max_bytes: int) -> tuple[t
         os.close(fd)
 
 
-def walk(roots: list[Path], keep_dir: Callable[[str], bool], keep_file: Callable[[str], bool],
+def walk(roots: list[Path], keep_dir: Callable[[str, str], bool], keep_file: Callable[[str, str], bool],
          max_dirs: int) -> Iterator[str]:
-    """Paths of the files under `roots` (in a stable order) whose names `keep_file` accepts,
-    entering folders whose names `keep_dir` accepts; no folder link is followed, file links are
+    """Paths of the files under `roots` (in a stable order) that `keep_file(path, name)`
+    accepts, entering folders that `keep_dir(path, name)` accepts; no folder link is followed, file links are
     given (the reader resolves them); names that are not valid UTF-8 are skipped. Stops after
     `max_dirs` folders, then yields "" (the walk was cut short); recursion depth is not a
     limit (a stack)."""
@@ -129,9 +133,9 @@ def walk(roots: list[Path], keep_dir: Callable[[str], bool], keep_file: Callable
                     continue
                 try:
                     if e.is_dir(follow_symlinks=False):
-                        if keep_dir(e.name):
+                        if keep_dir(e.path, e.name):
                             subdirs.append(e.path)
-                    elif (e.is_file(follow_symlinks=False) or e.is_symlink()) and keep_file(e.name):
+                    elif (e.is_file(follow_symlinks=False) or e.is_symlink()) and keep_file(e.path, e.name):
                         yield e.path
                 except OSError:
                     continue

@@ -9,6 +9,9 @@ What goes in, most useful first:
 2. regions of other open documents edited lately (a ring of `RING_SIZE` blocks, as llama.vscode
    keeps one), most recent first;
 3. the first block of every other open document not in the ring.
+Other open documents count only inside a workspace folder, neither secret nor gitignored, and
+of a language the document's can use (`llada_lsp.context.exclusions`); a secret document
+gathers nothing.
 Blocks lie on a grid of `CHUNK_LINES` lines, so an edit elsewhere in a file moves no other
 block. Near-duplicates are dropped (line-set Jaccard >= 0.9 with a kept chunk, or 90% of the
 lines already in a kept chunk or in the prompt's own window). The server gathers and ranks;
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.api import ContextChunk
+from llada_lsp.context.exclusions import compatible
 from llada_lsp.context.workspace_index import Entry, WorkspaceIndex, path_of
 from llada_lsp.text.documents import Document, DocumentStore
 
@@ -195,6 +199,7 @@ class WorkspaceContext:
         self.selections: dict[str, Selection] = {}
         self.builds = 0  # selections built (each one may cost the prompt cache)
         self.last: dict[str, Any] = {}
+        self._own: dict[str, Entry] = {}  # each document's own entry, for the names it defines
 
     def set_roots(self, uris: list[str | None]) -> None:
         self.index.set_roots(uris)
@@ -210,6 +215,7 @@ class WorkspaceContext:
 
     def closed(self, uri: str) -> None:
         self.selections.pop(uri, None)
+        self._own.pop(uri, None)
         self.index.close(uri)
         for key in [k for k in self.ring if k[0] == uri]:
             del self.ring[key]
@@ -219,6 +225,9 @@ class WorkspaceContext:
         prefix and suffix text (chunks repeating it are dropped); `limit`: the safety limit in
         characters (`gather_limit`)."""
         others = [d for u, d in self.store.docs.items() if u != doc.uri]
+        if self.secret(doc.uri):  # nothing is gathered for a secret (and it is not completed)
+            self.note(doc.uri, (), False)
+            return ()
         self.index.request_scan(doc.language_id)
         if limit <= 0 or (not others and not self.index.files):
             self.note(doc.uri, (), False)
@@ -229,29 +238,53 @@ class WorkspaceContext:
                 and set(self._wanted(doc, offset)) <= sel.weighed:
             self.note(doc.uri, sel.chunks, False)
             return sel.chunks
-        for d in (doc, *others):
-            self.index.index_open(d)
+        usable = self._usable(doc, others)
+        self.index.index_open(doc, keep=self.index.usable(path_of(doc.uri)))
         wanted = self._wanted(doc, offset)
         sticky = [k for k in (sel.defs if sel is not None else ()) if k not in wanted]
         order = (wanted + sticky)[:MAX_DEFS]
-        defs = [(k, c) for k in order if (c := self._definition_chunk(k)) is not None]
-        chunks = gather([c for _, c in defs] + self._block_chunks(doc.uri), window, limit)
+        defs = [(k, c) for k in order if (c := self._definition_chunk(k, doc.language_id)) is not None]
+        chunks = gather([c for _, c in defs] + self._block_chunks(doc.uri, usable), window, limit)
         chosen = tuple(k for k, c in defs if c in chunks)
         self.selections[doc.uri] = Selection(world, limit, chunks, chosen, frozenset(wanted) | frozenset(sticky))
         self.builds += 1
         self.note(doc.uri, chunks, True)
         return chunks
 
+    def secret(self, uri: str) -> bool:
+        """Whether a document is a secret (`exclusions.DEFAULT_EXCLUDES` or the user's
+        `exclude` patterns): no context is gathered for it, and it is not completed."""
+        return self.index.exclusions.secret(path_of(uri))
+
+    def _usable(self, doc: Document, others: list[Document]) -> set[str]:
+        """The other open documents that may be context for `doc` (their uris): servable, in
+        a workspace folder, neither secret nor ignored (`WorkspaceIndex.usable`), and of a
+        compatible language. Those that may be context for no document leave the lookups."""
+        out: set[str] = set()
+        for d in others:
+            key = path_of(d.uri)
+            if d.unservable_reason() is not None or not self.index.usable(key):
+                self.index.drop_open(key)
+                continue
+            self.index.index_open(d)
+            if compatible(doc.language_id, d.language_id):
+                out.add(d.uri)
+        return out
+
     def _wanted(self, doc: Document, offset: int) -> list[DefKey]:
-        """The definitions elsewhere of the names near the cursor, nearest use first."""
+        """The definitions elsewhere of the names near the cursor, nearest use first, in files
+        of a compatible language."""
         own_key = path_of(doc.uri)
-        own = self.index.opened.get(own_key)
+        own = self._own.get(doc.uri)
+        if own is None or own.stamp != (-1, doc.revision):
+            own = self._own[doc.uri] = self.index.index_open(doc, keep=False)
         here = Path(own_key).parent
         out: list[DefKey] = []
         for name in names_near(doc.text, offset):
-            if own is not None and name in own.by_name:
+            if own.where(name):
                 continue
-            places = [(e, i) for e, i in self.index.lookup(name) if e.key != own_key]
+            places = [(e, i) for e, i in self.index.lookup(name)
+                      if e.key != own_key and compatible(doc.language_id, e.language)]
             if not places or len(places) > MAX_PLACES:
                 continue
             e, _ = min(places, key=lambda p: _rank(p[0], here, p[1]))
@@ -259,26 +292,26 @@ class WorkspaceContext:
                 out.append((e.key, name))
         return out
 
-    def _definition_chunk(self, key: DefKey) -> ContextChunk | None:
+    def _definition_chunk(self, key: DefKey, language: str) -> ContextChunk | None:
         e = self.index.entry(key[0])
-        ix = e.by_name.get(key[1]) if e is not None else None
-        if e is None or not ix:
+        ix = e.where(key[1]) if e is not None else None
+        if e is None or not ix or not compatible(language, e.language) or self.index.excluded(e.key):
             return None
         return ContextChunk(self.index.relative(e.key), e.texts[ix[0]])
 
-    def _block_chunks(self, uri: str) -> list[ContextChunk]:
-        """Recently edited blocks of the other open documents (newest first), then the first
-        block of each other open document without one."""
+    def _block_chunks(self, uri: str, usable: set[str]) -> list[ContextChunk]:
+        """Recently edited blocks of the other open documents that may be context (`usable`,
+        newest first), then the first block of each of them without one."""
         out: list[ContextChunk] = []
         in_ring: set[str] = set()
         for other, block in reversed(self.ring):
             doc = self.store.docs.get(other)
-            if other == uri or doc is None or doc.unservable_reason() is not None:
+            if other == uri or doc is None or other not in usable:
                 continue
             in_ring.add(other)
             out.append(ContextChunk(self.index.relative(path_of(other)), block_text(doc.text, block)))
         for other, doc in self.store.docs.items():
-            if other != uri and other not in in_ring and doc.unservable_reason() is None:
+            if other != uri and other not in in_ring and other in usable:
                 out.append(ContextChunk(self.index.relative(path_of(other)), block_text(doc.text, 0)))
         return out
 

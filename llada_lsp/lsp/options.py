@@ -152,6 +152,9 @@ class Options:
     # its budget in estimated tokens, capped by the engine's share (40%) of its prompt budget
     context_tokens: int = 1024
     workspace_index: WorkspaceIndexOptions = field(default_factory=WorkspaceIndexOptions)
+    # gitignore patterns of files that never reach a prompt and are not completed, added to
+    # llada_lsp.context.exclusions.DEFAULT_EXCLUDES (a workspace may add to the user's, never remove)
+    exclude: list[str] = field(default_factory=list)
     # the identifier at the cursor, in a use position, is decoded among the names in scope
     # (llada_lsp.context.names, engine.decoding.constraint); the model keeps its own unlisted name
     # only when its confidence reaches names_keep_own_above (above 1: never)
@@ -312,6 +315,7 @@ def parse_options(*sources: dict[str, Any] | None, base: Options | None = None
         opts.next_edit = dataclasses.replace(base.next_edit)
         opts.workspace_index = dataclasses.replace(base.workspace_index)
         opts.languages = list(base.languages)
+        opts.exclude = list(base.exclude)
         opts.sglang = SglangOptions({k: list(v) for k, v in base.sglang.urls.items()}, base.sglang.router)
     warnings: list[str] = []
     for src in sources:
@@ -354,3 +358,14 @@ def _check_sglang(opts: Options, warnings: list[str]) -> None:
         if opts.mode not in sg.urls and sg.router is None:
             warnings.append(f"option 'sglang.urls' has no server for mode {opts.mode!r}: "
                             "the other presets' servers serve it")
+
+
+def within_user(opts: Options, user: Options) -> Options:
+    """Options that took the workspace's settings, bounded by the user's own (`user`: from
+    `initializationOptions`): the index may hold no more than the user's limits, and the
+    `exclude` patterns are the user's plus the workspace's (a workspace only adds)."""
+    wi = opts.workspace_index
+    wi.max_files = min(wi.max_files, user.workspace_index.max_files)
+    wi.max_bytes = min(wi.max_bytes, user.workspace_index.max_bytes)
+    opts.exclude = [*user.exclude, *(g for g in opts.exclude if g not in user.exclude)]
+    return opts

@@ -23,7 +23,13 @@ from llada_lsp.completion.line_rest import fit, only_deletes
 from llada_lsp.completion.reporting import EngineStatus
 from llada_lsp.engines.engine_client import EngineClient, make_engine
 from llada_lsp.lsp.limits import LimitError, folder_uris, next_edit_params
-from llada_lsp.lsp.options import Options, OptionsError, parse_options, workspace_settings
+from llada_lsp.lsp.options import (
+    Options,
+    OptionsError,
+    parse_options,
+    within_user,
+    workspace_settings,
+)
 from llada_lsp.lsp.protocol import ARRIVAL, DID_PARTIALLY_ACCEPT, DID_SHOW, LladaProtocol
 from llada_lsp.nextedit.next_edit import METHOD as NEXT_EDIT
 from llada_lsp.nextedit.next_edit import NextEditParamsError, NextEditService, parse_params
@@ -50,6 +56,7 @@ class LladaServer(LanguageServer):
         self.background: set[asyncio.Future[None]] = set()
         self.engine_status = EngineStatus(self.notify, self.show, self._engine_info, self._features)
         self.refused: set[tuple[str, str]] = set()  # workspace settings refused (shown once each)
+        self.user_options = self.options  # the user's own (initializationOptions): a workspace's are bounded by them
 
     def encoding(self) -> str:
         enc = self.workspace.position_encoding
@@ -86,9 +93,11 @@ class LladaServer(LanguageServer):
                    "it can send your code or run programs")
             self.show("warning", f"llada: the workspace setting '{key}' is ignored: {why}, so only the editor's "
                       "user settings (initializationOptions) set it")
-        self.apply_options(kept)
+        self.apply_options(kept, from_workspace=True)
 
-    def apply_options(self, *sources: dict[str, Any] | None) -> None:
+    def apply_options(self, *sources: dict[str, Any] | None, from_workspace: bool = False) -> None:
+        """Options from `initializationOptions` (the user's own, kept in `user_options`), or
+        from the workspace (`from_workspace`: bounded by the user's, `within_user`)."""
         try:
             opts, warnings = parse_options(*sources, base=self.options)
         except OptionsError as e:
@@ -96,7 +105,9 @@ class LladaServer(LanguageServer):
             return
         for w in warnings:
             log.warning("%s", w)
-        self.options = opts
+        self.options = within_user(opts, self.user_options) if from_workspace else opts
+        if not from_workspace:
+            self.user_options = opts
         self.store.max_bytes = opts.max_file_bytes
         if self.service is not None:
             self.service.options = opts
@@ -108,6 +119,7 @@ class LladaServer(LanguageServer):
         if self.service is not None:
             self.service.workspace.index.max_files = opts.workspace_index.max_files
             self.service.workspace.index.max_bytes = opts.workspace_index.max_bytes
+            self.service.workspace.index.exclusions.set_user_globs(opts.exclude)
 
     def roots(self) -> list[str | None]:
         """The workspace folders as pygls keeps them; rootUri only when there are none (LSP:
@@ -136,6 +148,7 @@ class LladaServer(LanguageServer):
         self.next_edits = NextEditService(self.store, self.engine, o, self.encoding)
         self.service.workspace.index.max_files = o.workspace_index.max_files
         self.service.workspace.index.max_bytes = o.workspace_index.max_bytes
+        self.service.workspace.index.exclusions.set_user_globs(o.exclude)
         self.service.workspace.set_roots(self.roots())
         token: str | None = None
         caps = self.client_capabilities
@@ -326,6 +339,8 @@ def register(ls: LladaServer) -> None:  # noqa: C901 - one small closure per LSP
             raise JsonRpcInvalidParams(str(e)) from e
         if ls.next_edits is None:  # not initialized yet: no result, not an error
             return {"version": p.version, "suggestions": [], "reason": "engine not started"}
+        if ls.service is not None and ls.service.workspace.secret(p.uri):  # as completions: nothing is sent
+            return {"version": p.version, "suggestions": [], "reason": "excluded: a secret file"}
         try:
             return (await ls.next_edits.suggest(p)).to_json()
         except (DocumentError, PositionError) as e:

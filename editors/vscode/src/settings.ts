@@ -10,6 +10,10 @@ export interface PassThrough {
   name: string;
   machine?: boolean;
   restart?: boolean;
+  /** The server bounds a workspace's value by the user's own (the index limits, `exclude`), so
+   * only the user's own value is sent as theirs; the workspace's reaches the server through
+   * `workspace/configuration`, where it can only lower a limit or add a pattern. */
+  userOnly?: boolean;
 }
 
 export const PASS_THROUGH: readonly PassThrough[] = [
@@ -23,8 +27,9 @@ export const PASS_THROUGH: readonly PassThrough[] = [
   { name: "promptTemplate", machine: true, restart: true },
   { name: "dtype", machine: true, restart: true },
   { name: "promptFormat", machine: true, restart: true },
-  { name: "workspaceIndex.maxFiles" },
-  { name: "workspaceIndex.maxBytes" },
+  { name: "workspaceIndex.maxFiles", userOnly: true },
+  { name: "workspaceIndex.maxBytes", userOnly: true },
+  { name: "exclude", userOnly: true },
   { name: "nextEdit.siteTokens" },
   { name: "namesConstraint" },
   { name: "namesKeepOwnAbove" },
@@ -61,7 +66,7 @@ export function setValue(inspected: InspectedValue | undefined, machine: boolean
 export function passThroughOptions(inspect: (name: string) => InspectedValue | undefined): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const o of PASS_THROUGH) {
-    const v = setValue(inspect(o.name), o.machine === true);
+    const v = setValue(inspect(o.name), o.machine === true || o.userOnly === true);
     if (v === undefined) {
       continue;
     }

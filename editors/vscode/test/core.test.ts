@@ -193,6 +193,14 @@ describe("pass-through settings", () => {
     assert.ok(RESTART_SETTINGS.includes("device") && RESTART_SETTINGS.includes("sglang") && !RESTART_SETTINGS.includes("syntaxCheck"));
   });
 
+  it("sends the user's own index limits and exclude patterns only (the server bounds the workspace's)", () => {
+    const set: Record<string, InspectedValue> = {
+      "workspaceIndex.maxBytes": { globalValue: 1000, workspaceValue: 268435456 },
+      "exclude": { workspaceValue: [] },
+    };
+    assert.deepEqual(passThroughOptions((n) => set[n]), { workspaceIndex: { maxBytes: 1000 } });
+  });
+
   it("declares every pass-through setting in package.json, machine-scoped ones so", () => {
     const pkg = JSON.parse(fs.readFileSync(path.join(__dirname, "../../package.json"), "utf8")) as {
       contributes: { configuration: { properties: Record<string, { scope?: string }> } };

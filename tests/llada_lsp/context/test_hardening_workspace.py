@@ -24,7 +24,7 @@ from engine.api import ContextChunk
 from engine.prompt.builder import PromptBuilder
 from llada_lsp.context.safe_files import read_regular, resolved_roots
 from llada_lsp.context.workspace import WorkspaceContext
-from llada_lsp.context.workspace_index import WorkspaceIndex
+from llada_lsp.context.workspace_index import DEF_COST, WorkspaceIndex
 from llada_lsp.lsp.limits import MAX_EDITED_LINES, LimitError, folder_uri, next_edit_params
 from llada_lsp.lsp.options import RANGES, parse_options, workspace_settings
 from llada_lsp.nextedit.next_edit import parse_params
@@ -131,11 +131,12 @@ def test_deep_trees_and_non_utf8_names() -> None:
 def test_the_index_is_bounded_by_max_files_and_max_bytes(tmp_path: Path) -> None:
     for i in range(6):
         (tmp_path / f"m{i}.py").write_text(f"def f{i}():\n    pass\n" + "#" * 1000)
-    opts, _ = parse_options({"workspaceIndex": {"maxFiles": 4, "maxBytes": 2500}})
+    one = 1020 + DEF_COST  # a file's bytes and its one definition's estimated overhead
+    opts, _ = parse_options({"workspaceIndex": {"maxFiles": 4, "maxBytes": 2 * one + 200}})
     index = WorkspaceIndex(max_files=opts.workspace_index.max_files, max_bytes=opts.workspace_index.max_bytes)
     index.set_roots([tmp_path.as_uri()])
-    assert index.scan("python") == 3  # the third file passes 2,500 bytes: the scan stops there
-    assert sum(e.stamp[1] for e in index.files.values()) <= 2500 + 1100
+    assert index.scan("python") == 3  # the third file passes the limit: the scan stops there
+    assert sum(e.cost() for e in index.files.values()) <= 3 * one
 
 
 SHAPES = [

@@ -296,6 +296,7 @@ def test_ring_of_edited_blocks_and_closing(tmp_path: Path) -> None:
     store.open(a, "python", 1, "x = 1\n")
     store.open(b, "python", 1, body)
     ws = WorkspaceContext(store)
+    ws.set_roots([tmp_path.as_uri()])  # open documents count inside a workspace folder only
     change(store, b, 70, 0, "# touched\n")
     ws.edited(b, [70])
     chunks = ws.chunks_for(store.get(a), 6, "", 10_000)

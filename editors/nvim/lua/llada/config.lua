@@ -30,7 +30,8 @@ local M = {}
 ---                                  else the .venv of the checkout this plugin is in
 ---@field cmd_env table<string,string>|nil extra environment for the server
 ---@field filetypes string[]|nil    nil: every filetype
----@field server table              initializationOptions (docs/lsp.md): mode, engine, ...
+---@field server table              initializationOptions (docs/lsp.md): mode, engine, exclude
+---                                  (gitignore patterns never sent as context), ...
 ---@field renderer 'auto'|'builtin'|'extmark' 'auto': Neovim 0.12's vim.lsp.inline_completion
 ---                                  when present, else the plugin's own extmarks
 ---@field debounce_ms integer       extmark renderer: delay before a request while typing

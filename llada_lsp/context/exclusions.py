@@ -1,0 +1,199 @@
+"""What never reaches a prompt as context, decided in one place (SECURITY.md "Secrets").
+
+- `DEFAULT_EXCLUDES`: names of secrets (keys, tokens, credentials, `.env` files), gitignore
+  patterns; a workspace cannot shrink the list. With the `exclude` option (the user's own
+  patterns, to which a workspace may only add) they make a file *secret*: it is never read
+  for context, and a completion in it gets no answer (as Copilot does for `.env`).
+- gitignore (`llada_lsp.context.gitignore`): each workspace folder's repository's `.gitignore`
+  files, its `.git/info/exclude` and the user's global excludes file (`core.excludesFile` of
+  the user's git config, else `$XDG_CONFIG_HOME/git/ignore` or `~/.config/git/ignore`): an
+  ignored file is not indexed and an open one is not used as context.
+- Open documents are context only inside a workspace folder (the path as named and as
+  resolved), neither secret nor ignored, and of a language the current one can use
+  (`compatible`, over `workspace_index.family`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from llada_lsp.context.gitignore import (
+    GitIgnore,
+    Rule,
+    compile_rule,
+    find_top,
+    git_dir,
+    match,
+    parse_rules,
+    read_small,
+)
+
+_DATA = ("json", "yaml", "yml", "toml", "ini", "env", "txt", "conf", "cfg", "properties", "xml", "csv")  # not code
+# Names only (no `/` inside): each is matched against one name, so a check costs the same at
+# any depth; a folder's name (`.ssh/`) excludes everything in it.
+DEFAULT_EXCLUDES: tuple[str, ...] = (
+    # environment files
+    ".env", ".env.*", "*.env", ".envrc", ".flaskenv",
+    # private keys and key stores
+    "*.pem", "*.key", "*.p12", "*.pfx", "*.p8", "*.ppk", "*.jks", "*.keystore", "*.truststore", "*.kdbx",
+    "*.gpg", "*.pgp", "*.asc", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".ssh/", ".gnupg/",
+    # package managers' and tools' tokens
+    ".npmrc", ".yarnrc.yml", ".pypirc", ".netrc", "_netrc", ".git-credentials", ".gitcookies", ".htpasswd",
+    ".pgpass", ".my.cnf", ".dockercfg", ".docker/", ".vault-token", ".s3cfg", ".boto",
+    # cloud and cluster credentials
+    "credentials", ".aws/", ".azure/", "gcloud/", "kubeconfig", "*.kubeconfig", ".kube/",
+    "*.tfvars", "*.tfstate", "*.tfstate.*", "service-account*.json", "client_secret*.json",
+    # data files named as secrets or credentials (a `secrets.py` module is code, and kept)
+    *(f"{stem}.{ext}" for stem in ("secret", "secrets", "credentials") for ext in _DATA),
+    "*.secret", "*.secrets", ".secrets", "*.keychain", "*.keychain-db",
+)
+# Languages whose files can define names for each other (else: a language only for itself).
+FAMILIES = ({"javascript", "javascriptreact", "typescript", "typescriptreact"}, {"c", "cpp"})
+
+
+def family(language_id: str) -> frozenset[str]:
+    """The languages whose files can define names for a file of `language_id`."""
+    for f in FAMILIES:
+        if language_id in f:
+            return frozenset(f)
+    return frozenset({language_id})
+
+
+def compatible(current: str, other: str) -> bool:
+    """Whether a file of language `other` may be context for a file of `current`: the same
+    language, or the same family (ts/tsx/js/jsx; c/cpp). Text, markdown and json only with
+    their own language."""
+    return other in family(current)
+
+
+def global_excludes_file(env: Mapping[str, str]) -> Path | None:
+    """The user's global excludes file: `core.excludesFile` from the user's git config
+    ($GIT_CONFIG_GLOBAL, else ~/.gitconfig after $XDG_CONFIG_HOME/git/config; the repository's
+    own config is never read), else $XDG_CONFIG_HOME/git/ignore or ~/.config/git/ignore."""
+    home = env.get("HOME", "")
+    xdg = env.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
+    configs = [env["GIT_CONFIG_GLOBAL"]] if env.get("GIT_CONFIG_GLOBAL") else \
+        [p for p in (os.path.join(xdg, "git", "config") if xdg else "",
+                     os.path.join(home, ".gitconfig") if home else "") if p]
+    found: str | None = None
+    for cfg in configs:
+        found = _excludes_setting(read_small(Path(cfg))) or found
+    if found is not None:
+        if found.startswith("~/") and home:
+            found = os.path.join(home, found[2:])
+        return Path(found) if os.path.isabs(found) else None
+    return Path(xdg, "git", "ignore") if xdg else None
+
+
+_SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"[^"]*")?\s*\]\s*(.*)$')
+
+
+def _excludes_setting(text: str) -> str | None:
+    """The last `core.excludesFile` value of a git config file's text (no includes)."""
+    section, value = "", None
+    for line in text.split("\n"):
+        m = _SECTION.match(line)
+        if m:
+            section, line = m.group(1).lower(), m.group(2)
+        key, eq, raw = line.partition("=")
+        if section == "core" and eq and key.strip().lower() == "excludesfile":
+            value = _config_value(raw)
+    return value
+
+
+def _config_value(raw: str) -> str:
+    out, quoted, i = [], False, 0
+    raw = raw.strip()
+    while i < len(raw):
+        c = raw[i]
+        if c == '"':
+            quoted = not quoted
+        elif c in "#;" and not quoted:
+            break
+        elif c == "\\" and i + 1 < len(raw):
+            i += 1
+            out.append({"n": "\n", "t": "\t"}.get(raw[i], raw[i]))
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out).strip() if not quoted else "".join(out)
+
+
+class Exclusions:
+    """The exclusion rules of the workspace folders (`set_roots`) and the user's patterns."""
+
+    def __init__(self, user_globs: Iterable[str] = (), env: Mapping[str, str] | None = None) -> None:
+        self.env = env if env is not None else os.environ
+        self.secret_rules: tuple[Rule, ...] = ()
+        self.roots: list[Path] = []
+        self.real_roots: list[Path] = []
+        self.repos: dict[Path, GitIgnore] = {}  # workspace folder -> its repository's rules
+        self.set_user_globs(user_globs)
+
+    def set_user_globs(self, globs: Iterable[str]) -> None:
+        """The defaults plus the user's patterns (gitignore syntax; a `!` cannot re-include)."""
+        lines = [*DEFAULT_EXCLUDES, *(g for g in globs if not g.lstrip().startswith("!"))]
+        self.secret_rules = tuple(r for g in lines if (r := compile_rule(g.strip())) is not None)
+
+    def set_roots(self, roots: list[Path], real_roots: list[Path]) -> None:
+        self.roots, self.real_roots = list(roots), list(real_roots)
+        excludes = global_excludes_file(self.env)
+        global_rules = parse_rules(read_small(excludes)) if excludes is not None else ()
+        self.repos = {}
+        for root in self.roots:
+            top = find_top(root)
+            gd = git_dir(top)
+            info = parse_rules(read_small(gd / "info" / "exclude")) if gd is not None else ()
+            self.repos[root] = GitIgnore(top, [info, global_rules])
+
+    def _root_of(self, path: str) -> str | None:
+        return next((r for r in map(str, self.roots) if path.startswith(r.rstrip("/") + "/")), None)
+
+    @staticmethod
+    def _rel(path: str, folder: str) -> str:
+        return path[len(folder.rstrip("/")) + 1:]
+
+    def secret(self, path: str) -> bool:
+        """Whether `path` (a file) matches the default exclusions or the user's patterns, or
+        lies in a folder that does; matched relative to its workspace folder, else whole."""
+        root = self._root_of(path)
+        rel = self._rel(path, root) if root is not None else path.lstrip("/")
+        parts = [p for p in rel.split("/") if p and p != "."]
+        return any(match(self.secret_rules, "/".join(parts[:k]), k < len(parts)) is True
+                   for k in range(1, len(parts) + 1))
+
+    def ignored(self, path: str, is_dir: bool = False) -> bool:
+        """Whether git ignores `path` in its workspace folder's repository."""
+        root = self._root_of(path)
+        repo = self.repos.get(Path(root)) if root is not None else None
+        if repo is None or root is None:
+            return False
+        below = len(Path(root).relative_to(repo.top).parts)
+        return repo.ignored(self._rel(path, str(repo.top)), is_dir, below)
+
+    def entry_excluded(self, path: str, is_dir: bool) -> bool:
+        """For a walk that never enters an excluded folder: whether this entry is secret or
+        ignored, its parent folders taken as neither."""
+        root = self._root_of(path)
+        if root is None:
+            return True
+        if match(self.secret_rules, self._rel(path, root), is_dir) is True:
+            return True
+        repo = self.repos.get(Path(root))
+        return repo is not None and repo.decide(self._rel(path, str(repo.top)), is_dir)
+
+    def usable(self, path: str) -> bool:
+        """Whether an open document at `path` (a file path; an untitled or other URI is not)
+        may be context: inside a workspace folder as named and as resolved, neither secret nor
+        ignored (under either name)."""
+        if not os.path.isabs(path) or self._root_of(path) is None:
+            return False
+        real = os.path.realpath(path)
+        if not any(Path(real).is_relative_to(r) for r in self.real_roots):
+            return False
+        if self.secret(path) or self.ignored(path):
+            return False
+        return real == path or self._root_of(real) is None or not (self.secret(real) or self.ignored(real))
