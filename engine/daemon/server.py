@@ -76,7 +76,7 @@ class Daemon:
             raise runtime.DaemonError(f"refusing to listen on {cfg.host} without a token: pass --token-file "
                                       "(only 127.0.0.1 may be served without one)")
         self.engine, self.cfg = engine, cfg
-        self.scheduler = Scheduler(engine, cfg.max_batch, cfg.deadline_s)
+        self.scheduler = Scheduler(engine, cfg.max_batch, cfg.deadline_s, threads=engine.threads)
         self.info = engine.info()
         self.names = {self.info["model"], str(engine.model_dir), str(engine.model_dir.resolve()), "embedded"}
         self.max_prompt_chars = cfg.max_prompt_chars or max(MIN_PROMPT_CHARS,

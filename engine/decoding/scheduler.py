@@ -46,6 +46,7 @@ from engine.decoding.policies import POLICIES, PRESETS, Policy
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
 from engine.decoding.rows import FINISHED_KEPT, Rows
 from engine.decoding.stream import TextStream
+from engine.model.threads import ThreadGovernor
 from kernels import Confidence
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ __all__ = ["FINISHED_KEPT", "Job", "Scheduler"]
 class Scheduler(Rows):
     def __init__(self, engine: Host, max_batch: int = 8, deadline_s: float = 30.0,
                  keep_finished: int = FINISHED_KEPT, prefill_split: int | None = None,
-                 forward_cost_tokens: int | None = None, pack: bool | None = None) -> None:
+                 forward_cost_tokens: int | None = None, pack: bool | None = None,
+                 threads: ThreadGovernor | None = None) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         super().__init__(engine, max_batch, keep_finished)
@@ -78,6 +80,7 @@ class Scheduler(Rows):
             pack = engine.model.output.weight.device.type == "cpu"
         self.pack = pack
         self.inbox: queue.Queue[Command] = queue.Queue()
+        self.threads = threads  # re-checks torch's CPU threads between steps (engine.model.threads)
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -152,13 +155,18 @@ class Scheduler(Rows):
     # -- one iteration -------------------------------------------------------------------------
     def step(self, block: bool = False) -> int:
         """schedule, execute, update; returns how many sequences advanced (0: idle)."""
-        self._drain(block and not self.running)
+        waits = block and not self.running
+        self._drain(waits)
         self._claim_cache()
         jobs = self._schedule()
         if not jobs:
             return 0
+        if waits and self.threads is not None:
+            self.threads.idle()  # the wait for work is no part of the steps' CPU share
         results = self._execute(jobs)
         self._update(jobs, results)
+        if self.threads is not None:
+            self.threads.step()
         return len(results)
 
     def _drain(self, block: bool) -> None:

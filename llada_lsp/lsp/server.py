@@ -129,6 +129,8 @@ class LladaServer(LanguageServer):
         prompt: dict[str, Any] = {k: v for k, v in (("max_prompt_tokens", o.max_prompt_tokens),
                                     ("prompt_template", o.prompt_template)) if v}  # set ones only
         prompt |= {k: v for k, v in (("dtype", o.dtype), ("prompt_format", o.prompt_format)) if v != "auto"}
+        if o.threads:
+            prompt["threads"] = o.threads
         if o.engine == "sglang":
             prompt["sglang"] = o.sglang
         self.engine = (self.engine_factory or make_engine)(
