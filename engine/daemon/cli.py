@@ -268,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "is refused (default: max(16384, 32 x prompt tokens)); below it prompts are trimmed")
     s.add_argument("--max-new-tokens", type=int, default=512, help="largest plan.max_tokens accepted")
     s.add_argument("--max-message-bytes", type=int, default=1 << 20)
-    s.add_argument("--deadline-ms", type=int, default=30_000, help="longest a request may run")
+    s.add_argument("--deadline-ms", type=int, default=600_000,
+                   help="longest a request may run (clients send shorter deadlines of their own)")
     s.add_argument("--prompt-cache", type=int, help="prompt cache entries (default 2 x max batch; 0 disables it)")
     s.add_argument("--no-register", action="store_true", help="do not write the per-user runtime file")
     s.add_argument("--idle-exit", type=float, default=600.0, metavar="SECONDS",

@@ -22,16 +22,23 @@ steps, alternatives and remask passes) once (`engine.decoding.decode.Tally`, not
 prompt cache holds exact KV only: a model with an approximate cache (LLaDA-8B, Dream: every
 entry goes stale once the middle changes) neither stores nor restores entries. Rows, endings,
 preemption and alternatives' rows are `engine.decoding.rows`.
+
+Test seam: `$LLADA_TEST_STEP_DELAY_FILE` names a file holding milliseconds that every forward
+is made longer by (read at each forward; missing or empty: none; a later smaller value cuts a
+delay short), so that tests get a model as slow, or as stuck, as they need
+(tests/llada_lsp/lsp/test_slow_model.py). Unset, nothing is read.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Hashable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 from torch import Tensor
@@ -52,6 +59,24 @@ from kernels import Confidence
 log = logging.getLogger(__name__)
 
 __all__ = ["FINISHED_KEPT", "Job", "Scheduler"]
+
+STEP_DELAY_ENV = "LLADA_TEST_STEP_DELAY_FILE"
+
+
+def _delay_ms(path: str) -> float:
+    try:
+        return float(Path(path).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+def injected_delay(path: str | None) -> None:
+    """The test seam's delay (module docstring): sleep while the file asks for more."""
+    if not path:
+        return
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1000 < _delay_ms(path):
+        time.sleep(0.02)
 
 
 
@@ -80,6 +105,7 @@ class Scheduler(Rows):
             pack = engine.model.output.weight.device.type == "cpu"
         self.pack = pack
         self.inbox: queue.Queue[Command] = queue.Queue()
+        self.delay_file = os.environ.get(STEP_DELAY_ENV) or None  # the test seam (module docstring)
         self.threads = threads  # re-checks torch's CPU threads between steps (engine.model.threads)
         self.started = time.time()
         self._stop = threading.Event()
@@ -289,6 +315,7 @@ class Scheduler(Rows):
             attrs = [j.attrs for j, _ in group if j.attrs is not None]
             chunk = self.engine.model.config.block_size if self.pack and len(group) > 1 else 0
             logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
+            injected_delay(self.delay_file)
         except Exception as e:  # noqa: BLE001 - find the request that breaks the batch
             if len(group) == 1:
                 self._fail(group[0][0], e)
