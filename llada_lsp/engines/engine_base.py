@@ -333,6 +333,10 @@ class EngineClient(ABC):
     def job_timed_out(self, job: EngineJob) -> None:
         """A request passed a deadline (it has been cancelled); subclasses check the engine."""
         self.counters["timeouts"] += 1
+        # cancelled and finished: no longer running for its document, though its transport may
+        # still hear of it (a daemon's done of the cancel); else the next request of the
+        # document (which supersedes only unfinished jobs) would count as a second one running
+        self._count(job, False)
         waited = job.deadline_s if job.seen_first or job.first_deadline_s is None else job.first_deadline_s
         pace = f", {self.pace.s_per_step:.2f} s/step measured" if self.pace.s_per_step is not None else ""
         log.warning("engine request %s timed out after %.3g s%s", job.request.request_id, waited, pace)
