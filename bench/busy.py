@@ -1,25 +1,28 @@
 """The busy machine (issue 50): keystroke -> first ghost text while the user's CPU is busy.
 
-A real LSP client (pygls, over stdio) types the start of a function body into llada-lsp at a
-human pace (`--cps`), a didChange and an inline completion request per keystroke, as
-bench/lsp_latency.py does, while k CPU-hog processes run on this machine (k in `--hogs`,
+A real LSP client (pygls, over stdio) types the start of a function body into llada-lsp in
+bursts of `--burst` characters at a human pace (`--cps`), a didChange and an inline
+completion request per keystroke (as bench/lsp_latency.py does), then pauses until the
+burst's last request is answered, as a user who stops typing waits for the ghost text; this
+`--bursts` times per cell, while k CPU-hog processes run on this machine (k in `--hogs`,
 default 0 1 2 4). A hog is `python -c` spinning until its time is up (`HOG_LIMIT_S` past the
 cell's expected length): local, bounded, it stops by itself, and the bench ends it (by its
 pid) when the cell is done. Arms: the engine in process and the daemon (`llada-engine serve`
 in a temporary runtime dir, over ws://), each with torch threads chosen by the product
 (`auto`: engine.model.threads), fixed to 1, and fixed to nproc.
 
-Per cell: keystroke -> first answer p50/p95 (ms), the share of empty answers, and the empty
-answers caused by a deadline (the server's empty reasons that say "timed out"). Each row also
+Per cell: the burst's last keystroke -> its answer, p50/p95 (ms); the share of those answers
+that are empty (the requests a newer keystroke superseded are not counted: nothing was to be
+shown for them); and the empty answers caused by a deadline (the server's empty reasons that say "timed out"). Each row also
 has the 1-minute load average read before it (the machine is shared: a "0 hogs" row is only
 as quiet as the load says) and its ratio to the same arm's 0-hog p50 in the same run, beside
 the goal (1 + k/c) (c: the CPUs this process may use) and its +10 ms. A table, then one JSON
 line.
 
     python bench/busy.py [--quick] [--engines inprocess daemon] [--threads auto 1 nproc]
-                         [--hogs 0 1 2 4] [--chars 40] [--cps 10] [--model DIR]
+                         [--hogs 0 1 2 4] [--bursts 8] [--burst 3] [--cps 10] [--model DIR]
 
-`--quick`: in process, auto threads, 0 and 1 hog, 6 characters (the smoke test's size).
+`--quick`: in process, auto threads, 0 and 1 hog, 2 bursts (the smoke test's size).
 """
 
 from __future__ import annotations
@@ -85,33 +88,33 @@ def start_daemon(run: Path, threads: int | None, model: str | None) -> tuple[sub
         waited += 0.1
 
 
-async def type_body(client: lc.LladaClient, name: str, chars: int, cps: float) -> dict[str, Any]:
-    """Type the first `chars` characters of the file's longest body into a document of its own
-    (`name`): keystroke -> first answer per request, and the empty ones."""
+async def type_bursts(client: lc.LladaClient, name: str, bursts: int, burst: int, cps: float) -> dict[str, Any]:
+    """Type `bursts` bursts of `burst` characters of the file's longest body into a document of
+    its own (`name`), each followed by a pause until its last request is answered: that
+    request's latency, and whether it showed anything."""
     full = DEFAULT_FILE.read_text()
     start, whole = pick_body(full)
-    body = whole[:chars]
+    body = whole[: bursts * burst]
     text = f"# {name}\n" + full[:start] + full[start + len(whole):]
     uri = (DEFAULT_FILE.parent / name).as_uri()
     lc.open_document(client, uri, "python", text)
     line, col = text[: start + len(name) + 3].count("\n"), 0
-    rows: list[tuple[float, bool]] = []
-
-    async def request(sent: asyncio.Future[Any], t_key: float) -> None:
-        res = await sent
-        rows.append(((time.perf_counter() - t_key) * 1000, bool(lc.item_texts(res))))
-
-    tasks = []
-    t0 = time.perf_counter()
-    for k, ch in enumerate(body):
-        t_key = time.perf_counter()
-        pos, sent = lc.keystroke(client, uri, k + 2, line, col, ch)
-        line, col = pos.line, pos.character
-        tasks.append(asyncio.ensure_future(request(sent, t_key)))
-        await asyncio.sleep(max(0.0, t0 + (k + 1) / cps - time.perf_counter()))
-    await asyncio.gather(*tasks)
-    first = [ms for ms, shown in rows if shown]
-    return {"first_ms": first, "requests": len(rows), "empty": sum(1 for _, shown in rows if not shown)}
+    last: list[tuple[float, bool]] = []
+    version = 1
+    for b in range(0, len(body), burst):
+        sent: list[tuple[asyncio.Future[Any], float]] = []
+        t0 = time.perf_counter()
+        for k, ch in enumerate(body[b: b + burst]):
+            version += 1
+            t_key = time.perf_counter()
+            pos, answer = lc.keystroke(client, uri, version, line, col, ch)
+            line, col = pos.line, pos.character
+            sent.append((answer, t_key))
+            await asyncio.sleep(max(0.0, t0 + (k + 1) / cps - time.perf_counter()))
+        answers = await asyncio.gather(*(a for a, _ in sent))
+        t_key = sent[-1][1]
+        last.append(((time.perf_counter() - t_key) * 1000, bool(lc.item_texts(answers[-1]))))
+    return {"first_ms": [ms for ms, _ in last], "requests": len(last), "empty": sum(1 for _, shown in last if not shown)}
 
 
 async def run_arm(engine: str, threads: str, hogs: list[int], args: argparse.Namespace, cpus: int
@@ -130,14 +133,14 @@ async def run_arm(engine: str, threads: str, hogs: list[int], args: argparse.Nam
         client = lc.LladaClient("llada-busy")
         try:
             await client.start(init, lc.server_command(), env={**child_env(), "LLADA_RUNTIME_DIR": str(run)})
-            await type_body(client, "busy_warm.py", 3, args.cps)  # the first forwards' one-time costs
+            await type_bursts(client, "busy_warm.py", 1, 2, args.cps)  # the first forwards' one-time costs
             out = []
             for k in hogs:
                 load = os.getloadavg()[0]
-                procs = start_hogs(k, args.chars / args.cps + HOG_LIMIT_S)
+                procs = start_hogs(k, args.bursts * args.burst / args.cps + HOG_LIMIT_S)
                 try:
                     before = await lc.debug_info(client)
-                    res = await type_body(client, f"busy_{engine}_{threads}_{k}.py", args.chars, args.cps)
+                    res = await type_bursts(client, f"busy_{engine}_{threads}_{k}.py", args.bursts, args.burst, args.cps)
                     after = await lc.debug_info(client)
                 finally:
                     stop_hogs(procs)
@@ -183,27 +186,29 @@ def table(rows: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="in process, auto threads, 0 and 1 hog, 6 characters")
+    p.add_argument("--quick", action="store_true", help="in process, auto threads, 0 and 1 hog, 2 bursts")
     p.add_argument("--engines", nargs="+", default=["inprocess", "daemon"], choices=["inprocess", "daemon"])
     p.add_argument("--threads", nargs="+", default=["auto", "1", "nproc"], choices=["auto", "1", "nproc"])
     p.add_argument("--hogs", nargs="+", type=int, default=[0, 1, 2, 4])
-    p.add_argument("--chars", type=int, default=40, help="characters typed per cell")
+    p.add_argument("--bursts", type=int, default=8, help="bursts typed per cell (one latency sample each)")
+    p.add_argument("--burst", type=int, default=3, help="characters a burst")
     p.add_argument("--cps", type=float, default=10.0, help="typing speed, characters/second")
     p.add_argument("--model", help="model directory (default: $LLADA_MODEL or embedded)")
     args = p.parse_args(argv)
     if args.quick:
-        args.engines, args.threads, args.hogs, args.chars = ["inprocess"], ["auto"], [0, 1], 6
+        args.engines, args.threads, args.hogs, args.bursts = ["inprocess"], ["auto"], [0, 1], 2
     if any(k < 0 or k > 64 for k in args.hogs):
         p.error("--hogs: 0..64 processes")
     cpus = usable_cpus()
-    print(f"busy: {cpus} usable CPUs, load {os.getloadavg()}, {args.chars} chars at {args.cps}/s", flush=True)
+    print(f"busy: {cpus} usable CPUs, load {os.getloadavg()}, {args.bursts} bursts of {args.burst} chars at "
+          f"{args.cps}/s a cell", flush=True)
     rows: list[dict[str, Any]] = []
     for engine in args.engines:
         for threads in args.threads:
             rows += asyncio.run(run_arm(engine, threads, args.hogs, args, cpus))
     judge(rows, cpus)
     table(rows)
-    record = {"bench": "busy", "cpus": cpus, "chars": args.chars, "cps": args.cps, "rows": rows,
+    record = {"bench": "busy", "cpus": cpus, "bursts": args.bursts, "burst": args.burst, "cps": args.cps, "rows": rows,
               "deadline_empty": sum(r["deadline_empty"] for r in rows)}
     print(json.dumps(record))
     return 0
