@@ -102,7 +102,7 @@ def _serve_token(args: argparse.Namespace) -> str | None:
 
 def default_cpu_threads(cores: int, dtype: torch.dtype) -> int:
     """The most torch threads the daemon uses on the CPU when `--threads` is not given (within
-    that, engine.model.threads sizes them for the load it sees and re-checks). float32 forwards
+    that, engine.model.threads keeps the count whose measured step time is lowest). float32 forwards
     are compute-bound and use every core (on 2 AVX2 cores, 2 threads served 1.3x more than 1,
     batched and one at a time); bfloat16 on AMX is fast enough that threads sharing a core
     with the event loop stall at every barrier, so one core is left to it (on 2 cores, 1
@@ -168,7 +168,7 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
         print(f"llada-engine: serving {engine.info()['model']} ({model_dir}) on {url} (pid {os.getpid()}, "
               f"max batch {args.max_batch}, {engine.info()['dtype']} on {args.device}"
               f"{f', {engine.threads.threads} threads' if args.device == 'cpu' else ''}"
-              f"{' (sized for the load, re-checked)' if args.device == 'cpu' and not args.threads else ''}"
+              f"{' (measured, re-checked)' if args.device == 'cpu' and not args.threads else ''}"
               f"{', token required' if token else ''})", flush=True)
 
     daemon.serve_in_main_thread(ready)  # the forwards on the main thread: see Scheduler.run
@@ -257,8 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mode", default=DEFAULT_PRESET, help="the preset of a request whose plan names none: "
                    "speedy | quality | a policy preset")
     s.add_argument("--device", default="cpu", help="cpu | cuda | auto")
-    s.add_argument("--threads", type=int, help="torch CPU threads, fixed (default on the CPU: sized for the free cores and re-checked "
-                   "while serving, at most all cores for float32 and all but one for bfloat16)")
+    s.add_argument("--threads", type=int, help="torch CPU threads, fixed (default on the CPU: the count whose measured step time is "
+                   "lowest, re-checked while serving, at most all cores for float32 and all but one for bfloat16)")
     s.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: a real "
                    "checkpoint's own torch_dtype, bfloat16 for LLaDA2 / LLaDA-8B / Dream, on the CPU too; the "
                    "embedded models bfloat16 on a GPU or a CPU with AMX, float32 elsewhere)")

@@ -1,18 +1,18 @@
 """Torch's CPU threads sized for the machine as it is, not as it was built.
 
 On a machine the user shares with a build or a browser, every parallel op waits for all its
-OpenMP threads: one descheduled thread stalls the whole step (on 2 busy cores, 2 threads ran
-~2x slower than 1). So the step loop's owner keeps a `ThreadGovernor`:
+OpenMP threads, and a thread that spins while it waits burns the share of the CPU the others
+need (the issue-50 report: 2 spinning threads ran ~2x slower than 1 on 2 busy cores). Which
+count is fastest depends on the load of the moment: with passive waiting, under a fair
+scheduler, 2 threads on 2 cores at load 17 still ran ~2.5x faster than 1 (bench/busy.py,
+BENCHMARKS.md). So the step loop's owner keeps a `ThreadGovernor` that measures instead of
+guessing:
 
-* it starts from the CPUs the process may use (`usable_cpus`: the affinity mask, a cgroup v2
-  `cpu.max` or v1 CFS quota) less the other work running now (`others_running`: the
-  runnable tasks of /proc/loadavg, an instantaneous count, less this process's own);
-* every `every` steps it checks again: the CPU time the process got against the wall time of
-  those steps (`cpu_share`) shows a contended step directly (2 threads that got 1.2 CPUs'
-  worth), the run queue shows room coming back; a change needs `votes` checks in a row that
-  agree (hysteresis), so a short spike does not flip it;
-* a fixed count (the `threads` option, the daemon's `--threads`) turns all of this off;
-  `OMP_NUM_THREADS`, when set, is the most it chooses.
+* it starts from the CPUs the process may use (`usable_cpus`: the affinity mask, capped by a
+  cgroup v2 `cpu.max` or v1 CFS quota; `OMP_NUM_THREADS`, when set, is the most it uses);
+* every `every` steps it notes the wall time a step took at the count in force, now and then
+  runs one interval at a neighbouring count, and keeps the faster by a margin (hysteresis);
+* a fixed count (the `threads` option, the daemon's `--threads`) turns all of this off.
 
 Its threads wait passively (`wait_passively`: `OMP_WAIT_POLICY=PASSIVE`, `KMP_BLOCKTIME=0`),
 so that a thread between two ops sleeps instead of spinning against the user's build. OpenMP
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 import os
-import resource
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,22 +69,6 @@ def usable_cpus(root: Path = CGROUP) -> int:
     return max(1, cpus)
 
 
-def others_running(loadavg: Path = Path("/proc/loadavg"), own: int = 1) -> int:
-    """Runnable tasks on the machine now less `own` (this process's running ones); 0 where
-    /proc/loadavg cannot be read."""
-    try:
-        running = int(loadavg.read_text().split()[3].partition("/")[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-    return max(0, running - own)
-
-
-def cpu_seconds() -> float:
-    """The CPU time of every thread of this process (user + system)."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def env_cap() -> int | None:
     """`OMP_NUM_THREADS` when the user set it: the most threads the governor chooses."""
     try:
@@ -94,49 +78,46 @@ def env_cap() -> int | None:
     return n if n > 0 else None
 
 
-def fit(cpus: int, others: float) -> int:
-    """Threads for `cpus` CPUs with `others` runnable tasks beside ours: the CPUs left, >= 1."""
-    return max(1, min(cpus, round(cpus - others)))
-
-
 @dataclass
 class ThreadGovernor:
     """Chooses and re-checks torch's intra-op threads for the loop's owner thread.
 
-    `fixed`: a count that never changes (an option); `apply`: sets the count (default
-    `torch.set_num_threads`, imported lazily), called only from the thread that runs the ops.
-    The probes (`cpus`, `others`, `clock`, `cpu_clock`) are parameters so that tests drive
-    every decision deterministically."""
+    It starts at the CPUs the process may use and measures: every `every` steps (and at
+    least `min_interval_s`) the interval's wall time a step goes into a moving average for
+    the count in force; every `probe_every` checks it runs one interval at a neighbouring
+    count (one fewer; one more where it is at 1), and it keeps whichever count's steps were
+    faster, by `margin` at least (hysteresis). Idle time (the loop waiting for work) is no part
+    of an interval. `fixed`: a count that never changes (an option); `apply`: sets the count
+    (default `torch.set_num_threads`, imported lazily), called only from the thread that runs
+    the ops. `cpus` and `clock` are parameters so that tests drive every decision."""
 
     fixed: int | None = None
     cap: int | None = None  # at most this many (the daemon's bfloat16 rule: engine.daemon.cli)
     every: int = 16  # steps between checks
     min_interval_s: float = 0.5  # and at least this long
-    votes: int = 2  # checks in a row that want the same new count
-    contended_share: float = 0.7  # a step got less than this of its threads' CPU: contended
+    probe_every: int = 8  # checks between two probes of a neighbouring count
+    margin: float = 0.1  # another count must be this much faster to take over
     apply: Callable[[int], None] | None = None
     cpus: Callable[[], int] = usable_cpus
-    others: Callable[[int], int] = lambda own: others_running(own=own)
     clock: Callable[[], float] = time.perf_counter
-    cpu_clock: Callable[[], float] = cpu_seconds
     threads: int = 0  # the count in force (0: not chosen yet)
     changes: int = 0
+    checks: int = 0
+    est: dict[int, float] = field(default_factory=dict)  # ms a step, a moving average per count
+    seen: dict[int, int] = field(default_factory=dict)  # the check that last measured each count
+    history: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=32))  # the last changes
     _steps: int = 0
     _t0: float = 0.0
-    _cpu0: float = 0.0
-    _want: int = 0
-    _agree: int = 0
-    history: list[tuple[int, str]] = field(default_factory=list)  # (threads, why) of each change
 
     def start(self) -> int:
         """Choose the first count (on the loop's thread, before its first forward)."""
-        n = self.fixed if self.fixed else fit(self._cpus(), self.others(1))
-        self._set(n, "fixed" if self.fixed else "start")
+        n = self.fixed or self._cpus()
+        self._set(n, "fixed" if self.fixed else "start: the usable CPUs")
         self._mark()
         return n
 
     def step(self) -> int:
-        """After each step: every `every` steps (and `min_interval_s`) check again."""
+        """After each step: every `every` steps (and `min_interval_s`) measure and decide."""
         if not self.threads:
             self.start()
         if self.fixed:
@@ -145,38 +126,41 @@ class ThreadGovernor:
         now = self.clock()
         if self._steps < self.every or now - self._t0 < self.min_interval_s:
             return self.threads
-        share = (self.cpu_clock() - self._cpu0) / max(1e-9, now - self._t0) / self.threads
-        want = self.decide(share)
+        ms = (now - self._t0) * 1000 / self._steps
+        self.checks += 1
+        n = self.threads
+        fresh = n not in self.est or self.checks - self.seen.get(n, 0) > 1  # a probe: its own sample
+        self.est[n] = ms if fresh else 0.5 * self.est[n] + 0.5 * ms
+        self.seen[n] = self.checks
+        want, why = self.decide()
+        self._set(want, why)
         self._mark()
-        if want == self.threads:
-            self._want, self._agree = 0, 0
-            return self.threads
-        self._agree = self._agree + 1 if want == self._want else 1
-        self._want = want
-        if self._agree >= self.votes:
-            self._set(want, f"cpu share {share:.2f}")
-            self._want, self._agree = 0, 0
         return self.threads
 
-    def decide(self, share: float) -> int:
-        """The count the last interval asks for: fewer when the steps got too little CPU (or
-        the run queue leaves fewer CPUs), more only when the run queue leaves room."""
+    def decide(self) -> tuple[int, str]:
+        """The count for the next interval, and why."""
         cpus = self._cpus()
-        by_queue = fit(cpus, self.others(self.threads))
-        if self.threads > 1 and share < self.contended_share:
-            return min(by_queue, self.threads - 1)
-        return min(by_queue, cpus)
+        for n in [n for n in self.est if n > cpus]:  # fewer CPUs now (affinity, quota)
+            del self.est[n]
+        cur = min(self.threads, cpus)
+        alt = cur - 1 if cur > 1 else (cur + 1 if cur < cpus else 0)
+        if alt and self.checks - self.seen.get(alt, -self.probe_every) >= self.probe_every:
+            return alt, f"probe ({self.est.get(cur, 0):.1f} ms a step at {cur})"
+        best = min(self.est, key=lambda n: self.est[n])
+        if best != cur and self.est[best] < (1 - self.margin) * self.est.get(cur, math.inf):
+            return best, f"{self.est[best]:.1f} ms a step at {best} against {self.est.get(cur, math.inf):.1f} at {cur}"
+        return cur, "kept"
 
     def _cpus(self) -> int:
         cap = self.cap or env_cap()
         return min(self.cpus(), cap) if cap else self.cpus()
 
     def idle(self) -> None:
-        """The loop waited for work: the next interval starts afresh (idle time is no share)."""
+        """The loop waited for work: the next interval starts afresh."""
         self._mark()
 
     def _mark(self) -> None:
-        self._steps, self._t0, self._cpu0 = 0, self.clock(), self.cpu_clock()
+        self._steps, self._t0 = 0, self.clock()
 
     def _set(self, n: int, why: str) -> None:
         if n == self.threads:

@@ -127,7 +127,7 @@ class Options:
     prompt_template: str | None = None  # a Jinja prompt template file (docs/models.md); None = the model's
     dtype: str = "auto"  # in-process engine: auto (the checkpoint's own) | bfloat16 | float32 | float16
     prompt_format: str = "auto"  # auto (the checkpoint's files decide) | chat | plain (base vs instruct)
-    # the in-process engine's torch CPU threads; 0 = sized for the free CPUs and re-checked
+    # the in-process engine's torch CPU threads; 0 = sized for the machine (measured) and re-checked
     # while it runs (engine.model.threads)
     threads: int = 0
     languages: list[str] = field(default_factory=lambda: ["*"])  # languageIds, "*" = all
