@@ -3,12 +3,12 @@
 Same contract as ``kernels.reference`` (which stays the readable specification). The
 confidence is ``exp(max - logsumexp) = 1 / sum(exp(x - max))``, computed a few rows at a time
 (``ROWS_PER_CHUNK``): each chunk is converted to float32, reduced to its maximum (``amax``)
-and first argmax, shifted, exponentiated in place and summed while it is still in the core's
-cache, and the current token's probability is read from the same exponentials. Nothing of
+and its first index (one ``max``), shifted, exponentiated in place and summed while it is
+still in the core's cache, and the current token's probability is read from the same exponentials. Nothing of
 size [N, V] is materialised (no float32 copy of bf16 logits, no softmax, no second pass of
-``logsumexp``): on the LLaDA-8B vocabulary (126,464) with 32 rows, one thread, ~3x faster
-than ``max`` + ``logsumexp`` for bf16 logits and ~10% for float32 (``python bench/kernels.py
---device cpu --cpu-eager``, BENCHMARKS.md).
+``logsumexp``): on the LLaDA-8B vocabulary (126,464) with 32 rows, one thread, 1.5-2.8x
+faster than ``max`` + ``logsumexp`` for bf16 logits; float32 is bound by its exponentials
+and stays within ~10% either way (``python bench/step_work.py``, BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def eager_confidence_tensors(logits: torch.Tensor, current_ids: torch.Tensor | N
         x = logits[a:b].float()  # a copy for bf16/fp16, a view for float32
         if blocked is not None:
             x = x.masked_fill(blocked, NEG_INF)
-        top = x.amax(dim=1, keepdim=True)
+        top, ids = x.max(dim=1, keepdim=True)  # the first maximum on ties (PyTorch documents it)
+        ids = ids.squeeze(1)
         alive = top.squeeze(1) > NEG_INF
-        ids = x.argmax(dim=1)  # the first maximum on ties (PyTorch documents it)
         second = x.topk(2, dim=1).values[:, 1:] if want_margin and v >= 2 else None
         owned = logits.dtype != torch.float32 or blocked is not None  # x is a copy: shift it in place
         e = (x.sub_(top) if owned else x.sub(top)).exp_()  # dead rows (all -inf) give NaN here and are zeroed below
