@@ -8,7 +8,8 @@ daemon the server uses (a temporary runtime dir; never the user's): SIGKILL; SIG
 SIGCONT later; SIGSTOP then SIGKILL; and a clean restart (`runtime.stop_daemon`). Measured:
 
 - `max_inflight_per_doc`: most requests of one document streaming from the daemon at once
-  (the server's counter; newest-per-document wins, so 1, or 2 while a cancel is in flight);
+  (the server's counter; newest-per-document wins, so 1: a superseded, cancelled or timed-out
+  job stops counting at once, whatever its transport hears of it later);
 - `mem_growth`: the server's RSS at the end over its RSS after the warm-up storms, minus 1;
 - `p95_first_ms_start` / `_end`: keystroke -> answer of the last request of each storm (the
   suggestion a user waits for once typing pauses), p95 over the first / last storms;

@@ -37,6 +37,7 @@ from engine.decoding.stops import stop_index
 from engine.model.checkpoint import EMBEDDED_DIR
 from engine.model.loader import end_id_sources, load_model
 from engine.model.native import Transformer
+from engine.model.threads import ThreadGovernor
 from engine.presets import DEFAULT_PRESET
 from engine.prompt.builder import PromptBuilder
 from engine.prompt.healing import HEALABLE, Healing
@@ -66,7 +67,7 @@ def default_prompt_budget(family: str, max_len: int) -> int:
 class TextEngine:
     def __init__(self, model_dir: str | Path | None = None, *, preset: str = DEFAULT_PRESET, device: str = "cpu",
                  max_len: int | None = None, prompt_cache_entries: int = 4,
-                 max_prompt_tokens: int | None = None, threads: int | None = None,
+                 max_prompt_tokens: int | None = None, threads: int | None = None, max_threads: int | None = None,
                  trust_remote_code: bool = False, dtype: torch.dtype | None = None,
                  prompt_template: str | Path | None = None, prompt_format: str = "auto") -> None:
         """`model_dir`: a checkpoint directory or a Hugging Face name found in the local cache
@@ -74,9 +75,16 @@ class TextEngine:
         `max_len` (canvas) and `max_prompt_tokens` default per model (`default_prompt_budget`);
         `prompt_template`: a Jinja file that replaces the model's prompt format (docs/models.md);
         `prompt_format`: "auto" (the checkpoint's files decide: chat when it ships a chat template),
-        "chat" or "plain" (an instruct checkpoint without a template, a base one with one)."""
-        if threads:
-            torch.set_num_threads(threads)
+        "chat" or "plain" (an instruct checkpoint without a template, a base one with one).
+        `threads`: torch's CPU threads, fixed; None: sized for the machine and re-checked while
+        the loop runs, at most `max_threads` (engine.model.threads)."""
+        # torch's CPU threads: `threads` fixed, else sized for the machine and re-checked by the
+        # step loop (engine.model.threads); chosen here, on the thread that runs the ops
+        self.threads = ThreadGovernor(fixed=threads or None, cap=max_threads)
+        if str(device).startswith("cpu"):
+            self.threads.start()
+        else:
+            self.threads.fixed = self.threads.fixed or torch.get_num_threads()
         self.loaded = load_model(model_dir or default_model_dir(), device=device, dtype=dtype,
                                  trust_remote_code=trust_remote_code, max_len=max_len or REAL_MAX_LEN)
         self.model_dir = self.loaded.path
@@ -138,6 +146,7 @@ class TextEngine:
                 "vocab_size": self.config.vocab_size, "mode": self.preset, "max_prompt_tokens": self.max_prompt_tokens,
                 "max_context_tokens": self.prompts.max_context_tokens,  # the workspace context's share
                 "params": sum(p.numel() for p in self.model.parameters()),
+                "threads": self.threads.threads, "threads_fixed": bool(self.threads.fixed),
                 "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
 
     # -- prompt ----------------------------------------------------------------------------
@@ -200,7 +209,7 @@ class TextEngine:
         and its preset's alternatives at once (`engine.decoding.local.LOCAL_ROWS`), no deadline of its
         own (the caller keeps time), remask memory as the daemon's."""
         if self._loop is None:
-            self._loop = Scheduler(self, max_batch=local.LOCAL_ROWS, deadline_s=math.inf)
+            self._loop = Scheduler(self, max_batch=local.LOCAL_ROWS, deadline_s=math.inf, threads=self.threads)
         return self._loop
 
     def complete(self, req: CompletionRequest, cancel: threading.Event | None = None,

@@ -17,7 +17,9 @@ each asks ``kernels.dispatch.choose`` which implementation runs, from ``LLADA_KE
 ``backend=``. The ``allowed`` vocabulary mask (token healing) is supported by every
 confidence implementation; the dispatch never falls back because of it.
 
-``kernels.confidence`` (the Triton module) is imported here, when the package is, and
+``kernels.confidence`` (the Triton module) is imported here, when the package is, where
+Triton can run (a CUDA device, or ``TRITON_INTERPRET`` set: ``triton_wanted``; elsewhere its
+~70 MiB of RSS and ~1 s of import are skipped, and ``triton_available()`` is False), and
 before the function ``confidence`` is defined: importing a submodule rebinds the package
 attribute of the same name, so importing it first keeps ``kernels.confidence`` the
 function. Use ``from kernels.confidence import ...`` to reach the module itself.
@@ -28,6 +30,7 @@ run on CPU tensors. Without Triton installed the package still imports. The MoE 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -49,7 +52,12 @@ def _import_triton_module() -> ModuleType | None:
     return module
 
 
-_TRITON: ModuleType | None = _import_triton_module()
+def triton_wanted() -> bool:
+    """Whether Triton can run here: a CUDA device, or its interpreter asked for."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or torch.cuda.is_available()
+
+
+_TRITON: ModuleType | None = _import_triton_module() if triton_wanted() else None
 
 __all__ = [
     "BACKENDS",
@@ -76,7 +84,7 @@ class Confidence:
 
 
 def triton_available() -> bool:
-    """True when Triton (and so the Triton kernels) could be imported."""
+    """True when Triton (and so the Triton kernels) could be imported and can run here."""
     return _TRITON is not None
 
 
@@ -129,6 +137,8 @@ def moe_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, ids: torch
 
 
 def _triton_importable() -> bool:
+    if not triton_wanted():
+        return False
     try:
         import triton  # noqa: F401
     except ImportError:

@@ -105,7 +105,8 @@ def _serve_token(args: argparse.Namespace) -> str | None:
 
 
 def default_cpu_threads(cores: int, dtype: torch.dtype) -> int:
-    """The daemon's torch threads on the CPU when `--threads` is not given. float32 forwards
+    """The most torch threads the daemon uses on the CPU when `--threads` is not given (within
+    that, engine.model.threads keeps the count whose measured step time is lowest). float32 forwards
     are compute-bound and use every core (on 2 AVX2 cores, 2 threads served 1.3x more than 1,
     batched and one at a time); bfloat16 on AMX is fast enough that threads sharing a core
     with the event loop stall at every barrier, so one core is left to it (on 2 cores, 1
@@ -138,11 +139,12 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
         from engine.model.loader import resolve_dtype
 
         dtype = resolve_dtype(args.dtype, args.device, model_dir)
+        cap = None
         if args.threads is None and args.device == "cpu":
-            import torch
+            from engine.model.threads import usable_cpus
 
-            args.threads = default_cpu_threads(torch.get_num_threads(), dtype)
-        engine = TextEngine(model_dir, preset=args.mode, device=args.device, threads=args.threads,
+            cap = default_cpu_threads(usable_cpus(), dtype)
+        engine = TextEngine(model_dir, preset=args.mode, device=args.device, threads=args.threads, max_threads=cap,
                             trust_remote_code=args.trust_remote_code, dtype=dtype,
                             prompt_template=args.prompt_template, prompt_format=args.prompt_format, **limits)
     except (OSError, ValueError) as e:
@@ -169,7 +171,8 @@ def _serve(args: argparse.Namespace, model_dir: Path, token: str | None, registe
     def ready(url: str) -> None:
         print(f"llada-engine: serving {engine.info()['model']} ({model_dir}) on {url} (pid {os.getpid()}, "
               f"max batch {args.max_batch}, {engine.info()['dtype']} on {args.device}"
-              f"{f', {args.threads} threads' if args.device == 'cpu' else ''}"
+              f"{f', {engine.threads.threads} threads' if args.device == 'cpu' else ''}"
+              f"{' (measured, re-checked)' if args.device == 'cpu' and not args.threads else ''}"
               f"{', token required' if token else ''})", flush=True)
 
     daemon.serve_in_main_thread(ready)  # the forwards on the main thread: see Scheduler.run
@@ -258,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mode", default=DEFAULT_PRESET, help="the preset of a request whose plan names none: "
                    "speedy | quality | a policy preset")
     s.add_argument("--device", default="cpu", help="cpu | cuda | auto")
-    s.add_argument("--threads", type=int, help="torch CPU threads (default on the CPU: all cores for float32, all but one for bfloat16)")
+    s.add_argument("--threads", type=int, help="torch CPU threads, fixed (default on the CPU: the count whose measured step time is "
+                   "lowest, re-checked while serving, at most all cores for float32 and all but one for bfloat16)")
     s.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: a real "
                    "checkpoint's own torch_dtype, bfloat16 for LLaDA2 / LLaDA-8B / Dream, on the CPU too; the "
                    "embedded models bfloat16 on a GPU or a CPU with AMX, float32 elsewhere)")
@@ -268,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "is refused (default: max(16384, 32 x prompt tokens)); below it prompts are trimmed")
     s.add_argument("--max-new-tokens", type=int, default=512, help="largest plan.max_tokens accepted")
     s.add_argument("--max-message-bytes", type=int, default=1 << 20)
-    s.add_argument("--deadline-ms", type=int, default=30_000, help="longest a request may run")
+    s.add_argument("--deadline-ms", type=int, default=600_000,
+                   help="longest a request may run (clients send shorter deadlines of their own)")
     s.add_argument("--prompt-cache", type=int, help="prompt cache entries (default 2 x max batch; 0 disables it)")
     s.add_argument("--no-register", action="store_true", help="do not write the per-user runtime file")
     s.add_argument("--idle-exit", type=float, default=600.0, metavar="SECONDS",

@@ -56,7 +56,7 @@ class DaemonConfig:
     max_prompt_chars: int | None = None  # default: max(MIN_PROMPT_CHARS, 32 x max_prompt_tokens)
     max_new_tokens: int = 512
     max_message_bytes: int = P.DEFAULT_MAX_MESSAGE
-    deadline_s: float = 30.0
+    deadline_s: float = 600.0  # the longest; clients send their own (llada_lsp.engines.pace)
     register: bool = True  # write the per-user runtime file
     runtime_dir: Path | None = None
     idle_exit_s: float = 600.0  # no client and no request for this long: exit (0: never; engine.daemon.lifetime)
@@ -76,7 +76,7 @@ class Daemon:
             raise runtime.DaemonError(f"refusing to listen on {cfg.host} without a token: pass --token-file "
                                       "(only 127.0.0.1 may be served without one)")
         self.engine, self.cfg = engine, cfg
-        self.scheduler = Scheduler(engine, cfg.max_batch, cfg.deadline_s)
+        self.scheduler = Scheduler(engine, cfg.max_batch, cfg.deadline_s, threads=engine.threads)
         self.info = engine.info()
         self.names = {self.info["model"], str(engine.model_dir), str(engine.model_dir.resolve()), "embedded"}
         self.max_prompt_chars = cfg.max_prompt_chars or max(MIN_PROMPT_CHARS,

@@ -22,16 +22,23 @@ steps, alternatives and remask passes) once (`engine.decoding.decode.Tally`, not
 prompt cache holds exact KV only: a model with an approximate cache (LLaDA-8B, Dream: every
 entry goes stale once the middle changes) neither stores nor restores entries. Rows, endings,
 preemption and alternatives' rows are `engine.decoding.rows`.
+
+Test seam: `$LLADA_TEST_STEP_DELAY_FILE` names a file holding milliseconds that every forward
+is made longer by (read at each forward; missing or empty: none; a later smaller value cuts a
+delay short), so that tests get a model as slow, or as stuck, as they need
+(tests/llada_lsp/lsp/test_slow_model.py). Unset, nothing is read.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Hashable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 from torch import Tensor
@@ -46,18 +53,38 @@ from engine.decoding.policies import POLICIES, PRESETS, Policy
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
 from engine.decoding.rows import FINISHED_KEPT, Rows
 from engine.decoding.stream import TextStream
+from engine.model.threads import ThreadGovernor
 from kernels import Confidence
 
 log = logging.getLogger(__name__)
 
 __all__ = ["FINISHED_KEPT", "Job", "Scheduler"]
 
+STEP_DELAY_ENV = "LLADA_TEST_STEP_DELAY_FILE"
+
+
+def _delay_ms(path: str) -> float:
+    try:
+        return float(Path(path).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+def injected_delay(path: str | None) -> None:
+    """The test seam's delay (module docstring): sleep while the file asks for more."""
+    if not path:
+        return
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1000 < _delay_ms(path):
+        time.sleep(0.02)
+
 
 
 class Scheduler(Rows):
     def __init__(self, engine: Host, max_batch: int = 8, deadline_s: float = 30.0,
                  keep_finished: int = FINISHED_KEPT, prefill_split: int | None = None,
-                 forward_cost_tokens: int | None = None, pack: bool | None = None) -> None:
+                 forward_cost_tokens: int | None = None, pack: bool | None = None,
+                 threads: ThreadGovernor | None = None) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         super().__init__(engine, max_batch, keep_finished)
@@ -78,6 +105,8 @@ class Scheduler(Rows):
             pack = engine.model.output.weight.device.type == "cpu"
         self.pack = pack
         self.inbox: queue.Queue[Command] = queue.Queue()
+        self.delay_file = os.environ.get(STEP_DELAY_ENV) or None  # the test seam (module docstring)
+        self.threads = threads  # re-checks torch's CPU threads between steps (engine.model.threads)
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -152,13 +181,18 @@ class Scheduler(Rows):
     # -- one iteration -------------------------------------------------------------------------
     def step(self, block: bool = False) -> int:
         """schedule, execute, update; returns how many sequences advanced (0: idle)."""
-        self._drain(block and not self.running)
+        waits = block and not self.running
+        self._drain(waits)
         self._claim_cache()
         jobs = self._schedule()
         if not jobs:
             return 0
+        if waits and self.threads is not None:
+            self.threads.idle()  # the wait for work is no part of the steps' CPU share
         results = self._execute(jobs)
         self._update(jobs, results)
+        if self.threads is not None:
+            self.threads.step()
         return len(results)
 
     def _drain(self, block: bool) -> None:
@@ -281,6 +315,7 @@ class Scheduler(Rows):
             attrs = [j.attrs for j, _ in group if j.attrs is not None]
             chunk = self.engine.model.config.block_size if self.pack and len(group) > 1 else 0
             logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
+            injected_delay(self.delay_file)
         except Exception as e:  # noqa: BLE001 - find the request that breaks the batch
             if len(group) == 1:
                 self._fail(group[0][0], e)

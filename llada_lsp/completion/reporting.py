@@ -6,7 +6,8 @@ Shapes (docs/lsp.md; the VS Code and Neovim clients read them):
   llada/stats  {completionId, uri, kind, source, cacheHit, reason, queueMs, forwards, tokens,
                 tpf, prefillTokens, reusedTokens, firstDraftMs, engineMs, firstMs,
                 overheadMs, totalMs}
-  llada/status {state: "loading"|"ready"|"error", message, engine, nextEdit}
+  llada/status {state: "loading"|"ready"|"error", message, engine, nextEdit,
+                pace: ""|"warming"|"slow: 3.1 s/step"|"stuck: <why>"}
 """
 
 from __future__ import annotations

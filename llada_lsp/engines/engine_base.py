@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from engine.api import CompletionRequest, EngineEvent
+from llada_lsp.engines.pace import Pace
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,12 @@ class EngineJob:
     first_deadline_s: float | None = None  # its first event must arrive within this
     deadline_s: float | None = None  # and its last (done or error) within this
     on_timeout: Callable[[EngineJob], None] | None = None
+    late_after_s: float | None = None  # no first event by then: `on_late` (the status says so)
+    on_late: Callable[[EngineJob], None] | None = None
     on_cancel: Callable[[EngineJob], None] | None = None  # its client's cancel on the wire (on the loop)
     counted: bool = False  # counted among its document's running requests
     ended: bool = False  # its done or error event was delivered (`EngineClient.deliver`)
-    _seen_first: bool = False
+    seen_first: bool = False  # an event arrived: only the end deadline is left
     _queue: asyncio.Queue[tuple[EngineEvent, float]] = field(default_factory=asyncio.Queue)
 
     @property
@@ -117,7 +120,7 @@ class EngineJob:
         waits: list[tuple[float, str]] = []
         if self.deadline_s is not None:
             waits.append((self.submitted_at + self.deadline_s - now, f"in {self.deadline_s:g} s"))
-        if self.first_deadline_s is not None and not self._seen_first:
+        if self.first_deadline_s is not None and not self.seen_first:
             waits.append((self.submitted_at + self.first_deadline_s - now,
                           f"with a first event in {self.first_deadline_s:g} s"))
         if not waits:
@@ -125,10 +128,29 @@ class EngineJob:
         left, what = min(waits)
         return max(left, 0.0), what
 
+    def _late_in_s(self) -> float | None:
+        """Seconds until the first event is late (None: not waited for, or already told)."""
+        if self.late_after_s is None or self.seen_first or self.on_late is None:
+            return None
+        return max(0.0, self.submitted_at + self.late_after_s - time.perf_counter())
+
     async def _next(self) -> tuple[EngineEvent, float]:
         """The next event, or an error event once a deadline has passed (the job is then
         cancelled, so that the engine drops it, and `on_timeout` is told)."""
-        left, what = self._wait_s()
+        while True:
+            left, what = self._wait_s()
+            late = self._late_in_s()
+            if late is None or (left is not None and left <= late):
+                break
+            try:
+                item = await asyncio.wait_for(self._queue.get(), late)
+            except TimeoutError:
+                self.late_after_s = None  # told once
+                if self.on_late is not None:
+                    self.on_late(self)
+                continue
+            self.seen_first = True
+            return item
         try:
             item = await asyncio.wait_for(self._queue.get(), left)
         except TimeoutError:
@@ -138,7 +160,7 @@ class EngineJob:
                 self.on_timeout(self)
             return EngineEvent("error", self.request.request_id, "",
                                error=f"{TIMED_OUT}: the engine did not answer {what}"), time.perf_counter()
-        self._seen_first = True
+        self.seen_first = True
         return item
 
     async def events(self) -> AsyncIterator[tuple[EngineEvent, float]]:
@@ -165,8 +187,11 @@ class EngineClient(ABC):
         self.info: dict[str, Any] = {}
         self.counters: dict[str, int] = {"submitted": 0, "engine_calls": 0, "skipped": 0,
                                          "cancelled": 0, "max_running_per_doc": 0, "timeouts": 0}
-        self.first_deadline_s: float | None = 10.0  # per request (options engineFirstEventMs)
-        self.deadline_s: float | None = 30.0  # (options engineTimeoutMs)
+        # the floors of every request's deadlines (options engineFirstEventMs, engineTimeoutMs),
+        # scaled by the measured pace of the model (llada_lsp.engines.pace)
+        self.first_deadline_s: float | None = 10.0
+        self.deadline_s: float | None = 30.0
+        self.pace = Pace()
         self.on_state: StateListener | None = None
         self._latest: dict[str, EngineJob] = {}  # the newest job of each document
         self._live: dict[int, EngineJob] = {}  # jobs not released yet, by id() (unhashable)
@@ -213,9 +238,20 @@ class EngineClient(ABC):
         cancelled when it was cancelled or superseded); later events are dropped."""
         if job.ended:
             return
+        self._measure(job, ev)
         if ev.kind in END_KINDS:
             self._end(job, stopped=ev.reason in STOPPED)
         job.push(ev)
+
+    def _measure(self, job: EngineJob, ev: EngineEvent) -> None:
+        """The model's pace from the engine's events: a done event's engine time over its
+        forwards; while nothing is known yet, a draft's time since the job started."""
+        st = ev.stats or {}
+        if ev.kind == "done" and ev.reason not in STOPPED and st.get("forwards"):
+            busy_ms = float(st.get("total_ms", 0.0)) - float(st.get("queue_ms", 0.0))
+            self.pace.observe(busy_ms / 1000, int(st["forwards"]))
+        elif ev.kind == "draft" and self.pace.s_per_step is None and ev.step >= 2 and job.started_at is not None:
+            self.pace.observe(time.perf_counter() - job.started_at, ev.step)
 
     def end_cancelled(self, job: EngineJob, text: str = "") -> None:
         """End a cancelled job with a done event of its reason (superseded or cancelled)."""
@@ -277,14 +313,34 @@ class EngineClient(ABC):
         self.deadline_s = total_ms / 1000 if total_ms > 0 else None
 
     def with_deadlines(self, job: EngineJob) -> EngineJob:
-        job.first_deadline_s, job.deadline_s = self.first_deadline_s, self.deadline_s
+        """The deadlines of `job`: the floors, or longer for a slow model (its measured pace and
+        the plan's token budget, one token a step at worst); a cold one waits (`Pace.deadlines`)."""
+        expected_steps = max(1, job.request.plan.max_tokens) + 2  # and its prefill
+        job.first_deadline_s, job.deadline_s = self.pace.deadlines(self.first_deadline_s, self.deadline_s,
+                                                                   expected_steps)
+        if self.pace.s_per_step is None and self.first_deadline_s is not None:
+            job.late_after_s, job.on_late = self.first_deadline_s, self.job_late
         job.on_timeout = self.job_timed_out
         return job
+
+    def job_late(self, job: EngineJob) -> None:
+        """A request of a model whose pace is unknown waited past the first-event floor: it is
+        waited for (`Pace.deadlines`), and the status says the model is warming."""
+        log.info("engine request %s: no first event in %g s; the model is warming", job.request.request_id,
+                 self.first_deadline_s or 0)
+        self.pace.late()
 
     def job_timed_out(self, job: EngineJob) -> None:
         """A request passed a deadline (it has been cancelled); subclasses check the engine."""
         self.counters["timeouts"] += 1
-        log.warning("engine request %s timed out", job.request.request_id)
+        # cancelled and finished: no longer running for its document, though its transport may
+        # still hear of it (a daemon's done of the cancel); else the next request of the
+        # document (which supersedes only unfinished jobs) would count as a second one running
+        self._count(job, False)
+        waited = job.deadline_s if job.seen_first or job.first_deadline_s is None else job.first_deadline_s
+        pace = f", {self.pace.s_per_step:.2f} s/step measured" if self.pace.s_per_step is not None else ""
+        log.warning("engine request %s timed out after %.3g s%s", job.request.request_id, waited, pace)
+        self.pace.timed_out(f"a request got no answer in {waited:.3g} s{pace}")
 
     def set_state(self, state: str, error: str | None = None, new_reason: bool = False) -> None:
         """Change the state; the listener hears of each change once (`new_reason`: also of a

@@ -44,7 +44,7 @@ class InProcessEngine(EngineClient):
 
     def __init__(self, model_dir: str | None = None, device: str = "cpu", factory: Callable[..., Any] | None = None,
                  max_prompt_tokens: int | None = None, prompt_template: str | None = None,
-                 dtype: str = "auto", prompt_format: str = "auto") -> None:
+                 dtype: str = "auto", prompt_format: str = "auto", threads: int = 0) -> None:
         super().__init__()
         self.model_dir, self.device = model_dir, device
         self.dtype = dtype  # "auto": the checkpoint's own (engine.model.loader.resolve_dtype)
@@ -53,6 +53,8 @@ class InProcessEngine(EngineClient):
                                                                 ("prompt_template", prompt_template)) if v}
         if prompt_format != "auto":
             self.prompt_kwargs["prompt_format"] = prompt_format
+        if threads:  # else the engine sizes them for the machine (engine.model.threads)
+            self.prompt_kwargs["threads"] = threads
         self._factory = factory
         self._engine: Any = None
         self._loop: Any = None  # the engine's step loop (engine.decoding.scheduler.Scheduler)
@@ -166,7 +168,7 @@ class InProcessEngine(EngineClient):
 def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
                 token: str | None = None, max_prompt_tokens: int | None = None,
                 prompt_template: str | None = None, sglang: Any = None, dtype: str = "auto",
-                prompt_format: str = "auto") -> EngineClient:
+                prompt_format: str = "auto", threads: int = 0) -> EngineClient:
     """The engine client for the `engine` option.
 
     "inprocess": `TextEngine` in a worker thread of this process (torch loads there, lazily);
@@ -176,6 +178,8 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
     runtime file's token when the URL is the user's own daemon) authenticates;
     "sglang": SGLang servers (`sglang`: the options' `SglangOptions`, urls per preset and/or a
     router), prompts tokenized here with the tokenizer of `model_dir` (`llada_lsp.engines.sglang_engine`).
+    `threads`: the in-process engine's torch threads (0: sized for the machine; a daemon
+    takes `--threads`).
     The preset travels with each request (`Plan.preset`, the `mode` option then); `mode` here
     only routes SGLang requests whose preset no server serves (`SglangConfig.default_preset`).
     """
@@ -188,7 +192,8 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
                                                max_prompt_tokens=max_prompt_tokens or 2048, default_preset=mode))
     if location == "inprocess":
         return InProcessEngine(model_dir, device=device, max_prompt_tokens=max_prompt_tokens,
-                               prompt_template=prompt_template, dtype=dtype, prompt_format=prompt_format)
+                               prompt_template=prompt_template, dtype=dtype, prompt_format=prompt_format,
+                               threads=threads)
     from llada_lsp.engines.ws_engine import WsEngineClient  # lazy: websockets only when used
 
     if location == "auto":

@@ -28,7 +28,7 @@ class OptionsError(ValueError):
 # `workspace/configuration` or `workspace/didChangeConfiguration`, which a workspace can set.
 # (`prompt_template` names a template file that is rendered: a workspace's could run code.)
 MACHINE_SCOPED: frozenset[str] = frozenset({"engine", "engine_token", "model", "device", "prompt_template",
-                                            "sglang", "dtype", "prompt_format"})
+                                            "sglang", "dtype", "prompt_format", "threads"})
 
 
 @dataclass
@@ -90,6 +90,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "context.importsChars": (0, 100_000),
     "nextEdit.siteTokens": (1, 64),
     "maxPromptTokens": (1, 1 << 20),
+    "threads": (0, 1024),
     "debounceMs": (0, 2000),
     "maxFileBytes": (1024, 64 * 1024 * 1024),
     "cacheSize": (0, 4096),
@@ -126,6 +127,9 @@ class Options:
     prompt_template: str | None = None  # a Jinja prompt template file (docs/models.md); None = the model's
     dtype: str = "auto"  # in-process engine: auto (the checkpoint's own) | bfloat16 | float32 | float16
     prompt_format: str = "auto"  # auto (the checkpoint's files decide) | chat | plain (base vs instruct)
+    # the in-process engine's torch CPU threads; 0 = sized for the machine (measured) and re-checked
+    # while it runs (engine.model.threads)
+    threads: int = 0
     languages: list[str] = field(default_factory=lambda: ["*"])  # languageIds, "*" = all
     debounce_ms: int = 0
     max_file_bytes: int = 1_000_000  # larger documents get no completions (and no tree)

@@ -73,8 +73,10 @@ class LladaServer(LanguageServer):
         return self.engine.info if self.engine is not None else {}
 
     def _features(self) -> dict[str, Any]:
-        """What `llada/status` says the client may ask for beyond completions."""
-        return {"nextEdit": self.next_edits is not None and self.next_edits.available}
+        """What `llada/status` says the client may ask for beyond completions, and the engine's
+        pace: "" (fast), "warming", "slow: 3.1 s/step" or "stuck: <why>" (llada_lsp.engines.pace)."""
+        return {"nextEdit": self.next_edits is not None and self.next_edits.available,
+                "pace": self.engine.pace.text if self.engine is not None and self.engine.ready else ""}
 
     def apply_workspace_options(self, settings: Any) -> None:
         """Settings from the workspace (`workspace/configuration`, `didChangeConfiguration`):
@@ -139,6 +141,8 @@ class LladaServer(LanguageServer):
         prompt: dict[str, Any] = {k: v for k, v in (("max_prompt_tokens", o.max_prompt_tokens),
                                     ("prompt_template", o.prompt_template)) if v}  # set ones only
         prompt |= {k: v for k, v in (("dtype", o.dtype), ("prompt_format", o.prompt_format)) if v != "auto"}
+        if o.threads:
+            prompt["threads"] = o.threads
         if o.engine == "sglang":
             prompt["sglang"] = o.sglang
         self.engine = (self.engine_factory or make_engine)(
@@ -175,13 +179,21 @@ class LladaServer(LanguageServer):
             self.work_done_progress.end(token, t.WorkDoneProgressEnd(
                 message="ready" if self.engine.ready else f"failed: {self.engine.error}"))
         if self.engine.ready:
-            self.status("ready")
+            self.status("ready", self.engine.pace.text)
         else:
             self.status("error", self.engine.error or "engine failed")
             self.engine_status.down = True  # shown here; its recovery is shown too
             self.window_show_message(t.ShowMessageParams(
                 t.MessageType.Error, f"llada: the engine did not start: {self.engine.error}"))
         self.engine.on_state = self.engine_status.changed  # later losses and recoveries
+        loop = asyncio.get_running_loop()
+        engine = self.engine
+
+        def paced(text: str) -> None:  # on any thread (the in-process engine's worker)
+            if engine.ready:
+                loop.call_soon_threadsafe(self.status, "ready", text)
+
+        engine.pace.on_change = paced
 
 
 server = LladaServer()

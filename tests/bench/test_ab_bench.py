@@ -11,13 +11,15 @@ from typing import Any
 
 import pytest
 
+from tests.bench.watchdog import WATCHDOG_S
+
 ROOT = Path(__file__).resolve().parents[2]
 SAME = ("exact_match", "edit_sim", "parse_ok", "empty")
 
 
 def ab_set(*args: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "bench/ab_sets.py", *args, "--per-kind", "3", "--kinds", "single_line"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
+                         cwd=ROOT, capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -14,11 +14,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.ceiling import ARMS, causal_logprobs  # noqa: E402
+from tests.bench.watchdog import WATCHDOG_S  # noqa: E402
 
 
 def test_ceiling_bench_bounds_the_rerankers() -> None:
     out = subprocess.run([sys.executable, "bench/ceiling.py", "--per-kind", "4", "--alternatives", "3"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
+                         cwd=ROOT, capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "ceiling" and res["tasks"] == 4 and res["alternatives"] == 3
     rows = {r["arm"]: r for r in res["rows"]}

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from engine.service import default_model_dir
+from tests.bench.watchdog import WATCHDOG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,7 +17,7 @@ def test_a_model_against_itself_differs_nowhere() -> None:
     ckpt = str(default_model_dir())
     out = subprocess.run([sys.executable, "bench/compare_models.py", ckpt, "--base", ckpt, "--per-kind", "3",
                           "--kinds", "single_line,multi_line", "--presets", "quality"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
+                         cwd=ROOT, capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "compare_models" and res["tasks"] == 6
     rows = res["rows"]

@@ -7,13 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.watchdog import WATCHDOG_S
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_concurrency_bench_alternates_rounds_and_pools_them() -> None:
     out = subprocess.run([sys.executable, "bench/concurrency.py", "--clients", "1,2", "--sessions", "3",
                           "--requests", "2", "--rounds", "2", "--max-tokens", "8"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
+                         cwd=ROOT, capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["rounds"] == 2 and len(res["per_round_batched_vs_sequential"]) == 2
     # every arm served the whole pool (3 sessions x 2 completions) in each of the 2 rounds

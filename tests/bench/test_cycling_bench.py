@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.watchdog import WATCHDOG_S
 from tests.llada_lsp.lsp_helpers import needs_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_cycling_bench_rows() -> None:
     out = subprocess.run([sys.executable, "bench/cycling.py", "--per-kind", "3", "--kinds", "single_line",
                           "--mode", "speedy", "--invoked", "3"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
+                         cwd=ROOT, capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "cycling" and res["invoked"] == 3 and res["tasks"] == 3
     row = res["kinds"]["single_line"]

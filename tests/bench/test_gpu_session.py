@@ -19,6 +19,7 @@ import torch
 
 from engine.model.checkpoint import EMBEDDED_DIR, load_checkpoint
 from engine.model.native import Transformer, preset
+from tests.bench.watchdog import WATCHDOG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +29,7 @@ def test_dry_session_returns_a_loadable_checkpoint(tmp_path: Path) -> None:
     env = dict(os.environ, OUT=str(out), GPU_SESSION_DRY="1", TRAIN_S="6", PY=sys.executable,
                RUN_DIR=str(tmp_path / "run"), BANK="")  # the host's workers cut the examples
     r = subprocess.run(["bash", str(ROOT / "bench/gpu/session.sh")], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=WATCHDOG_S)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     train_txt = (out / "train.txt").read_text()
     assert r.stdout.count("== train rc 0") == 2 and "decay from step" in train_txt
@@ -75,7 +76,7 @@ def test_dry_session_trains_on_a_token_bank(tmp_path: Path) -> None:
     env = dict(os.environ, OUT=str(out), GPU_SESSION_DRY="1", TRAIN_S="6", PY=sys.executable,
                RUN_DIR=str(tmp_path / "run"), BANK=str(tmp_path / "bank.npz.xz"))
     r = subprocess.run(["bash", str(ROOT / "bench/gpu/session.sh")], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=WATCHDOG_S)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     train_txt = (out / "train.txt").read_text()
     assert r.stdout.count("== train rc 0") == 1 and '{"probe"' not in train_txt  # no workers, no probe

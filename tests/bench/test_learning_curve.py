@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from engine.service import default_model_dir
+from tests.bench.watchdog import WATCHDOG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
@@ -28,7 +29,7 @@ def _log(path: Path, rows: list[tuple[int, int, float | None]]) -> None:
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "bench/learning_curve.py", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=WATCHDOG_S)
 
 
 def test_a_chain_of_runs_continues_steps_and_tokens(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.watchdog import WATCHDOG_S
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -28,7 +30,7 @@ def test_tasks_put_the_cursor_inside_the_name() -> None:
 
 def test_bench_runs_with_both_arms() -> None:
     r = subprocess.run([sys.executable, "bench/names.py", "--per-kind", "2"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=1200)
+                       text=True, timeout=WATCHDOG_S)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["bench"] == "names" and out["scope"]["lines"] == 5000

@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.watchdog import WATCHDOG_S
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_omp_threads_bench_runs_every_arm_and_they_agree() -> None:
     out = subprocess.run([sys.executable, "bench/omp_threads.py", "--requests", "2", "--rounds", "1"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
+                         cwd=ROOT, capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "omp_threads" and set(res["median_ms"]) == {"main", "worker", "second_team"}
     assert all(v > 0 for v in res["median_ms"].values())

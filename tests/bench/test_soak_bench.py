@@ -9,8 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from tests.bench.watchdog import WATCHDOG_S
 from tests.llada_lsp.lsp_helpers import needs_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,10 +18,9 @@ KEYS = {"max_inflight_per_doc", "mem_growth", "p95_first_ms_start", "p95_first_m
 
 
 @needs_model
-@pytest.mark.timeout(300)
 def test_soak_quick_loses_nothing_and_recovers() -> None:
     out = subprocess.run([sys.executable, "bench/soak.py", "--quick"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=280, check=True).stdout
+                         timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert set(res) == KEYS
     assert res["lost"] == 0 and res["errors"] == 0 and res["stale"] == 0, res

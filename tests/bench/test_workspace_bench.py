@@ -10,18 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from tests.bench.watchdog import WATCHDOG_S
 from tests.llada_lsp.lsp_helpers import needs_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @needs_model
-@pytest.mark.timeout(300)
 def test_workspace_context_bench_quick() -> None:
     out = subprocess.run([sys.executable, "bench/lsp_latency.py", "--workspace-context", "--quick"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=280, check=True).stdout
+                         capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert {"prompt_reuse_off", "prompt_reuse_on", "big_prefills_on", "context_builds", "context_paths"} <= set(res)
     assert res["file"] == "completions.py" and res["keystrokes"] == 60

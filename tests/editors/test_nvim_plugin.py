@@ -359,6 +359,28 @@ print(vim.json.encode(out))
 
 
 @needs_nvim
+def test_statusline_shows_a_slow_or_stuck_engine(tmp_path: Path) -> None:
+    """llada/status's pace (issue 50): a ready engine that is warming, slow or stuck says so."""
+    got = run_lua("""
+package.loaded['llada.client'] = { get = function() return { id = 7 } end }
+local llada = require('llada')
+local status = llada.handlers['llada/status']
+local out = {}
+status(nil, { state = 'ready', message = 'warming', engine = {}, pace = 'warming' }, { client_id = 7 })
+out.warming = llada.statusline()
+status(nil, { state = 'ready', message = '', engine = {}, pace = 'slow: 3.1 s/step' }, { client_id = 7 })
+out.slow = llada.statusline()
+status(nil, { state = 'ready', message = '', engine = {}, pace = 'stuck: a request got no answer in 9 s' }, { client_id = 7 })
+out.stuck = llada.statusline()
+status(nil, { state = 'ready', message = '', engine = {}, pace = '' }, { client_id = 7 })
+out.fast = llada.statusline()
+print(vim.json.encode(out))
+""", tmp_path)
+    assert got == {"warming": "llada warming", "slow": "llada slow: 3.1 s/step",
+                   "stuck": "llada stuck: a request got no answer in 9 s", "fast": "llada"}
+
+
+@needs_nvim
 def test_server_search_order(tmp_path: Path) -> None:
     """$LLADA_LSP, then llada-lsp on PATH, then the .venv of the checkout the plugin is in;
     none: a reason for the status line."""

@@ -54,3 +54,25 @@ def test_auto_falls_back_to_the_reference_where_the_eager_path_cannot_run(monkey
     with pytest.raises(RuntimeError, match="Triton cannot be imported"):
         choose(cpu, triton=False)
     assert choose(cpu, triton=True) == "triton"
+
+
+def test_a_cpu_only_process_does_not_import_triton() -> None:
+    """Issue 50: where Triton cannot run (no CUDA device, no TRITON_INTERPRET) the package skips
+    its import (~70 MiB of RSS before any model); the CPU path still runs, and MoE too."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import json, sys, torch, kernels\n"
+            "c = kernels.confidence(torch.randn(3, 50))\n"
+            "print(json.dumps(['triton' in sys.modules, kernels.triton_available(), kernels.backend_name(torch.zeros(1, 2)),"
+            " kernels.moe_backend_name(torch.zeros(1, 2)), int(c.top_id.numel()), 'triton' in sys.modules]))")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "LLADA_KERNELS")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got[0] is False and got[1] is False and got[2] == "eager" and got[4] == 3 and got[5] is False, got
+    assert got[3] in ("eager", "reference"), got

@@ -62,3 +62,17 @@ def test_single_column_and_bad_arguments() -> None:
         eager_confidence_tensors(torch.zeros(2, 3, 4))
     with pytest.raises(TypeError):
         eager_confidence_tensors(torch.zeros(2, 3), allowed=torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunks_leave_the_logits_unchanged_and_match_on_every_row(dtype: torch.dtype) -> None:
+    """The one-pass path works a few rows at a time and shifts copies in place: rows in every
+    chunk (and a last partial one) match the reference, and the caller's logits are untouched."""
+    from kernels.eager import ROWS_PER_CHUNK
+
+    n = 3 * ROWS_PER_CHUNK + 1
+    logits = (torch.randn(n, 2048, generator=torch.Generator().manual_seed(11)) * 3).to(dtype)
+    logits[ROWS_PER_CHUNK + 1] = NEG_INF  # a dead row inside a middle chunk
+    before = logits.clone()
+    check(logits, current_ids(n, 2048, 5), None)
+    assert torch.equal(logits, before)

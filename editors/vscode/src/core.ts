@@ -51,6 +51,7 @@ export interface StatusParams {
   state: string; // "loading" | "ready" | "error"
   message?: string;
   nextEdit?: boolean; // llada/nextEdit can answer with suggestions
+  pace?: string; // "" | "warming" | "slow: 3.1 s/step" | "stuck: <why>" (a ready engine's speed)
   engine?: { backend?: string; granularity?: string; edits?: boolean; presets?: string[] };
 }
 

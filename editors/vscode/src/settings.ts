@@ -26,6 +26,7 @@ export const PASS_THROUGH: readonly PassThrough[] = [
   { name: "maxPromptTokens", restart: true },
   { name: "promptTemplate", machine: true, restart: true },
   { name: "dtype", machine: true, restart: true },
+  { name: "threads", machine: true, restart: true },
   { name: "promptFormat", machine: true, restart: true },
   { name: "workspaceIndex.maxFiles", userOnly: true },
   { name: "workspaceIndex.maxBytes", userOnly: true },

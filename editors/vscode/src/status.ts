@@ -20,6 +20,7 @@ export class StatusModel {
   private state: State = "starting";
   private name = "llada";
   private message = "";
+  private pace = ""; // a ready engine's speed: warming, slow: 3.1 s/step, stuck: <why>
   private stats: StatsParams | undefined;
   private command = "llada-lsp";
 
@@ -52,6 +53,7 @@ export class StatusModel {
   onStatus(s: StatusParams): StatusView {
     this.name = statusName(s);
     this.message = s.message ?? "";
+    this.pace = s.state === "ready" ? (s.pace ?? "") : "";
     this.state = s.state === "loading" ? "loading" : s.state === "error" ? "error" : "ready";
     if (this.state === "error" && !this.message) {
       this.message = "engine error";
@@ -83,6 +85,10 @@ export class StatusModel {
           error: true,
         };
       case "ready":
+        if (this.pace) {
+          const icon = this.pace === "warming" ? "$(sync~spin)" : this.pace.startsWith("stuck") ? "$(warning)" : "$(watch)";
+          return { text: `${icon} ${name} ${this.pace.startsWith("stuck") ? "stuck" : this.pace}`, tooltip: `${name}: ${this.pace}`, command: STATS_COMMAND, error: false };
+        }
         if (this.stats) {
           return { text: `$(sparkle) ${formatStats(this.stats).replace(/^llada/, name)}`, tooltip: `${describeStats(this.stats)}\nClick for the server's counters.`, command: STATS_COMMAND, error: false };
         }

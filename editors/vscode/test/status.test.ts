@@ -16,6 +16,16 @@ describe("StatusModel", () => {
     assert.equal(m.onStats({ completionId: "2", uri: "u", firstMs: 1506, totalMs: 1506 }).text, "$(sparkle) llada 1506ms");
   });
 
+  it("shows a ready engine that is warming, slow or stuck (llada/status pace)", () => {
+    const m = new StatusModel();
+    assert.equal(m.onStatus({ state: "ready", pace: "warming" }).text, "$(sync~spin) llada warming");
+    assert.equal(m.onStatus({ state: "ready", pace: "slow: 3.1 s/step" }).text, "$(watch) llada slow: 3.1 s/step");
+    const stuck = m.onStatus({ state: "ready", pace: "stuck: a request got no answer in 9 s" });
+    assert.equal(stuck.text, "$(warning) llada stuck");
+    assert.match(stuck.tooltip, /no answer in 9 s/);
+    assert.equal(m.onStatus({ state: "ready", pace: "" }).text, "$(sparkle) llada ready");
+  });
+
   it("shows a failed start with its reason, and a click restarts", () => {
     const m = new StatusModel();
     m.starting("llada-lsp");

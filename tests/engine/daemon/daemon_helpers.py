@@ -102,7 +102,7 @@ class Daemon:
 
 
 def wait_runtime_file(runtime_dir: Path, proc: subprocess.Popen[bytes], log: Path,
-                      timeout: float = 60.0) -> dict[str, object]:
+                      timeout: float = 600.0) -> dict[str, object]:  # a watchdog: loads take 10x on a busy machine
     from engine.daemon.runtime import probe, runtime_file
 
     deadline = time.monotonic() + timeout
@@ -151,7 +151,7 @@ def serve_in_thread(engine: Any, **cfg: Any) -> Served:
     ready: queue.Queue[str] = queue.Queue()
     thread = threading.Thread(target=lambda: asyncio.run(d.serve(ready.put)), name="test-daemon", daemon=True)
     thread.start()
-    return Served(d, ready.get(timeout=60), cfg.get("token"), thread)
+    return Served(d, ready.get(timeout=600), cfg.get("token"), thread)  # a watchdog, not a measure
 
 
 def stop_served(s: Served) -> None:

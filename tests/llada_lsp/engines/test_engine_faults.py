@@ -178,6 +178,24 @@ async def test_one_bookkeeping_supersedes_counts_and_ends_a_job_once() -> None:
     assert eng.wire == ["b", "c", "e", "d"]  # shutdown cancels what is still live, on the wire
 
 
+async def test_a_timed_out_job_no_longer_runs_for_its_document() -> None:
+    """Issue 50 (the soak's max_inflight_per_doc 2 at load 20-30): a job past its deadline is
+    cancelled and finished, but its transport releases it only when the engine's answer to the
+    cancel arrives; the next request of the document supersedes only unfinished jobs, so the
+    timed-out one must stop counting at its timeout, not at its release."""
+    eng = Unwired()
+    eng.set_deadlines(50, 60_000)
+    eng.pace.observe(0.001, 1)  # a measured, fast model: the 50 ms floor is the deadline
+    old = eng.submit(_req("a"))
+    assert [ev.kind async for ev, _ in old.events()] == ["error"] and eng.counters["timeouts"] == 1
+    new = eng.submit(_req("b"))
+    assert eng.running() == 1 and eng.counters["max_running_per_doc"] == 1
+    eng.release(old)  # the engine's done of the cancel, later
+    eng.deliver(new, EngineEvent("done", "b", "x", reason="stop"))
+    assert eng.running() == 0 and eng.counters["max_running_per_doc"] == 1
+    assert "stuck: a request got no answer in 0.05 s" in eng.pace.text
+
+
 # -- a daemon at a URL ----------------------------------------------------------------------------
 @needs_model
 async def test_url_daemon_killed_then_back_is_reported_once_each(tmp_path: Path) -> None:

@@ -32,7 +32,8 @@ def test_workspace_settings_drop_every_machine_scoped_key() -> None:
                                                   "device": "cuda", "mode": "quality", "engine_token": "u"}})
     assert kept == {"mode": "quality"}
     assert set(refused) == {"engine", "engineToken", "model", "device", "engine_token"}
-    assert {"engine", "engine_token", "model", "device"} <= MACHINE_SCOPED
+    assert {"engine", "engine_token", "model", "device", "threads"} <= MACHINE_SCOPED
+    assert workspace_settings({"llada": {"threads": 8}}) == ({}, {"threads": 8})
     assert workspace_settings(None) == (None, {})
 
 
@@ -60,3 +61,18 @@ async def test_a_workspace_cannot_point_the_engine_elsewhere(tmp_path: Path) -> 
             assert len([m for m in client.messages if "'engine'" in m.message]) == 1
             await asyncio.wait_for(complete_after(client, "        return math.", "scope.py"), 60)
             assert received == []  # neither the token nor the text left for the workspace's URL
+
+
+@needs_model
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_threads_option_counts_from_initialization_options_only(tmp_path: Path) -> None:
+    """`threads` fixes the in-process engine's torch threads (issue 50); a workspace's value is
+    refused like every machine-scoped key."""
+    async with server_session({"engine": "inprocess", "threads": 1, "speculative": False},
+                              lambda c: c.set_configuration({"llada": {"threads": 2}}),
+                              LLADA_RUNTIME_DIR=str(tmp_path)) as client:
+        info = await debug_info(client)
+        assert info["options"]["threads"] == 1
+        ready = [s for s in client.statuses if s["state"] == "ready"]
+        assert ready and ready[-1]["engine"]["threads"] == 1 and ready[-1]["engine"]["threads_fixed"] is True
+        assert any("'threads'" in m.message and "is ignored" in m.message for m in client.messages)

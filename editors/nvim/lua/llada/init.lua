@@ -64,7 +64,8 @@ M.handlers = {
       local engine = type(params.engine) == 'table' and params.engine or {}
       local backend = type(engine.backend) == 'string' and engine.backend or nil
       M.status[ctx.client_id] = { state = params.state, message = params.message or '', backend = backend,
-                                  next_edit = params.nextEdit == true }
+                                  next_edit = params.nextEdit == true,
+                                  pace = type(params.pace) == 'string' and params.pace or '' }
       next_edit.servers[ctx.client_id] = params.state == 'ready' and params.nextEdit == true
       M.start_error = nil
       changed('LladaStatus')
@@ -137,6 +138,8 @@ function M.statusline()
     return name .. ' … loading'
   elseif st.state == 'error' then
     return ('%s ✗ %s :LladaRestart'):format(name, short(st.message))
+  elseif st.pace and st.pace ~= '' then
+    return ('%s %s'):format(name, st.pace:match('^stuck') and ('stuck: ' .. short(st.pace:sub(8))) or st.pace)
   end
   local s = M.last_stats
   if not s then

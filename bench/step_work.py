@@ -1,0 +1,190 @@
+"""Less work per step (issue 50 §3): each change measured against its baseline in the same run.
+
+- `confidence`: the CPU confidence of a 32-row block over the LLaDA-8B vocabulary (126,464),
+  bf16 and float32 logits: the one-pass chunked path (`kernels.eager` now) against the
+  previous formulation (a float32 copy of every logit, `max`, `logsumexp`, a gather; kept here
+  as `previous_confidence`), same logits, results checked equal.
+- `share`: the confidence's share of a step (one forward of a 32-token block plus its
+  confidence) on a native model with the LLaDA-8B vocabulary at reduced width and depth
+  (`--dim`, `--layers`; random bf16 weights), before and after.
+- `rotary`: a forward of the embedded model's shape (tiny-code, 32-token block): queries and
+  keys rotated in one pass (`engine.model.native.Attention` now) against two passes (kept
+  here as `two_pass_attention`); the logits are checked bit-identical.
+- `rss`: a fresh process's peak RSS after `import engine.service` (before any model), with
+  Triton imported as before (`TRITON_INTERPRET=1` forces it) and without (a CPU machine now).
+
+One torch thread (`--threads`), medians of `--reps`; the 1-minute load average is printed
+(the machine may be shared: compare the ratios, measured side by side). A table, then one
+JSON line.
+
+    python bench/step_work.py [--quick] [--reps 15] [--dim 512] [--layers 2] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from engine.model.checkpoint import EMBEDDED_DIR, load_checkpoint  # noqa: E402
+from engine.model.native import Attention, CacheAt, ModelConfig, Transformer, apply_rope  # noqa: E402
+from kernels.eager import eager_confidence_tensors  # noqa: E402
+
+VOCAB = 126_464  # LLaDA-8B
+ROWS = 32  # a block
+
+
+def previous_confidence(logits: Tensor, current: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The confidence as the eager path computed it before: whole-tensor float32 copy, max,
+    logsumexp (its own max and exp-sum pass), gather."""
+    x = logits.float()
+    top, top_id = x.max(dim=1)
+    lse = torch.logsumexp(x, dim=1)
+    return top_id, torch.exp(top - lse), torch.exp(x.gather(1, current[:, None]).squeeze(1) - lse)
+
+
+def two_pass_attention(self: Attention, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
+                       cache_at: CacheAt | None) -> Tensor:
+    """The native attention as it was: queries, then keys, rotated apart (no cache here)."""
+    c, (B, T, _) = self.c, x.shape
+    hd = c.head_dim
+    q, k, v = self.wqkv(x).split([c.n_head * hd, c.n_kv_head * hd, c.n_kv_head * hd], dim=-1)
+    q = apply_rope(q.view(B, T, c.n_head, hd), cos, sin)
+    k = apply_rope(k.view(B, T, c.n_kv_head, hd), cos, sin)
+    y = self._attend(q, k, v.view(B, T, c.n_kv_head, hd), mask)
+    return self.wo(y.transpose(1, 2).reshape(B, T, c.n_head * hd))
+
+
+def median_ms(fn: Callable[[], object], reps: int) -> float:
+    fn()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(samples)
+
+
+def interleaved(a: Callable[[], object], b: Callable[[], object], reps: int) -> tuple[float, float]:
+    """Medians of `a` and `b`, alternated rep by rep (a load that comes and goes hits both)."""
+    a(), b()
+    ta, tb = [], []
+    for _ in range(reps):
+        ta.append(median_ms(a, 1))
+        tb.append(median_ms(b, 1))
+    return statistics.median(ta), statistics.median(tb)
+
+
+def bench_confidence(reps: int) -> list[dict[str, Any]]:
+    out = []
+    g = torch.Generator().manual_seed(1)
+    for name, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        logits = (torch.randn(ROWS, VOCAB, generator=g) * 4).to(dt)
+        cur = torch.randint(0, VOCAB, (ROWS,), generator=g)
+        old = previous_confidence(logits, cur)
+        new = eager_confidence_tensors(logits, cur)
+        same = bool(torch.equal(old[0], new[0])) and bool(torch.allclose(old[1], new[1], rtol=1e-5, atol=1e-7))
+        before, after = interleaved(lambda x=logits, c=cur: previous_confidence(x, c),  # type: ignore[misc]
+                                    lambda x=logits, c=cur: eager_confidence_tensors(x, c), reps)  # type: ignore[misc]
+        out.append({"dtype": name, "before_ms": round(before, 2), "after_ms": round(after, 2),
+                    "speedup": round(before / after, 2), "same": same})
+    return out
+
+
+def bench_share(reps: int, dim: int, layers: int) -> dict[str, Any]:
+    heads = max(1, dim // 128)
+    cfg = ModelConfig(vocab_size=VOCAB, n_layer=layers, n_head=heads, n_kv_head=heads, dim=dim,
+                      intermediate_size=int(dim * 2.75), max_seq_len=256, block_size=ROWS, tie_embeddings=False)
+    model = Transformer(cfg)
+    model.init_weights(0)
+    model = model.to(torch.bfloat16).eval()
+    ids = torch.randint(0, VOCAB, (1, ROWS))
+    pos = torch.arange(ROWS)[None]
+    cur = torch.randint(0, VOCAB, (ROWS,))
+    with torch.no_grad():
+        logits = model(ids, pos)[0]
+        fwd = median_ms(lambda: model(ids, pos), reps)
+    before, after = interleaved(lambda: previous_confidence(logits, cur),
+                                lambda: eager_confidence_tensors(logits, cur), reps)
+    return {"dim": dim, "layers": layers, "forward_ms": round(fwd, 2), "confidence_before_ms": round(before, 2),
+            "confidence_after_ms": round(after, 2), "share_before": round(before / (fwd + before), 3),
+            "share_after": round(after / (fwd + after), 3)}
+
+
+def bench_rotary(reps: int) -> dict[str, Any]:
+    model = load_checkpoint(EMBEDDED_DIR).eval()
+    ids = torch.randint(0, model.config.vocab_size, (1, 32))
+    pos = torch.arange(32)[None]
+    fused = Attention.forward
+
+    def run(forward: Callable[..., Tensor]) -> Tensor:
+        Attention.forward = forward  # type: ignore[method-assign]
+        try:
+            with torch.no_grad():
+                return model(ids, pos)
+        finally:
+            Attention.forward = fused  # type: ignore[method-assign]
+
+    same = bool(torch.equal(run(fused), run(two_pass_attention)))
+    before, after = interleaved(lambda: run(two_pass_attention), lambda: run(fused), reps)
+    return {"model": "tiny-code", "tokens": 32, "before_ms": round(before, 3), "after_ms": round(after, 3),
+            "speedup": round(before / after, 3), "bit_identical": same}
+
+
+def rss_mib(triton: bool) -> float:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if triton:
+        env["TRITON_INTERPRET"] = "1"
+    # VmRSS of the child itself (ru_maxrss would carry this process's peak across exec)
+    code = ("import re, engine.service; "
+            "print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    return round(int(out.stdout.split()[-1]) / 1024, 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="3 reps, a 128-wide 1-layer model")
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--dim", type=int, default=512)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.reps, args.dim, args.layers = 3, 128, 1
+    torch.set_num_threads(args.threads)
+    load = os.getloadavg()
+    conf = bench_confidence(args.reps)
+    share = bench_share(args.reps, args.dim, args.layers)
+    rotary = bench_rotary(args.reps)
+    rss = {"with_triton_mib": rss_mib(True), "without_triton_mib": rss_mib(False)}
+    print(f"step work: {args.threads} torch thread(s), load {load[0]:.2f}, medians of {args.reps}")
+    print(f"{'confidence 32 x 126,464':<28} {'before ms':>10} {'after ms':>9} {'ratio':>6} {'same':>5}")
+    for r in conf:
+        print(f"{r['dtype']:<28} {r['before_ms']:>10} {r['after_ms']:>9} {r['speedup']:>6} {r['same']!s:>5}")
+    print(f"share of a step (dim {share['dim']}, {share['layers']} layers, forward {share['forward_ms']} ms): "
+          f"{share['share_before']} -> {share['share_after']}")
+    print(f"tiny-code forward, rotary in one pass: {rotary['before_ms']} -> {rotary['after_ms']} ms "
+          f"(x{rotary['speedup']}, bit-identical: {rotary['bit_identical']})")
+    print(f"RSS after import engine.service: {rss['with_triton_mib']} MiB with Triton, "
+          f"{rss['without_triton_mib']} MiB without")
+    print(json.dumps({"bench": "step_work", "threads": args.threads, "load1": round(load[0], 2), "reps": args.reps,
+                      "confidence": conf, "share": share, "rotary": rotary, "rss": rss}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

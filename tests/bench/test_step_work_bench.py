@@ -1,0 +1,25 @@
+"""bench/step_work.py at its smallest size (--quick): every arm runs and checks its own
+results (the confidences agree, the rotary logits are bit-identical); no timing asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.bench.watchdog import WATCHDOG_S
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_step_work_quick_runs_every_arm_and_they_agree() -> None:
+    out = subprocess.run([sys.executable, "bench/step_work.py", "--quick"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=WATCHDOG_S, check=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["bench"] == "step_work" and res["reps"] == 3
+    assert [c["dtype"] for c in res["confidence"]] == ["bf16", "fp32"]
+    assert all(c["same"] for c in res["confidence"]), res["confidence"]
+    assert res["rotary"]["bit_identical"] is True
+    assert 0 < res["share"]["share_after"] < 1 and 0 < res["share"]["share_before"] < 1
+    assert res["rss"]["without_triton_mib"] > 0 and res["rss"]["with_triton_mib"] > 0
