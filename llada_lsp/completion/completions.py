@@ -32,6 +32,7 @@ from llada_lsp.completion.answers import (
     word_before,
 )
 from llada_lsp.completion.cache import Shown, SuggestionCache, key_of, remember, type_through
+from llada_lsp.completion.guard import Guard
 from llada_lsp.completion.line_rest import fit, rest_of_line
 from llada_lsp.completion.plans import InfillPlan, make_plan
 from llada_lsp.completion.refining import Refiner
@@ -157,6 +158,9 @@ class CompletionService:
         rest = type_through(self.shown.get(at.uri), at.doc.text, at.offset)
         if rest is None:
             return None
+        if self.guard_at(at).breaks(rest):
+            self.counters["guard_withheld"] += 1
+            return None  # its rest would break the code as it is now: ask afresh
         return Verdict(self._serve_known(at.doc, at.offset, at.cid, rest, "type_through", at.t0,
                                          lead=at.lead, tail=at.tail))
 
@@ -189,8 +193,18 @@ class CompletionService:
             return None
         if not cached:
             return Verdict(None, "cached: no suggestion")
-        return Verdict(self._serve_known(at.doc, at.offset, at.cid, cached, "cache", at.t0, plan.kind,
-                                         self.cache.others(key), at.lead, at.tail))
+        guard = self.guard_at(at)
+        fitting = [c for c in dict.fromkeys((cached, *self.cache.others(key))) if guard.fits(c)]
+        if not fitting:
+            self.counters["guard_withheld"] += 1
+            return None  # it would break the code as it is now (outside the cache key): ask afresh
+        return Verdict(self._serve_known(at.doc, at.offset, at.cid, fitting[0], "cache", at.t0, plan.kind,
+                                         tuple(fitting[1:]), at.lead, at.tail))
+
+    def guard_at(self, at: Cursor) -> Guard:
+        """The parse-error guard of an answer at `at` (inactive with `syntaxCheck` off)."""
+        tree = (at.tree or at.doc.syntax_tree()) if self.options.syntax_check else None
+        return Guard(at.doc.language_id, at.doc.text, at.offset, at.tail, tree)
 
     async def prepare(self, at: Cursor, plan: InfillPlan) -> InFlight | Verdict:
         """The request as the engine will get it, once the engine is ready and the debounce
@@ -202,8 +216,8 @@ class CompletionService:
             if self.latest.get(at.uri) != at.serial:
                 return Verdict(None, "superseded while debouncing")
         req = capture(at.doc, at.offset, at.cid, plan, at.key, at.tree, at.t0,
-                      syntax_check=self.options.syntax_check)
-        req.lead, req.rest = at.lead, at.tail
+                      syntax_check=self.options.syntax_check, rest=at.tail)
+        req.lead = at.lead
         if at.invoked and self._wants_more(plan, at.key):
             req.candidates = self.options.invoked_alternatives
             self.counters["invoked"] += 1

@@ -1,10 +1,11 @@
 """Settling an engine job: read its events until a text is worth showing.
 
 A request's first complete draft (its final text, when the caller waits for it) is cleaned
-(`llada_lsp.completion.weighing`); one that adds a parse error waits for the engine's own edits and then
-has the error's tokens sent back for re-masking (syntax-guided edit: up to
-`syntax_remask_passes` engine passes, while a pass may help), and is trimmed to the longest
-prefix that parses when that does not fix it. Among alternatives the first candidate that
+(`llada_lsp.completion.weighing`); one that the guard (`llada_lsp.completion.guard`) says adds a
+parse error, of any plan kind, waits for the engine's own edits and candidates, then has the
+error's tokens sent back for re-masking (syntax-guided edit: up to `syntax_remask_passes`
+engine passes, while a pass may help), and is cut to the longest prefix that parses when
+that does not fix it. Among alternatives the first candidate that
 fits is the one shown (`Weigher.pick`). An answer that came out empty from fewer candidates
 is decoded again with `rescue_alternatives` of them (`Settler.rescue`). The completion
 service settles its requests and its speculations here.
@@ -75,9 +76,7 @@ class Settler:
                     return "document changed while drafting"
                 spans = self.weigh.new_errors(req, text)
                 if spans and not done:
-                    continue  # the engine's own edits may fix it; else remask at the end
-                if not done and self.weigh.line_awaits_alternatives(req, text):
-                    continue  # a broken line with candidates coming: show the one that fits
+                    continue  # the engine's edits or candidates may fix it; else remask at the end
                 req.engine_ms += (t_ev - job.submitted_at) * 1000
                 if spans and chosen == 0 and self.caps().remask and passes < self.options.syntax_remask_passes \
                         and remask_can_help(text, spans, bad[0] if bad is not None else None):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -194,26 +195,29 @@ def ancestors(node: ts.Node) -> list[ts.Node]:
     return out
 
 
+def _end_point(start: tuple[int, int], fragment: str) -> tuple[int, int]:
+    rows = fragment.count("\n")
+    last = fragment[fragment.rfind("\n") + 1:]
+    return start[0] + rows, (0 if rows else start[1]) + len(last.encode("utf-8", "surrogatepass"))
+
+
 def _reparse_with(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
-                  after: str) -> tuple[int, ts.Tree] | None:
-    """(errors of before+after, tree of before+middle+after), reparsed incrementally from a
-    copy of `base_tree` (the tree of before+after) when given; None without a grammar."""
+                  after: str, removed: str = "") -> tuple[ts.Tree, ts.Tree] | None:
+    """(tree of before+removed+after, tree of before+middle+after), the second reparsed
+    incrementally from a copy of the first (`base_tree` when given); None without a grammar."""
     parser = parser_for(language_id)
     if parser is None:
         return None
     base = base_tree if base_tree is not None else parser.parse(
-        (before + after).encode("utf-8", "surrogatepass"))
-    base_errors = count_errors(base.root_node)
+        (before + removed + after).encode("utf-8", "surrogatepass"))
     tree: Any = base.copy()
     sb = len(before.encode("utf-8", "surrogatepass"))
+    rb = len(removed.encode("utf-8", "surrogatepass"))
     mb = len(middle.encode("utf-8", "surrogatepass"))
     sp = byte_point(before, len(before))
-    rows = middle.count("\n")
-    last = middle[middle.rfind("\n") + 1:]
-    np_ = (sp[0] + rows, (0 if rows else sp[1]) + len(last.encode("utf-8", "surrogatepass")))
-    tree.edit(start_byte=sb, old_end_byte=sb, new_end_byte=sb + mb,
-              start_point=sp, old_end_point=sp, new_end_point=np_)
-    return base_errors, parser.parse((before + middle + after).encode("utf-8", "surrogatepass"), tree)
+    tree.edit(start_byte=sb, old_end_byte=sb + rb, new_end_byte=sb + mb,
+              start_point=sp, old_end_point=_end_point(sp, removed), new_end_point=_end_point(sp, middle))
+    return base, parser.parse((before + middle + after).encode("utf-8", "surrogatepass"), tree)
 
 
 def adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
@@ -224,7 +228,7 @@ def adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle:
     the check reparses incrementally.
     """
     res = _reparse_with(language_id, base_tree, before, middle, after)
-    return res is not None and count_errors(res[1].root_node) > res[0]
+    return res is not None and count_errors(res[1].root_node) > count_errors(res[0].root_node)
 
 
 def _error_nodes(node: ts.Node, limit: int = 64) -> list[ts.Node]:
@@ -261,13 +265,13 @@ def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def error_spans(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
-                after: str) -> list[tuple[int, int]]:
-    """Character spans of `middle` inside the parse errors that inserting it between `before`
-    and `after` adds ([] when it adds none). ERROR nodes are clipped to the middle; a MISSING
+                after: str, removed: str = "") -> list[tuple[int, int]]:
+    """Character spans of `middle` inside the parse errors that putting it between `before`
+    and `after` (in place of `removed`) adds ([] when it adds none: `edit_adds_error`). ERROR nodes are clipped to the middle; a MISSING
     node, or an error that lies wholly outside the middle (an unclosed bracket reported at
     the end of the file), maps to the middle's line at (or before) it."""
-    res = _reparse_with(language_id, base_tree, before, middle, after)
-    if res is None or count_errors(res[1].root_node) <= res[0] or not middle:
+    res = _reparse_with(language_id, base_tree, before, middle, after, removed)
+    if res is None or not middle or not edit_adds_error(language_id, res[0], before, middle, after, removed):
         return []
     sb = len(before.encode("utf-8", "surrogatepass"))
     mdata = middle.encode("utf-8", "surrogatepass")
@@ -289,3 +293,95 @@ def error_spans(language_id: str, base_tree: ts.Tree | None, before: str, middle
     if not spans:  # the error shows outside the middle: blame the middle's last line
         spans.append(_line_around(middle, len(middle.rstrip())))
     return merge_spans([(s, e) for s, e in spans if e > s])
+
+
+# A block that may not be empty (tree-sitter-python parses `def f():` with nothing under it
+# as a function whose block is empty, where Python raises IndentationError).
+_NONEMPTY_BLOCKS: dict[str, frozenset[str]] = {"python": frozenset({"block"})}
+
+
+def _empty_blocks(language_id: str, root: ts.Node, lo: int, hi: int) -> int:
+    """Blocks with no statement in them among the nodes that touch bytes [lo, hi]."""
+    kinds = _NONEMPTY_BLOCKS.get(language_id)
+    if not kinds:
+        return 0
+    n = 0
+    stack = [root]
+    while stack:
+        cur = stack.pop()
+        if cur.type in kinds and cur.named_child_count == sum(c.type == "comment" for c in cur.named_children):
+            n += 1
+        stack.extend(c for c in cur.children if c.start_byte <= hi and c.end_byte >= lo)
+    return n
+
+
+def _error_weight(nodes: list[ts.Node], lo: int, hi: int) -> int:
+    """Bytes of [lo, hi) inside ERROR nodes, plus one per MISSING node in [lo, hi]."""
+    spans = merge_spans([(max(lo, n.start_byte), min(hi, n.end_byte)) for n in nodes
+                         if not n.is_missing and n.end_byte > lo and n.start_byte < hi])
+    return sum(e - s for s, e in spans) + sum(1 for n in nodes if n.is_missing and lo <= n.start_byte <= hi)
+
+
+def _added(language_id: str, trees: tuple[ts.Tree, ts.Tree], before: str, removed: str,
+           middle: str, after: str) -> bool | None:
+    """Whether the edit from the first tree to the second adds a parse error (see
+    `edit_adds_error`); None when an error that starts above the edited lines runs into the
+    edit (an unclosed bracket above: the lines cannot be judged in this tree)."""
+    old, new = trees
+    enc = "utf-8"
+    sb = len(before.encode(enc, "surrogatepass"))
+    oe = sb + len(removed.encode(enc, "surrogatepass"))
+    ne = sb + len(middle.encode(enc, "surrogatepass"))
+    ls = sb - len(before[before.rfind("\n") + 1:].encode(enc, "surrogatepass"))
+    nl = after.find("\n")
+    tail = len((after if nl < 0 else after[:nl]).encode(enc, "surrogatepass"))
+    old_nodes, new_nodes = _error_nodes(old.root_node), _error_nodes(new.root_node)
+    above = {n.start_byte for n in old_nodes if n.start_byte < ls and not n.is_missing}
+    if any(n.start_byte in above and n.end_byte > sb for n in new_nodes):
+        return None  # an error from above runs into the edit (an unclosed bracket)
+    if count_errors(new.root_node) > count_errors(old.root_node):
+        return True
+
+    def moved(b: int) -> int:  # a byte of the old text, in the new one
+        return b if b <= sb else (b - oe + ne if b >= oe else ne)
+
+    olds = [(moved(n.start_byte), moved(n.end_byte)) for n in old_nodes]
+    for n in new_nodes:
+        if not any(s <= n.end_byte and n.start_byte <= e for s, e in olds):
+            return True  # an error where there was none: the edit fixed one and broke another
+    if _empty_blocks(language_id, new.root_node, sb, ne) > _empty_blocks(language_id, old.root_node, sb, oe):
+        return True
+    # the edited lines: no more of them inside errors than before
+    return _error_weight(new_nodes, ls, ne + tail) > _error_weight(old_nodes, ls, oe + tail)
+
+
+_TOP_LEVEL = re.compile(r"^[^\s)\]}#/*-]", re.M)
+
+
+def _window(before: str, after: str) -> tuple[str, str]:
+    """The cursor's top-level unit: `before` from its last line that starts at column 0 (not
+    a closer or a comment), `after` up to its next such line."""
+    starts = [m.start() for m in _TOP_LEVEL.finditer(before)]
+    lo = starts[-1] if starts else 0
+    nxt = _TOP_LEVEL.search(after, after.find("\n") + 1) if "\n" in after else None
+    return before[lo:], after if nxt is None else after[: nxt.start()]
+
+
+def edit_adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
+                    after: str, removed: str = "") -> bool:
+    """Whether replacing `removed` by `middle` between `before` and `after` adds a parse
+    error: more ERROR/MISSING nodes than before, or one that overlaps none of the old ones
+    (moved by the edit), or (Python) a block left empty around the edit, or more of the
+    edited lines inside errors than before. Errors elsewhere in the file do not count; where
+    one swallows the edited lines (an unclosed bracket above), the cursor's top-level unit
+    is judged alone. `base_tree`: the current tree of before+removed+after (copied, not
+    changed); False without a grammar."""
+    res = _reparse_with(language_id, base_tree, before, middle, after, removed)
+    if res is None:
+        return False
+    added = _added(language_id, res, before, removed, middle, after)
+    if added is None:
+        wb, wa = _window(before, after)
+        local = _reparse_with(language_id, None, wb, middle, wa, removed)
+        added = local is not None and bool(_added(language_id, local, wb, removed, middle, wa))
+    return added
