@@ -112,6 +112,9 @@ class Settled:
     job: EngineJob
     event: EngineEvent
     others: tuple[str, ...] = ()  # the other candidates that fit (engine.decoding.alternatives)
+    header: str = ""  # a line that only opens a block, withheld: its body may be decoded (Settler.extend)
+    kind: str = ""  # the span kind shown, when not the plan's (a header with its body: "block")
+    cut: bool = False  # the guard cut it (more candidates may give a whole one: Settler.rescue)
 
 
 def word_before(left: str) -> str:

@@ -271,7 +271,9 @@ class CompletionService:
 
         async def run() -> str | None:
             out = await self.settler.settle(job, req, wanted, until_done=True)
-            if not isinstance(out, str) and not out.text:
+            if not isinstance(out, str) and out.header:
+                out = await self.settler.extend(out, req, doc, wanted)
+            if not isinstance(out, str) and (not out.text or out.cut):
                 out = await self.settler.rescue(out, req, wanted)  # as a request would be
             if isinstance(out, str):
                 log.debug("speculation %s: nothing (%s)", req.cid, out)
@@ -315,11 +317,13 @@ class CompletionService:
                 self.latest.get(req.uri) == int(req.cid)
 
         out = await self.settler.settle(job, req, wanted, until_done=until_done)
-        if not isinstance(out, str) and out.event.kind == "done" and not out.text:
+        if not isinstance(out, str) and out.header:
+            out = await self.settler.extend(out, req, doc, wanted)
+        if not isinstance(out, str) and out.event.kind == "done" and (not out.text or out.cut):
             out = await self.settler.rescue(out, req, wanted)
         if isinstance(out, str):
             return Verdict(None, out)
-        text, job, ev = out.text, out.job, out.event
+        text, job, ev, kind = out.text, out.job, out.event, out.kind or req.plan.kind
         total = (time.perf_counter() - req.t0) * 1000
         req.stats.update(firstMs=total, overheadMs=max(0.0, total - req.engine_ms))
         if ev.kind == "done":
@@ -327,12 +331,12 @@ class CompletionService:
             if not text:
                 self.report.stats(req, "engine")
                 return Verdict(None, f"empty after post-processing ({req.note or 'nothing left'})")
-        self._show(req.uri, req.cid, req.doc_text, req.offset, text, req.plan.kind, out.others)
+        self._show(req.uri, req.cid, req.doc_text, req.offset, text, kind, out.others)
         self.counters["answered"] += 1
         task = asyncio.current_task()
         if task is not None:
             task.add_done_callback(lambda t: self.refiner.start(t, job, req, text))
-        return Verdict(Answer(req.cid, text, req.plan.kind, req.offset, word_before(req.spec.left),
+        return Verdict(Answer(req.cid, text, kind, req.offset, word_before(req.spec.left),
                               "engine", out.others, req.rest))
 
     def finish(self, req: InFlight, ev: EngineEvent, final_text: str | None,

@@ -19,12 +19,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from engine.api import CompletionRequest, EngineEvent
-from llada_lsp.completion.answers import InFlight, Settled
+from llada_lsp.completion.answers import InFlight, Settled, capture
+from llada_lsp.completion.plans import header_plan, only_header
 from llada_lsp.completion.postprocess import raw_spans, remask_can_help
 from llada_lsp.completion.weighing import Weigher
 from llada_lsp.engines.capabilities import Capabilities
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
 from llada_lsp.lsp.options import Options
+from llada_lsp.text.documents import Document
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +88,15 @@ class Settler:
                         self.counters["syntax_remasks"] += 1
                         bad = (text, job, ev)
                         break
+                header = ""
                 if spans:
                     self.counters["syntax_unfixed"] += 1
+                    if req.plan.kind == "line" and not req.rest and only_header(req.spec.left, text, req.language_id):
+                        header = text
                     text = self.weigh.trim(text, req)
                 elif passes:
                     self.counters["syntax_fixed"] += 1
-                return Settled(text, job, ev, others)
+                return Settled(text, job, ev, others, header, cut=bool(spans))
             if nxt is None:
                 return "engine stream ended"
             if not req.speculative and self.jobs.get(req.uri) is job:
@@ -102,9 +107,10 @@ class Settler:
         return Capabilities.of(self.engine.info)
 
     async def rescue(self, empty: Settled, req: InFlight, wanted: Callable[[], bool]) -> Settled:
-        """An answer that came out empty, from fewer than `rescue_alternatives` candidates:
-        decode that many (the prompt is in the engine's prompt cache) and settle on the first
-        that fits. Returns `empty` when that finds nothing either (or is off)."""
+        """An answer that came out empty (or that the guard cut), from fewer than
+        `rescue_alternatives` candidates: decode that many (the prompt is in the engine's
+        prompt cache) and settle on the first that fits. Returns `empty` when that finds
+        nothing (or is off)."""
         n, plan = min(self.options.rescue_alternatives, self.caps().alternatives), empty.job.completion.plan
         if n <= req.candidates or not wanted():
             return empty
@@ -117,7 +123,36 @@ class Settler:
             self.jobs[req.uri] = job  # a newer request cancels the rescue
         req.job = job
         out = await self.settle(job, req, wanted, until_done=True)
-        if isinstance(out, str) or not out.text:
+        if isinstance(out, str) or not out.text or (out.cut and empty.text):
             return empty
         self.counters["empty_rescued"] += 1
         return out
+
+    async def extend(self, out: Settled, req: InFlight, doc: Document, wanted: Callable[[], bool]) -> Settled:
+        """A line answer withheld because it only opens a block (`out.header`, e.g. `def
+        f(x):` with nothing under it): decode its body as a block span after it
+        (`plans.header_plan`) and offer the header with its body as one block suggestion,
+        when that passes the guard. Returns `out` otherwise. `doc`: the document of `req`."""
+        if not out.header or req.lead or not wanted() or doc.text != req.doc_text:
+            return out
+        plan = header_plan(req.doc_text, req.offset, out.header, req.language_id, self.options)
+        if plan is None or plan.engine_plan is None:
+            return out
+        self.counters["header_bodies"] += 1
+        body_doc = doc.replaced(req.offset, req.offset, out.header)
+        at = req.offset + len(out.header)
+        body_req = capture(body_doc, at, req.cid, plan, req.key, body_doc.syntax_tree(), req.t0,
+                           syntax_check=self.options.syntax_check, speculative=req.speculative)
+        job = self.engine.submit(CompletionRequest(req.cid, req.uri, plan.prefix, plan.suffix, plan.engine_plan,
+                                                   out.job.request.context))
+        if self.jobs.get(req.uri) is out.job:
+            self.jobs[req.uri] = job  # a newer request cancels it
+        req.job = job
+        body = await self.settle(job, body_req, wanted, until_done=True)
+        if isinstance(body, str) or not body.text.strip():
+            return out
+        whole = req.guard.cut(out.header + body.text)
+        if not whole.startswith(out.header + "\n"):
+            return out
+        self.counters["header_bodies_shown"] += 1
+        return Settled(whole, job, body.event, kind=plan.kind)

@@ -323,10 +323,12 @@ def _error_weight(nodes: list[ts.Node], lo: int, hi: int) -> int:
 
 
 def _added(language_id: str, trees: tuple[ts.Tree, ts.Tree], before: str, removed: str,
-           middle: str, after: str) -> bool | None:
+           middle: str, after: str, window: bool = False) -> bool | None:
     """Whether the edit from the first tree to the second adds a parse error (see
     `edit_adds_error`); None when an error that starts above the edited lines runs into the
-    edit (an unclosed bracket above: the lines cannot be judged in this tree)."""
+    edit (an unclosed bracket above: the lines cannot be judged in this tree). `window`: the
+    trees are of the cursor's unit alone; there such an error leaves only the checks that
+    do not depend on where it ends (an error away from the old ones, an empty block)."""
     old, new = trees
     enc = "utf-8"
     sb = len(before.encode(enc, "surrogatepass"))
@@ -337,20 +339,26 @@ def _added(language_id: str, trees: tuple[ts.Tree, ts.Tree], before: str, remove
     tail = len((after if nl < 0 else after[:nl]).encode(enc, "surrogatepass"))
     old_nodes, new_nodes = _error_nodes(old.root_node), _error_nodes(new.root_node)
     above = {n.start_byte for n in old_nodes if n.start_byte < ls and not n.is_missing}
-    if any(n.start_byte in above and n.end_byte > sb for n in new_nodes):
+    swallowed = any(n.start_byte in above and n.end_byte > sb for n in new_nodes)
+    if swallowed and not window:
         return None  # an error from above runs into the edit (an unclosed bracket)
-    if count_errors(new.root_node) > count_errors(old.root_node):
+    if not swallowed and count_errors(new.root_node) > count_errors(old.root_node):
         return True
 
     def moved(b: int) -> int:  # a byte of the old text, in the new one
         return b if b <= sb else (b - oe + ne if b >= oe else ne)
 
-    olds = [(moved(n.start_byte), moved(n.end_byte)) for n in old_nodes]
+    # old errors where they are now; one the edit falls into keeps its two sides, not the new text
+    olds = [(moved(n.start_byte), min(moved(n.end_byte), sb) if n.start_byte <= sb else moved(n.end_byte))
+            for n in old_nodes]
+    olds += [(ne, moved(n.end_byte)) for n in old_nodes if n.start_byte < sb and n.end_byte > oe]
     for n in new_nodes:
         if not any(s <= n.end_byte and n.start_byte <= e for s, e in olds):
             return True  # an error where there was none: the edit fixed one and broke another
     if _empty_blocks(language_id, new.root_node, sb, ne) > _empty_blocks(language_id, old.root_node, sb, oe):
         return True
+    if swallowed:
+        return False
     # the edited lines: no more of them inside errors than before
     return _error_weight(new_nodes, ls, ne + tail) > _error_weight(old_nodes, ls, oe + tail)
 
@@ -383,5 +391,5 @@ def edit_adds_error(language_id: str, base_tree: ts.Tree | None, before: str, mi
     if added is None:
         wb, wa = _window(before, after)
         local = _reparse_with(language_id, None, wb, middle, wa, removed)
-        added = local is not None and bool(_added(language_id, local, wb, removed, middle, wa))
+        added = local is not None and bool(_added(language_id, local, wb, removed, middle, wa, window=True))
     return added

@@ -139,7 +139,7 @@ def test_no_remask_when_it_cannot_change_the_text() -> None:
     assert answer is None and engine.remasks == [] and svc.counters["syntax_unfixed"] == 1
     # a remask that changed nothing is not repeated
     engine = Scripted("    y = w * h\n    x = = :", ["    y = w * h\n    x = = :", "    y = w * h"])
-    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2)
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2, rescueAlternatives=0)
     answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
     assert answer is not None and answer.text == "y = w * h"
     assert len(engine.remasks) == 1 and svc.counters["syntax_trimmed"] == 1
@@ -156,7 +156,7 @@ def test_remask_can_help() -> None:
 
 def test_no_remask_when_disabled_trims_instead() -> None:
     engine = Scripted("    y = w * h\n    x = = :", [])
-    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=0)
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=0, rescueAlternatives=0)
     answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
     assert answer is not None and answer.text == "y = w * h"
     assert engine.remasks == [] and svc.counters["syntax_trimmed"] == 1
