@@ -295,31 +295,42 @@ def error_spans(language_id: str, base_tree: ts.Tree | None, before: str, middle
     return merge_spans([(s, e) for s, e in spans if e > s])
 
 
-# A block that may not be empty (tree-sitter-python parses `def f():` with nothing under it
-# as a function whose block is empty, where Python raises IndentationError).
-_NONEMPTY_BLOCKS: dict[str, frozenset[str]] = {"python": frozenset({"block"})}
+# Blocks that may not be empty, nor hold statements at different columns (tree-sitter-python
+# parses `def f():` with nothing under it, and an unexpected indent, without an error; Python
+# raises IndentationError on both).
+_STRICT_BLOCKS: dict[str, frozenset[str]] = {"python": frozenset({"block", "module"})}
 
 
-def _empty_blocks(language_id: str, root: ts.Node, lo: int, hi: int) -> int:
-    """Blocks with no statement in them among the nodes that touch bytes [lo, hi]."""
-    kinds = _NONEMPTY_BLOCKS.get(language_id)
+def _bad_blocks(language_id: str, root: ts.Node, lo: int, hi: int) -> int:
+    """Blocks that are empty or ragged among the nodes that touch bytes [lo, hi]."""
+    kinds = _STRICT_BLOCKS.get(language_id)
     if not kinds:
         return 0
     n = 0
     stack = [root]
     while stack:
         cur = stack.pop()
-        if cur.type in kinds and cur.named_child_count == sum(c.type == "comment" for c in cur.named_children):
-            n += 1
+        if cur.type in kinds:
+            cols = {c.start_point[1] for c in cur.named_children if c.type != "comment"}
+            n += (not cols and cur.type == "block") or len(cols) > 1
         stack.extend(c for c in cur.children if c.start_byte <= hi and c.end_byte >= lo)
     return n
 
 
-def _error_weight(nodes: list[ts.Node], lo: int, hi: int) -> int:
-    """Bytes of [lo, hi) inside ERROR nodes, plus one per MISSING node in [lo, hi]."""
-    spans = merge_spans([(max(lo, n.start_byte), min(hi, n.end_byte)) for n in nodes
-                         if not n.is_missing and n.end_byte > lo and n.start_byte < hi])
-    return sum(e - s for s, e in spans) + sum(1 for n in nodes if n.is_missing and lo <= n.start_byte <= hi)
+def _line_end_after(text: str, lines: int) -> int:
+    """The end of the `lines`-th line of `text` that holds code, counting its first (partial)
+    line as line 0 whatever it holds; len(text) when there are fewer."""
+    pos = text.find("\n")
+    seen = 0
+    while pos >= 0 and seen < lines:
+        nxt = text.find("\n", pos + 1)
+        end = len(text) if nxt < 0 else nxt
+        if text[pos + 1: end].strip():
+            seen += 1
+        if seen == lines:
+            return end
+        pos = nxt
+    return len(text) if pos < 0 else pos
 
 
 def _added(language_id: str, trees: tuple[ts.Tree, ts.Tree], before: str, removed: str,
@@ -328,15 +339,13 @@ def _added(language_id: str, trees: tuple[ts.Tree, ts.Tree], before: str, remove
     `edit_adds_error`); None when an error that starts above the edited lines runs into the
     edit (an unclosed bracket above: the lines cannot be judged in this tree). `window`: the
     trees are of the cursor's unit alone; there such an error leaves only the checks that
-    do not depend on where it ends (an error away from the old ones, an empty block)."""
+    do not depend on where it ends (an error away from the old ones, a bad block)."""
     old, new = trees
     enc = "utf-8"
     sb = len(before.encode(enc, "surrogatepass"))
     oe = sb + len(removed.encode(enc, "surrogatepass"))
     ne = sb + len(middle.encode(enc, "surrogatepass"))
     ls = sb - len(before[before.rfind("\n") + 1:].encode(enc, "surrogatepass"))
-    nl = after.find("\n")
-    tail = len((after if nl < 0 else after[:nl]).encode(enc, "surrogatepass"))
     old_nodes, new_nodes = _error_nodes(old.root_node), _error_nodes(new.root_node)
     above = {n.start_byte for n in old_nodes if n.start_byte < ls and not n.is_missing}
     swallowed = any(n.start_byte in above and n.end_byte > sb for n in new_nodes)
@@ -355,41 +364,83 @@ def _added(language_id: str, trees: tuple[ts.Tree, ts.Tree], before: str, remove
     for n in new_nodes:
         if not any(s <= n.end_byte and n.start_byte <= e for s, e in olds):
             return True  # an error where there was none: the edit fixed one and broke another
-    if _empty_blocks(language_id, new.root_node, sb, ne) > _empty_blocks(language_id, old.root_node, sb, oe):
+    if _bad_blocks(language_id, new.root_node, sb, ne) > _bad_blocks(language_id, old.root_node, sb, oe):
         return True
     if swallowed:
         return False
-    # the edited lines: no more of them inside errors than before
-    return _error_weight(new_nodes, ls, ne + tail) > _error_weight(old_nodes, ls, oe + tail)
+    # the edited lines and the next line of code (where an unfinished header shows) parse
+    hi = ne + len(after[: _line_end_after(after, 1)].encode(enc, "surrogatepass"))
+    return any(n.end_byte >= ls and n.start_byte <= hi for n in new_nodes)
 
 
-_TOP_LEVEL = re.compile(r"^[^\s)\]}#/*-]", re.M)
+_UNIT_START = re.compile(r"[^\s)\]}#/*-]")
 
 
-def _window(before: str, after: str) -> tuple[str, str]:
-    """The cursor's top-level unit: `before` from its last line that starts at column 0 (not
-    a closer or a comment), `after` up to its next such line."""
-    starts = [m.start() for m in _TOP_LEVEL.finditer(before)]
-    lo = starts[-1] if starts else 0
-    nxt = _TOP_LEVEL.search(after, after.find("\n") + 1) if "\n" in after else None
-    return before[lo:], after if nxt is None else after[: nxt.start()]
+def _dedent(text: str, d: int, first: bool = True) -> str | None:
+    """`text` with `d` leading columns taken off each line (not its first unless `first`);
+    None when a line with code has less indentation than that."""
+    lines = text.split("\n")
+    out = []
+    for k, line in enumerate(lines):
+        if k == 0 and not first:
+            out.append(line)
+        elif line[:d].strip():
+            return None
+        else:
+            out.append(line[d:])
+    return "\n".join(out)
+
+
+def _units(before: str, middle: str, after: str) -> list[tuple[str, str, str]]:
+    """The statements that hold the cursor, outermost first, each as (before, middle, after)
+    cut to it and dedented to column 0: a line with less indentation than the cursor's line
+    above it starts one, which ends before the next line below with no more than its own."""
+    rows = before.split("\n")
+    cursor_row = rows[-1]
+    limit = len(cursor_row) - len(cursor_row.lstrip(" \t"))
+    starts: list[tuple[int, int]] = []  # (row, indentation)
+    for r in range(len(rows) - 2, -1, -1):
+        line = rows[r]
+        ind = len(line) - len(line.lstrip(" \t"))
+        if line.strip() and ind < limit and _UNIT_START.match(line, ind):
+            starts.append((r, ind))
+            limit = ind
+            if ind == 0:
+                break
+    out: list[tuple[str, str, str]] = []
+    below = after.split("\n")
+    for r, d in reversed(starts):
+        end = next((k for k in range(1, len(below)) if below[k].strip()
+                    and len(below[k]) - len(below[k].lstrip(" \t")) <= d), len(below))
+        wb, wm, wa = (_dedent("\n".join(rows[r:]), d), _dedent(middle, d, first=False),
+                      _dedent("\n".join(below[:end]), d, first=False))
+        if wb is not None and wm is not None and wa is not None:
+            out.append((wb, wm, wa))
+    return out
 
 
 def edit_adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
                     after: str, removed: str = "") -> bool:
     """Whether replacing `removed` by `middle` between `before` and `after` adds a parse
     error: more ERROR/MISSING nodes than before, or one that overlaps none of the old ones
-    (moved by the edit), or (Python) a block left empty around the edit, or more of the
-    edited lines inside errors than before. Errors elsewhere in the file do not count; where
-    one swallows the edited lines (an unclosed bracket above), the cursor's top-level unit
-    is judged alone. `base_tree`: the current tree of before+removed+after (copied, not
+    (moved by the edit), or (Python) a block around the edit left empty or ragged (an
+    unexpected indent), or any error on the edited lines or the next line of code (a line
+    being typed must come out whole). Errors elsewhere in the file do not count; where one
+    from above runs into the edit (an unclosed bracket, a string being typed), the
+    statements that hold the cursor are judged alone (`_units`). `base_tree`: the current tree of before+removed+after (copied, not
     changed); False without a grammar."""
     res = _reparse_with(language_id, base_tree, before, middle, after, removed)
     if res is None:
         return False
     added = _added(language_id, res, before, removed, middle, after)
-    if added is None:
-        wb, wa = _window(before, after)
-        local = _reparse_with(language_id, None, wb, middle, wa, removed)
-        added = local is not None and bool(_added(language_id, local, wb, removed, middle, wa, window=True))
-    return added
+    units = _units(before, middle, after) if added is None else []
+    for wb, wm, wa in units:  # outermost first: the first that can be judged alone
+        local = _reparse_with(language_id, None, wb, wm, wa, removed)
+        added = None if local is None else _added(language_id, local, wb, removed, wm, wa)
+        if added is not None:
+            return added
+    if units:  # still swallowed in the innermost: what does not depend on where it ends
+        wb, wm, wa = units[-1]
+        local = _reparse_with(language_id, None, wb, wm, wa, removed)
+        return local is not None and bool(_added(language_id, local, wb, removed, wm, wa, window=True))
+    return bool(added)

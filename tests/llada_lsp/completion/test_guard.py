@@ -12,7 +12,7 @@ import ast
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lsprotocol import types as t
@@ -22,6 +22,7 @@ from llada_lsp.completion.line_rest import rest_of_line
 from llada_lsp.text.syntax import parser_for
 from tests.fakes import scripted_engine
 from tests.llada_lsp.lsp_helpers import (
+    Recorder,
     completion_id,
     inline,
     item_texts,
@@ -117,7 +118,7 @@ SCRIPT = [
 @pytest.fixture
 async def scripted() -> Any:
     command = [sys.executable, scripted_engine.__file__]
-    client = await server_config(command, LLADA_SCRIPT=json.dumps(SCRIPT)).start()
+    client = cast(Recorder, await server_config(command, LLADA_SCRIPT=json.dumps(SCRIPT)).start())
     await start_session(client, {"speculative": False, "mode": "speedy"})
     yield client
     await client.shutdown_session()
