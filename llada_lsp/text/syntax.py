@@ -393,8 +393,9 @@ def _dedent(text: str, d: int, first: bool = True) -> str | None:
 
 def _units(before: str, middle: str, after: str) -> list[tuple[str, str, str]]:
     """The statements that hold the cursor, outermost first, each as (before, middle, after)
-    cut to it and dedented to column 0: a line with less indentation than the cursor's line
-    above it starts one, which ends before the next line below with no more than its own."""
+    cut to it and dedented to column 0: a line above with less indentation than the cursor's
+    line starts one (and the cursor's line, when it has code, the innermost), which ends
+    before the next line below with no more indentation than its own."""
     rows = before.split("\n")
     cursor_row = rows[-1]
     limit = len(cursor_row) - len(cursor_row.lstrip(" \t"))
@@ -407,6 +408,8 @@ def _units(before: str, middle: str, after: str) -> list[tuple[str, str, str]]:
             limit = ind
             if ind == 0:
                 break
+    if cursor_row.strip():  # innermost: the statement the cursor's line starts
+        starts.insert(0, (len(rows) - 1, len(cursor_row) - len(cursor_row.lstrip(" \t"))))
     out: list[tuple[str, str, str]] = []
     below = after.split("\n")
     for r, d in reversed(starts):
