@@ -9,6 +9,7 @@ a file that Python's own parser accepts (`ast.parse`, not tree-sitter: an indepe
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -161,3 +162,38 @@ async def test_a_refinement_that_would_break_the_code_is_not_sent(scripted: Any)
     final = await scripted.final_refine(cid, 30)
     sent = [r["text"] for r in scripted.refines if r["completionId"] == cid]
     assert final["text"] == "value * 2" and set(sent) == {"value * 2"}, sent
+
+
+def test_cached_and_typed_through_answers_pass_the_guard() -> None:
+    """Answers that skip the engine are checked too: a cached candidate that would break the
+    code is passed over for one that fits, and a type-through rest that would break it is not
+    served (the request goes to the engine)."""
+    from llada_lsp.completion.cache import key_of, remember
+    from llada_lsp.completion.completions import CompletionService
+    from llada_lsp.completion.plans import make_plan
+    from llada_lsp.lsp.options import parse_options
+    from llada_lsp.text.documents import DocumentStore
+
+    async def scenario() -> tuple[Any, Any, list[str]]:
+        engine = scripted_engine.ScriptedEngine([{"after": "return ", "done": "value + 1"}])
+        await engine.start(lambda *a, **k: None)
+        text = "def f(value):\n    return \n"
+        store = DocumentStore()
+        store.open("file:///c.py", "python", 1, text)
+        options, _ = parse_options({"speculative": False})
+        svc = CompletionService(store, engine, options, lambda m, p: None, lambda: "utf-16")
+        plan = make_plan(text, 25, "python", options)
+        svc.cache.put(key_of(plan.prefix, plan.suffix, plan.kind), "raise", ("value * 2",))
+        cached = await svc.complete("file:///c.py", 1, 11)
+        # a shown suggestion whose rest, once "v" is typed, would break the line
+        svc.shown["file:///c.py"] = remember("9", text, 25, "v = = 1", "line")
+        store.change("file:///c.py", 2, [t.TextDocumentContentChangeWholeDocument("def f(value):\n    return v\n")],
+                     "utf-16")
+        typed = await svc.complete("file:///c.py", 1, 12)
+        return cached, typed, [r.prefix for r in engine.requests]
+
+    cached, typed, prefixes = asyncio.run(scenario())
+    assert cached is not None and cached.source == "cache" and cached.text == "value * 2"
+    assert typed is None or typed.source == "engine"
+    # the cache answered without the engine; the typed-through rest was not served: the engine was asked
+    assert prefixes and all(p.endswith("return v") for p in prefixes)
