@@ -4,7 +4,7 @@ Every path that shows a text (the first answer and its candidates, each `llada/r
 type-through or cached answer, a speculation) asks one `Guard`. It applies the suggestion as
 accepting it would (at the cursor, over the part of the rest of the line its item replaces:
 `llada_lsp.completion.line_rest`), reparses with the document's tree-sitter grammar and
-compares the errors with the document's own (`llada_lsp.text.syntax.edit_adds_error`): errors
+compares the errors with the document's own (`llada_lsp.text.edit_check.edit_adds_error`): errors
 the file already has elsewhere do not count, so a file that is being typed still gets
 suggestions. A text that fails is cut to the longest prefix that passes, at a line end or
 just after a closing bracket or quote (`cut`), or shows nothing.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llada_lsp.completion.line_rest import kept_rest
-from llada_lsp.text.syntax import edit_adds_error, error_spans
+from llada_lsp.text.edit_check import edit_adds_error, edit_error_spans
 
 _CLOSED = re.compile(r"[)\]}\"'`]")
 MAX_CUTS = 24  # parses one cut may cost
@@ -57,7 +57,7 @@ class Guard:
         if not self.active or not suggestion:
             return []
         before, removed, after = self._parts(suggestion)
-        return error_spans(self.language_id, self.tree, before, suggestion, after, removed)
+        return edit_error_spans(self.language_id, self.tree, before, suggestion, after, removed)
 
     def fits(self, suggestion: str) -> bool:
         return bool(suggestion.strip()) and not self.breaks(suggestion)
