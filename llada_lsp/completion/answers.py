@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import EngineEvent
+from llada_lsp.completion.guard import Guard
 from llada_lsp.completion.plans import InfillPlan
 from llada_lsp.completion.postprocess import Spec, open_brackets
 from llada_lsp.engines.engine_base import EngineJob
@@ -97,6 +98,11 @@ class InFlight:
     candidates: int = 1  # how many candidates its engine job decodes (InfillPlan.candidates)
     rest: str = ""  # the rest of the cursor's line the item replaces: refinements keep it too
 
+    @property
+    def guard(self) -> Guard:
+        """The parse-error check every text of this request passes (inactive without a tree)."""
+        return Guard(self.language_id, self.doc_text, self.offset, self.rest, self.tree)
+
 
 @dataclass
 class Settled:
@@ -106,6 +112,9 @@ class Settled:
     job: EngineJob
     event: EngineEvent
     others: tuple[str, ...] = ()  # the other candidates that fit (engine.decoding.alternatives)
+    header: str = ""  # a line that only opens a block, withheld: its body may be decoded (Settler.extend)
+    kind: str = ""  # the span kind shown, when not the plan's (a header with its body: "block")
+    cut: bool = False  # the guard cut it (more candidates may give a whole one: Settler.rescue)
 
 
 def word_before(left: str) -> str:
@@ -116,9 +125,10 @@ def word_before(left: str) -> str:
 
 
 def capture(doc: Document, offset: int, cid: str, plan: InfillPlan, key: str, tree: Any,
-            t0: float, *, syntax_check: bool, speculative: bool = False) -> InFlight:
+            t0: float, *, syntax_check: bool, speculative: bool = False, rest: str = "") -> InFlight:
     """The request at `offset` of `doc` as it stands now; `tree`: its parse tree, copied
-    when `syntax_check` (later didChanges edit the live one)."""
+    when `syntax_check` (later didChanges edit the live one); `rest`: the rest of the line
+    its items replace (the guard applies a text over it, as accepting it would)."""
     text = doc.text
     ls = text.rfind("\n", 0, offset) + 1
     above_end = max(ls - 1, 0)
@@ -133,5 +143,5 @@ def capture(doc: Document, offset: int, cid: str, plan: InfillPlan, key: str, tr
                 prefix_open=open_brackets(text[max(0, offset - 400): offset]))
     base_tree = tree.copy() if tree is not None and syntax_check else None
     return InFlight(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,
-                   base_tree, key, t0, speculative, revision=doc.revision,
-                   candidates=plan.candidates)
+                    base_tree, key, t0, speculative, revision=doc.revision,
+                    candidates=plan.candidates, rest=rest)

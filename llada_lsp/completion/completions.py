@@ -32,6 +32,7 @@ from llada_lsp.completion.answers import (
     word_before,
 )
 from llada_lsp.completion.cache import Shown, SuggestionCache, key_of, remember, type_through
+from llada_lsp.completion.guard import Guard
 from llada_lsp.completion.line_rest import fit, rest_of_line
 from llada_lsp.completion.plans import InfillPlan, make_plan
 from llada_lsp.completion.refining import Refiner
@@ -159,6 +160,9 @@ class CompletionService:
         rest = type_through(self.shown.get(at.uri), at.doc.text, at.offset)
         if rest is None:
             return None
+        if self.guard_at(at).breaks(rest):
+            self.counters["guard_withheld"] += 1
+            return None  # its rest would break the code as it is now: ask afresh
         return Verdict(self._serve_known(at.doc, at.offset, at.cid, rest, "type_through", at.t0,
                                          lead=at.lead, tail=at.tail))
 
@@ -191,8 +195,18 @@ class CompletionService:
             return None
         if not cached:
             return Verdict(None, "cached: no suggestion")
-        return Verdict(self._serve_known(at.doc, at.offset, at.cid, cached, "cache", at.t0, plan.kind,
-                                         self.cache.others(key), at.lead, at.tail))
+        guard = self.guard_at(at)
+        fitting = [c for c in dict.fromkeys((cached, *self.cache.others(key))) if guard.fits(c)]
+        if not fitting:
+            self.counters["guard_withheld"] += 1
+            return None  # it would break the code as it is now (outside the cache key): ask afresh
+        return Verdict(self._serve_known(at.doc, at.offset, at.cid, fitting[0], "cache", at.t0, plan.kind,
+                                         tuple(fitting[1:]), at.lead, at.tail))
+
+    def guard_at(self, at: Cursor) -> Guard:
+        """The parse-error guard of an answer at `at` (inactive with `syntaxCheck` off)."""
+        tree = (at.tree or at.doc.syntax_tree()) if self.options.syntax_check else None
+        return Guard(at.doc.language_id, at.doc.text, at.offset, at.tail, tree)
 
     async def prepare(self, at: Cursor, plan: InfillPlan) -> InFlight | Verdict:
         """The request as the engine will get it, once the engine is ready and the debounce
@@ -204,8 +218,8 @@ class CompletionService:
             if self.latest.get(at.uri) != at.serial:
                 return Verdict(None, "superseded while debouncing")
         req = capture(at.doc, at.offset, at.cid, plan, at.key, at.tree, at.t0,
-                      syntax_check=self.options.syntax_check)
-        req.lead, req.rest = at.lead, at.tail
+                      syntax_check=self.options.syntax_check, rest=at.tail)
+        req.lead = at.lead
         if at.invoked and self._wants_more(plan, at.key):
             req.candidates = self.options.invoked_alternatives
             self.counters["invoked"] += 1
@@ -259,7 +273,9 @@ class CompletionService:
 
         async def run() -> str | None:
             out = await self.settler.settle(job, req, wanted, until_done=True)
-            if not isinstance(out, str) and not out.text:
+            if not isinstance(out, str) and out.header:
+                out = await self.settler.extend(out, req, doc, wanted)
+            if not isinstance(out, str) and (not out.text or out.cut):
                 out = await self.settler.rescue(out, req, wanted)  # as a request would be
             if isinstance(out, str):
                 log.debug("speculation %s: nothing (%s)", req.cid, out)
@@ -303,11 +319,13 @@ class CompletionService:
                 self.latest.get(req.uri) == int(req.cid)
 
         out = await self.settler.settle(job, req, wanted, until_done=until_done)
-        if not isinstance(out, str) and out.event.kind == "done" and not out.text:
+        if not isinstance(out, str) and out.header:
+            out = await self.settler.extend(out, req, doc, wanted)
+        if not isinstance(out, str) and out.event.kind == "done" and (not out.text or out.cut):
             out = await self.settler.rescue(out, req, wanted)
         if isinstance(out, str):
             return Verdict(None, out)
-        text, job, ev = out.text, out.job, out.event
+        text, job, ev, kind = out.text, out.job, out.event, out.kind or req.plan.kind
         total = (time.perf_counter() - req.t0) * 1000
         req.stats.update(firstMs=total, overheadMs=max(0.0, total - req.engine_ms))
         if ev.kind == "done":
@@ -315,12 +333,12 @@ class CompletionService:
             if not text:
                 self.report.stats(req, "engine")
                 return Verdict(None, f"empty after post-processing ({req.note or 'nothing left'})")
-        self._show(req.uri, req.cid, req.doc_text, req.offset, text, req.plan.kind, out.others)
+        self._show(req.uri, req.cid, req.doc_text, req.offset, text, kind, out.others)
         self.counters["answered"] += 1
         task = asyncio.current_task()
         if task is not None:
             task.add_done_callback(lambda t: self.refiner.start(t, job, req, text))
-        return Verdict(Answer(req.cid, text, req.plan.kind, req.offset, word_before(req.spec.left),
+        return Verdict(Answer(req.cid, text, kind, req.offset, word_before(req.spec.left),
                               "engine", out.others, req.rest))
 
     def finish(self, req: InFlight, ev: EngineEvent, final_text: str | None,

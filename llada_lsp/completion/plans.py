@@ -203,3 +203,18 @@ def make_plan(text: str, offset: int, language_id: str, options: Options, *, tre
     plan = decided(Plan(max_tokens=budget, stop=stop, indent=indent, max_lines=max_lines, keep_closer=keep_closer,
                         preset=options.mode, alternatives=options.alternatives or None), options.mode)
     return InfillPlan(kind, reason, plan, ctx, indent, brace, plan.alternatives or 1)  # the one place the server asks
+
+
+def only_header(left: str, text: str, language_id: str) -> bool:
+    """`text`, a line finishing `left` (the cursor's line before the cursor), ends in a block
+    opener (`def f(x):`, `if ... {`): offered alone it leaves the block empty."""
+    return bool(text.strip()) and "\n" not in text and opens_block(left + text, language_id)
+
+
+def header_plan(text: str, offset: int, header: str, language_id: str, options: Options) -> InfillPlan | None:
+    """The plan for the body of `header` (a line answer that opens a block, `only_header`),
+    at the end of it in `text` with `header` inserted at `offset`: a block (or statements)
+    span, as after a block opener typed by the user; None when the span is not a body."""
+    full = text[:offset] + header + text[offset:]
+    plan = make_plan(full, offset + len(header), language_id, options)
+    return plan if plan.kind in ("block", "statements") and plan.engine_plan is not None else None

@@ -1,5 +1,6 @@
 """After the first answer: the engine's later events of a completion become `llada/refine`
-notifications (cleaned and checked as the answer was), then one final refinement and the
+notifications (cleaned and checked as the answer was: one that would add a parse error is
+not sent, the text shown stays), then one final refinement and the
 `llada/stats` of the completion. The done event's candidates are weighed again here: the
 one shown at the end is the first that fits, and all that fit go into the suggestion cache.
 """
@@ -49,15 +50,17 @@ class Refiner:
             if ev.kind == "error":
                 self.send_final(req, last, last, ev.step, reason="error")
                 return
-            new = self.weigh.checked(ev.text, req) if ev.text or ev.kind != "done" else last
-            others: tuple[str, ...] = ()
-            if ev.kind == "done" and ev.alternatives and ev.reason not in ("cancelled", "superseded"):
-                new, _i, others = self.weigh.pick(ev, req, self.weigh.clean(ev.text, req))
-                new = self.weigh.trim(new, req) if self.weigh.new_errors(req, new) else new
             if ev.kind == "done" and ev.reason in ("cancelled", "superseded"):
                 self.send_final(req, last, last, ev.step, reason=ev.reason)
                 self.finish(req, ev, None, ())
                 return
+            new = self.weigh.clean(ev.text, req) if ev.text or ev.kind != "done" else last
+            others: tuple[str, ...] = ()
+            if ev.kind == "done" and ev.alternatives:
+                new, _i, others = self.weigh.pick(ev, req, new)
+            if new != last and req.guard.breaks(new):
+                self.weigh.counters["refine_withheld"] += 1
+                new = last  # a refinement that would break the code is not sent
             if ev.kind == "done":
                 self.finish(req, ev, new, others)
                 self.send_final(req, last, new, ev.step)

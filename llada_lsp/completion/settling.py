@@ -1,10 +1,11 @@
 """Settling an engine job: read its events until a text is worth showing.
 
 A request's first complete draft (its final text, when the caller waits for it) is cleaned
-(`llada_lsp.completion.weighing`); one that adds a parse error waits for the engine's own edits and then
-has the error's tokens sent back for re-masking (syntax-guided edit: up to
-`syntax_remask_passes` engine passes, while a pass may help), and is trimmed to the longest
-prefix that parses when that does not fix it. Among alternatives the first candidate that
+(`llada_lsp.completion.weighing`); one that the guard (`llada_lsp.completion.guard`) says adds a
+parse error, of any plan kind, waits for the engine's own edits and candidates, then has the
+error's tokens sent back for re-masking (syntax-guided edit: up to `syntax_remask_passes`
+engine passes, while a pass may help), and is cut to the longest prefix that parses when
+that does not fix it. Among alternatives the first candidate that
 fits is the one shown (`Weigher.pick`). An answer that came out empty from fewer candidates
 is decoded again with `rescue_alternatives` of them (`Settler.rescue`). The completion
 service settles its requests and its speculations here.
@@ -18,12 +19,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from engine.api import CompletionRequest, EngineEvent
-from llada_lsp.completion.answers import InFlight, Settled
+from llada_lsp.completion.answers import InFlight, Settled, capture
+from llada_lsp.completion.plans import header_plan, only_header
 from llada_lsp.completion.postprocess import raw_spans, remask_can_help
 from llada_lsp.completion.weighing import Weigher
 from llada_lsp.engines.capabilities import Capabilities
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
 from llada_lsp.lsp.options import Options
+from llada_lsp.text.documents import Document
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +78,7 @@ class Settler:
                     return "document changed while drafting"
                 spans = self.weigh.new_errors(req, text)
                 if spans and not done:
-                    continue  # the engine's own edits may fix it; else remask at the end
-                if not done and self.weigh.line_awaits_alternatives(req, text):
-                    continue  # a broken line with candidates coming: show the one that fits
+                    continue  # the engine's edits or candidates may fix it; else remask at the end
                 req.engine_ms += (t_ev - job.submitted_at) * 1000
                 if spans and chosen == 0 and self.caps().remask and passes < self.options.syntax_remask_passes \
                         and remask_can_help(text, spans, bad[0] if bad is not None else None):
@@ -87,12 +88,15 @@ class Settler:
                         self.counters["syntax_remasks"] += 1
                         bad = (text, job, ev)
                         break
+                header = ""
                 if spans:
                     self.counters["syntax_unfixed"] += 1
+                    if req.plan.kind == "line" and not req.rest and only_header(req.spec.left, text, req.language_id):
+                        header = text
                     text = self.weigh.trim(text, req)
                 elif passes:
                     self.counters["syntax_fixed"] += 1
-                return Settled(text, job, ev, others)
+                return Settled(text, job, ev, others, header, cut=bool(spans))
             if nxt is None:
                 return "engine stream ended"
             if not req.speculative and self.jobs.get(req.uri) is job:
@@ -103,9 +107,10 @@ class Settler:
         return Capabilities.of(self.engine.info)
 
     async def rescue(self, empty: Settled, req: InFlight, wanted: Callable[[], bool]) -> Settled:
-        """An answer that came out empty, from fewer than `rescue_alternatives` candidates:
-        decode that many (the prompt is in the engine's prompt cache) and settle on the first
-        that fits. Returns `empty` when that finds nothing either (or is off)."""
+        """An answer that came out empty (or that the guard cut), from fewer than
+        `rescue_alternatives` candidates: decode that many (the prompt is in the engine's
+        prompt cache) and settle on the first that fits. Returns `empty` when that finds
+        nothing (or is off)."""
         n, plan = min(self.options.rescue_alternatives, self.caps().alternatives), empty.job.completion.plan
         if n <= req.candidates or not wanted():
             return empty
@@ -118,7 +123,36 @@ class Settler:
             self.jobs[req.uri] = job  # a newer request cancels the rescue
         req.job = job
         out = await self.settle(job, req, wanted, until_done=True)
-        if isinstance(out, str) or not out.text:
+        if isinstance(out, str) or not out.text or (out.cut and empty.text):
             return empty
         self.counters["empty_rescued"] += 1
         return out
+
+    async def extend(self, out: Settled, req: InFlight, doc: Document, wanted: Callable[[], bool]) -> Settled:
+        """A line answer withheld because it only opens a block (`out.header`, e.g. `def
+        f(x):` with nothing under it): decode its body as a block span after it
+        (`plans.header_plan`) and offer the header with its body as one block suggestion,
+        when that passes the guard. Returns `out` otherwise. `doc`: the document of `req`."""
+        if not out.header or req.lead or not wanted() or doc.text != req.doc_text:
+            return out
+        plan = header_plan(req.doc_text, req.offset, out.header, req.language_id, self.options)
+        if plan is None or plan.engine_plan is None:
+            return out
+        self.counters["header_bodies"] += 1
+        body_doc = doc.replaced(req.offset, req.offset, out.header)
+        at = req.offset + len(out.header)
+        body_req = capture(body_doc, at, req.cid, plan, req.key, body_doc.syntax_tree(), req.t0,
+                           syntax_check=self.options.syntax_check, speculative=req.speculative)
+        job = self.engine.submit(CompletionRequest(req.cid, req.uri, plan.prefix, plan.suffix, plan.engine_plan,
+                                                   out.job.request.context))
+        if self.jobs.get(req.uri) is out.job:
+            self.jobs[req.uri] = job  # a newer request cancels it
+        req.job = job
+        body = await self.settle(job, body_req, wanted, until_done=True)
+        if isinstance(body, str) or not body.text.strip():
+            return out
+        whole = req.guard.cut(out.header + body.text)
+        if not whole.startswith(out.header + "\n"):
+            return out
+        self.counters["header_bodies_shown"] += 1
+        return Settled(whole, job, body.event, kind=plan.kind)

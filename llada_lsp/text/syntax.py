@@ -194,26 +194,29 @@ def ancestors(node: ts.Node) -> list[ts.Node]:
     return out
 
 
-def _reparse_with(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
-                  after: str) -> tuple[int, ts.Tree] | None:
-    """(errors of before+after, tree of before+middle+after), reparsed incrementally from a
-    copy of `base_tree` (the tree of before+after) when given; None without a grammar."""
+def _end_point(start: tuple[int, int], fragment: str) -> tuple[int, int]:
+    rows = fragment.count("\n")
+    last = fragment[fragment.rfind("\n") + 1:]
+    return start[0] + rows, (0 if rows else start[1]) + len(last.encode("utf-8", "surrogatepass"))
+
+
+def reparse_with(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
+                  after: str, removed: str = "") -> tuple[ts.Tree, ts.Tree] | None:
+    """(tree of before+removed+after, tree of before+middle+after), the second reparsed
+    incrementally from a copy of the first (`base_tree` when given); None without a grammar."""
     parser = parser_for(language_id)
     if parser is None:
         return None
     base = base_tree if base_tree is not None else parser.parse(
-        (before + after).encode("utf-8", "surrogatepass"))
-    base_errors = count_errors(base.root_node)
+        (before + removed + after).encode("utf-8", "surrogatepass"))
     tree: Any = base.copy()
     sb = len(before.encode("utf-8", "surrogatepass"))
+    rb = len(removed.encode("utf-8", "surrogatepass"))
     mb = len(middle.encode("utf-8", "surrogatepass"))
     sp = byte_point(before, len(before))
-    rows = middle.count("\n")
-    last = middle[middle.rfind("\n") + 1:]
-    np_ = (sp[0] + rows, (0 if rows else sp[1]) + len(last.encode("utf-8", "surrogatepass")))
-    tree.edit(start_byte=sb, old_end_byte=sb, new_end_byte=sb + mb,
-              start_point=sp, old_end_point=sp, new_end_point=np_)
-    return base_errors, parser.parse((before + middle + after).encode("utf-8", "surrogatepass"), tree)
+    tree.edit(start_byte=sb, old_end_byte=sb + rb, new_end_byte=sb + mb,
+              start_point=sp, old_end_point=_end_point(sp, removed), new_end_point=_end_point(sp, middle))
+    return base, parser.parse((before + middle + after).encode("utf-8", "surrogatepass"), tree)
 
 
 def adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
@@ -223,11 +226,11 @@ def adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle:
     `base_tree`, if given, is the (current) tree of before+after: it is copied and edited, so
     the check reparses incrementally.
     """
-    res = _reparse_with(language_id, base_tree, before, middle, after)
-    return res is not None and count_errors(res[1].root_node) > res[0]
+    res = reparse_with(language_id, base_tree, before, middle, after)
+    return res is not None and count_errors(res[1].root_node) > count_errors(res[0].root_node)
 
 
-def _error_nodes(node: ts.Node, limit: int = 64) -> list[ts.Node]:
+def error_nodes(node: ts.Node, limit: int = 64) -> list[ts.Node]:
     out: list[ts.Node] = []
     stack = [node]
     while stack and len(out) < limit:
@@ -263,12 +266,20 @@ def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def error_spans(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
                 after: str) -> list[tuple[int, int]]:
     """Character spans of `middle` inside the parse errors that inserting it between `before`
-    and `after` adds ([] when it adds none). ERROR nodes are clipped to the middle; a MISSING
-    node, or an error that lies wholly outside the middle (an unclosed bracket reported at
-    the end of the file), maps to the middle's line at (or before) it."""
-    res = _reparse_with(language_id, base_tree, before, middle, after)
-    if res is None or count_errors(res[1].root_node) <= res[0] or not middle:
+    and `after` adds ([] when it adds none: no more errors than before). ERROR nodes are
+    clipped to the middle; a MISSING node, or an error that lies wholly outside the middle
+    (an unclosed bracket reported at the end of the file), maps to the middle's line at (or
+    before) it."""
+    res = reparse_with(language_id, base_tree, before, middle, after)
+    if res is None or not middle or count_errors(res[1].root_node) <= count_errors(res[0].root_node):
         return []
+    return middle_error_spans(res[1], before, middle)
+
+
+def middle_error_spans(tree: ts.Tree, before: str, middle: str) -> list[tuple[int, int]]:
+    """Character spans of `middle` (placed after `before` in the text of `tree`) inside the
+    tree's parse errors, as `error_spans` maps them; the middle's last line when none lies
+    in it."""
     sb = len(before.encode("utf-8", "surrogatepass"))
     mdata = middle.encode("utf-8", "surrogatepass")
     me = sb + len(mdata)
@@ -278,7 +289,7 @@ def error_spans(language_id: str, base_tree: ts.Tree | None, before: str, middle
         return len(mdata[:k].decode("utf-8", "ignore"))
 
     spans: list[tuple[int, int]] = []
-    for node in _error_nodes(res[1].root_node):
+    for node in error_nodes(tree.root_node):
         s, e = node.start_byte, node.end_byte
         if node.is_missing or e <= s:
             if sb <= s <= me:

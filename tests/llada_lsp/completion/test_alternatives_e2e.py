@@ -9,16 +9,20 @@ from typing import Any
 import pytest
 
 from tests.llada_lsp.lsp_helpers import (
-    complete_after,
+    DATA,
+    inline,
     needs_model,
+    open_doc,
     poll,
+    position_of,
     session_fixture,
 )
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), needs_model]
 
 INIT = {"mode": "quality", "maxTokens": {"line": 12, "statements": 16, "block": 24}}
-# line completions in the shapes file: the cursor right after each needle
+# line completions in the shapes file: the cursor right after each needle, the rest of its line
+# gone (a suggestion must finish the line: the parse-error guard withholds one that does not)
 NEEDLES = ["        b = ", "        return math.", "    name = "]
 
 
@@ -28,7 +32,11 @@ client = session_fixture(INIT)
 async def test_quality_mode_decodes_and_weighs_alternatives(client: Any) -> None:
     seen = []
     for j, needle in enumerate(NEEDLES):
-        _, res = await complete_after(client, needle, f"alt{j}.py")
+        text = (DATA / "shapes.py.txt").read_text()
+        i = text.index(needle) + len(needle)
+        text = text[:i] + text[text.index("\n", i):]
+        uri = open_doc(client, "shapes.py.txt", "python", text=text, uri=(DATA / f"alt{j}.py").as_uri())
+        res = await inline(client, uri, position_of(text, needle))
         if not res or not res.items or res.items[0].command is None:
             continue
         cid = str(res.items[0].command.arguments[0])

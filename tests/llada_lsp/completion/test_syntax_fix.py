@@ -139,7 +139,7 @@ def test_no_remask_when_it_cannot_change_the_text() -> None:
     assert answer is None and engine.remasks == [] and svc.counters["syntax_unfixed"] == 1
     # a remask that changed nothing is not repeated
     engine = Scripted("    y = w * h\n    x = = :", ["    y = w * h\n    x = = :", "    y = w * h"])
-    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2)
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=2, rescueAlternatives=0)
     answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
     assert answer is not None and answer.text == "y = w * h"
     assert len(engine.remasks) == 1 and svc.counters["syntax_trimmed"] == 1
@@ -156,7 +156,7 @@ def test_remask_can_help() -> None:
 
 def test_no_remask_when_disabled_trims_instead() -> None:
     engine = Scripted("    y = w * h\n    x = = :", [])
-    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=0)
+    svc, _ = _service(engine, BEFORE + "    " + AFTER, syntaxRemaskPasses=0, rescueAlternatives=0)
     answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
     assert answer is not None and answer.text == "y = w * h"
     assert engine.remasks == [] and svc.counters["syntax_trimmed"] == 1
@@ -211,16 +211,15 @@ def test_alternatives_first_fitting_candidate_is_shown(alternatives: tuple[str, 
 
 @pytest.mark.parametrize("alternatives", [1, 4])
 def test_a_broken_line_waits_for_the_alternatives(alternatives: int) -> None:
-    """Lines are not syntax-checked, but with alternatives coming a first draft that adds a
-    parse error waits for them: the answer is the first that fits. Without alternatives the
-    line is shown at once, as before."""
+    """A line is checked as every suggestion is (the guard, issue 51): a first draft that adds
+    a parse error waits for the candidates and the answer is the first that fits; the broken
+    line is never shown."""
     engine = Scripted("w * (h", [], ("w + = h", "w * h", "h * w"))
     svc, sent = _service(engine, BEFORE + "    return " + AFTER, alternatives=alternatives)
     answer = _run(lambda: svc.complete("file:///a.py", 1, 11))
     assert answer is not None and svc.last_plan["kind"] == "line"
-    assert answer.text == ("w * h" if alternatives > 1 else "w * (h")
-    if alternatives > 1:
-        assert svc.counters["alternative_shown"] == 1
+    assert answer.text == "w * h"
+    assert svc.counters["alternative_shown"] == 1
 
 
 def test_invoked_request_answers_every_fitting_candidate() -> None:
@@ -228,9 +227,10 @@ def test_invoked_request_answers_every_fitting_candidate() -> None:
     each one that fits, distinct, in rank order; the cache keeps them for later requests. An
     automatic request in speedy mode decodes one candidate, as before."""
     engine = Scripted("w * (h", [], ("w + = h", "w * h", "h * w", "w * h"), only_when_asked=True)
-    svc, _ = _service(engine, BEFORE + "    return " + AFTER, mode="speedy", invokedAlternatives=3)
+    svc, _ = _service(engine, BEFORE + "    return " + AFTER, mode="speedy", invokedAlternatives=3,
+                      rescueAlternatives=0)
     first = _run(lambda: svc.complete("file:///a.py", 1, 11))
-    assert first is not None and (first.text, first.others) == ("w * (h", ())
+    assert first is None  # its one candidate adds a parse error (no rescue here)
     assert engine.requests[0].plan.alternatives == 1  # the mode's default, sent explicit
     invoked = _run(lambda: svc.complete("file:///a.py", 1, 11, invoked=True))
     assert invoked is not None and invoked.source == "engine"
@@ -317,7 +317,7 @@ def test_a_speculation_that_comes_out_empty_is_rescued_too() -> None:
 def test_the_recipe_ends_early_with_its_reason() -> None:
     """`complete`'s steps end a request with a verdict: no suggestion, no engine job, and the
     reason counted (llada/debugInfo's emptyReasons); once the engine is ready, an answer."""
-    engine = Scripted("    return w * h", [])
+    engine = Scripted("th = w * h", [])
     text = BEFORE + "    " + AFTER
     off, _ = _service(engine, text, languages=["go"])
     assert _run(lambda: off.complete("file:///a.py", 1, 4)) is None
