@@ -59,7 +59,7 @@ class DaemonConfig:
     deadline_s: float = 30.0
     register: bool = True  # write the per-user runtime file
     runtime_dir: Path | None = None
-    idle_exit_s: float = 600.0  # no client and no request for this long: exit (0: never; engine.daemon.lifetime)
+    idle_exit_s: float = lifetime.DEFAULT_IDLE_EXIT_S  # no client and no request for this long: exit (0: never; engine.daemon.lifetime)
     max_connections: int = 64  # authenticated connections; more get HTTP 503 at the handshake
     preauth_connections: int = 16  # connections not (yet) authenticated, in all; more: 503
     preauth_per_address: int = 4  # of those, from one address
