@@ -10,6 +10,7 @@ checker cannot pass."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from import_rules import Rules, check, cycles, matches, part_graph, part_of, sca
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _named(graph: dict[str, object], package: str, module: str) -> str:
+def _named(graph: Mapping[str, object], package: str, module: str) -> str:
     """The one module of `package` called `module`, in whichever group it lives."""
     found = [m for m in graph if matches(m, [f"{package}.**.{module}"])]
     assert len(found) == 1, (module, found)
