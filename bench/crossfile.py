@@ -67,7 +67,6 @@ from engine.train.crossfile import (  # noqa: E402
 )
 
 CROSS_ARMS = ("none", "near", "defs", "server")
-ORDINARY_ARMS = ("none", "unrelated")
 PER_FILE = 3  # tasks per target file at most (spread over files)
 BOOT = 2000
 

@@ -7,7 +7,7 @@ the websocket daemon and the benches all speak these types (they are JSON-friend
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from engine.presets import PRESET_ALTERNATIVES
@@ -131,7 +131,7 @@ class CompletionRequest:
 
 @dataclass(frozen=True)
 class TextEdit:
-    """Replace text[start:end] (character offsets into the previous event's text)."""
+    """Replace text[start:end] (character offsets into the old text: `diff_edits`)."""
 
     start: int
     end: int
@@ -143,7 +143,9 @@ class EngineEvent:
     kind: EventKind
     request_id: str
     text: str  # the whole middle as it stands now, already cut at the stop rule
-    edits: tuple[TextEdit, ...] = ()  # against the previous event's text
+    # (no edits against the previous event's text: the language server diffs the texts it
+    # shows, `Reporter.refine`; the rest by keyword, so that no positional `edits` survives)
+    _: KW_ONLY
     step: int = 0  # forwards so far
     draft_complete: bool = False  # every position of the span is committed: show it
     reason: DoneReason | None = None  # set on "done"
@@ -154,13 +156,13 @@ class EngineEvent:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["edits"] = [asdict(e) for e in self.edits]
         d["alternatives"] = list(self.alternatives)
         return d
 
 
 def diff_edits(old: str, new: str) -> tuple[TextEdit, ...]:
-    """The smallest single edit that turns `old` into `new` (common prefix and suffix kept)."""
+    """The smallest single edit that turns `old` into `new` (common prefix and suffix kept):
+    the language server's `llada/refine` edits against the suggestion it showed."""
     if old == new:
         return ()
     n = min(len(old), len(new))

@@ -47,7 +47,6 @@ from engine.prompt.tokenizer import load_prompt_format, load_tokenizer, special_
 
 EMBEDDED_MAX_PROMPT = 448  # the embedded model trained on <= 128 suffix + 320 prefix tokens
 REAL_MAX_PROMPT = 4096  # real checkpoints' default prompt budget (capped by context and max_len)
-DEFAULT_MAX_PROMPT = EMBEDDED_MAX_PROMPT
 EMBEDDED_MAX_LEN = 2048
 REAL_MAX_LEN = REAL_MAX_PROMPT + 512  # a 4k prompt and a 512-token middle
 GEN_RESERVE = 512  # canvas positions the default budget leaves to the middle (at most a quarter)

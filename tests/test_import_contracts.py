@@ -2,13 +2,15 @@
 kernels import neither; the server reaches torch only lazily through its in-process engine
 client; a policy never imports the scheduler or the daemon; nothing the server or the daemon
 runs imports the training code; the engine's parts (engine.decoding, engine.service, ...,
-kernels) import one way, and the server's, the kernels' and decoding's modules have no cycle,
-type-only imports counted (the step loop sees `engine.decoding.host.Host`, not the text
-engine). Then the checker itself, on a fake tree that breaks every rule, so that a silent
+kernels) and the server's groups (llada_lsp.text, .engines, ..., the options apart) import one
+way, and no two modules of the server, the kernels or the engine import each other, within a
+part or group too, type-only imports counted (the step loop sees `engine.decoding.host.Host`,
+not the text engine; a daemon connection sees `DaemonSide`, not the daemon). Then the checker itself, on a fake tree that breaks every rule, so that a silent
 checker cannot pass."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from import_rules import Rules, check, cycles, matches, part_graph, part_of, sca
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _named(graph: dict[str, object], package: str, module: str) -> str:
+def _named(graph: Mapping[str, object], package: str, module: str) -> str:
     """The one module of `package` called `module`, in whichever group it lives."""
     found = [m for m in graph if matches(m, [f"{package}.**.{module}"])]
     assert len(found) == 1, (module, found)
@@ -150,7 +152,12 @@ def test_the_rules_name_the_real_modules() -> None:
     assert part_of("kernels.moe", rules.parts) == "kernels"
     assert {"engine.decoding", "engine.service", "engine.model", "engine.prompt", "engine.daemon",
             "kernels"} <= set(part_graph(graph, rules.parts))
-    for name in ("llada_lsp.completions", "kernels.moe", "engine.decoding.scheduler"):
+    assert part_of("llada_lsp.nextedit.next_edit", rules.parts) == "llada_lsp.nextedit"
+    assert part_of("llada_lsp.cli", rules.parts) == "llada_lsp.cli"  # a command: a group of its own
+    assert {"llada_lsp.text", "llada_lsp.engines", "llada_lsp.context", "llada_lsp.completion",
+            "llada_lsp.nextedit", "llada_lsp.lsp"} <= set(part_graph(graph, rules.parts))
+    for name in ("llada_lsp.completions", "kernels.moe", "engine.decoding.scheduler",
+                 "engine.daemon.server", "engine.daemon.runtime", "engine.train.train"):
         assert matches(name, rules.acyclic), name
 
 
@@ -188,7 +195,11 @@ FAKE = {
     "engine/heavy.py": "import torch\n",
     "engine/daemon/__init__.py": "",
     "engine/daemon/scheduler.py": "from engine.policies import greedy\n",
-    "engine/daemon/server.py": ("def serve():\n    from engine import trainer_glue\n"),
+    "engine/daemon/server.py": ("from engine.daemon import connection\n\ndef serve():\n"
+                                "    from engine import trainer_glue\n"),
+    # two files of one part, tied only by an annotation
+    "engine/daemon/connection.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                    "    from engine.daemon.server import Daemon\n"),
     "engine/trainer_glue.py": "from engine.train.loop import fit\n",
     "engine/train/__init__.py": "",
     "engine/train/loop.py": "def fit():\n    pass\n",
@@ -207,6 +218,14 @@ FAKE = {
     "llada_lsp/server.py": ("from typing import TYPE_CHECKING\nfrom llada_lsp import plans\n"
                             "if TYPE_CHECKING:\n    import torch\n"),
     "llada_lsp/plans.py": "from llada_lsp import server\nfrom engine.heavy import x\n",
+    # two server groups: lsp imports nextedit, which imports lsp's framing (a cycle) and its
+    # options (a group apart: no cycle)
+    "llada_lsp/lsp/__init__.py": "",
+    "llada_lsp/lsp/options.py": "",
+    "llada_lsp/lsp/framing.py": "",
+    "llada_lsp/lsp/limits.py": "from llada_lsp.nextedit import edits\n",
+    "llada_lsp/nextedit/__init__.py": "",
+    "llada_lsp/nextedit/edits.py": "from llada_lsp.lsp.options import Options\nfrom llada_lsp.lsp import framing\n",
     "llada_lsp/engine_client.py": ("import transformers\n\ndef load():\n"
                                    "    import torch\n    from engine import heavy\n"),
 }
@@ -256,7 +275,16 @@ def test_the_checker_reports_each_broken_rule(fake_tree: Path) -> None:
     # the server's modules importing each other
     assert hit("import cycle: llada_lsp.plans (llada_lsp.plans:1) -> llada_lsp.server "
                "(llada_lsp.server:2) -> llada_lsp.plans: modules of llada_lsp import one way"), text
-    assert len(found) == 10, text
+    # two server groups importing each other; the options, a group apart, close no cycle
+    assert hit("import cycle between parts: llada_lsp.lsp (llada_lsp.lsp.limits:1) -> llada_lsp.nextedit "
+               "(llada_lsp.nextedit.edits:2) -> llada_lsp.lsp: parts import one way"), text
+    assert "options" not in text, text
+    # two files of one part, through a type-only import (and the cross-part cycles file by file)
+    assert hit("import cycle: engine.daemon.connection (engine.daemon.connection:3 type-only) -> "
+               "engine.daemon.server (engine.daemon.server:1) -> engine.daemon.connection: modules of "
+               "engine import one way"), text
+    assert hit("import cycle: engine.decoding.loop (engine.decoding.loop:3 type-only) -> engine.service"), text
+    assert len(found) == 15, text
 
 
 def test_the_checker_finds_cycles(fake_tree: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.api import CompletionRequest, Plan
+from engine.daemon.lifetime import DEFAULT_IDLE_EXIT_S
 from engine.presets import DEFAULT_PRESET
 
 if TYPE_CHECKING:
@@ -276,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest a request may run (clients send shorter deadlines of their own)")
     s.add_argument("--prompt-cache", type=int, help="prompt cache entries (default 2 x max batch; 0 disables it)")
     s.add_argument("--no-register", action="store_true", help="do not write the per-user runtime file")
-    s.add_argument("--idle-exit", type=float, default=600.0, metavar="SECONDS",
+    s.add_argument("--idle-exit", type=float, default=DEFAULT_IDLE_EXIT_S, metavar="SECONDS",
                    help="exit after this long with no client and no request (default 600; 0: never)")
     s.add_argument("--trust-remote-code", action="store_true",
                    help="allow a checkpoint's own modeling code for architectures without a native adapter")

@@ -17,20 +17,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Protocol
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from engine.api import EngineEvent
 from engine.daemon import protocol as P
+from engine.daemon.config import DaemonConfig
 from engine.decoding.rejections import Rejection
 
 if TYPE_CHECKING:
-    from engine.daemon.server import Daemon
+    from engine.decoding.scheduler import Scheduler
 
 Close = tuple[int, str]
 LINGER_S = 30.0  # a closed connection's queued bytes wait this long for a slow reader
+
+
+class DaemonSide(Protocol):
+    """What a connection reads and calls of its daemon (`engine.daemon.server.Daemon`)."""
+
+    @property
+    def cfg(self) -> DaemonConfig: ...
+    @property
+    def scheduler(self) -> Scheduler: ...
+    @property
+    def refused(self) -> Counter[str]: ...  # connections refused or cut off, by cause
+    @property
+    def names(self) -> set[str]: ...  # the names a `complete` may give the loaded model
+    @property
+    def info(self) -> dict[str, Any]: ...
+    @property
+    def max_prompt_chars(self) -> int: ...
+
+    def authenticated(self, address: str) -> None: ...
+    def hello(self, ref: str | None, trusted: bool = False) -> dict[str, Any]: ...
+    def health(self, ref: str | None, trusted: bool = False) -> dict[str, Any]: ...
+    def stats(self, ref: str | None, trusted: bool = False) -> dict[str, Any]: ...
 
 
 def token_matches(given: str | None, expected: str) -> bool:
@@ -41,7 +65,7 @@ def token_matches(given: str | None, expected: str) -> bool:
 
 
 class Connection:
-    def __init__(self, daemon: Daemon, ws: ServerConnection, cid: int, header_authed: bool) -> None:
+    def __init__(self, daemon: DaemonSide, ws: ServerConnection, cid: int, header_authed: bool) -> None:
         self.d, self.cfg, self.ws, self.id = daemon, daemon.cfg, ws, cid
         self.trusted = header_authed  # proved the token: may see the daemon's pid and model path
         self.authed = header_authed or not daemon.cfg.token

@@ -3,7 +3,9 @@ user stopped stays stopped (no editor's auto-start brings it back) until asked e
 
 The hold is the runtime dir's `engine.hold` (mode 0600): `{"until": <unix time> | null}`
 (null: until an explicit start: `llada-engine serve`, or an editor's restart command, which
-starts the language server with LLADA_ENGINE_RESTART=1). No torch here.
+starts the language server with LLADA_ENGINE_RESTART=1). No torch here. `write_private`, the
+atomic owner-only write, is here for the runtime dir's files too (engine.daemon.runtime
+imports this module, not the other way round).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,14 +23,21 @@ HOLD_NAME = "engine.hold"
 DEFAULT_IDLE_EXIT_S = 600.0
 
 
+def write_private(path: Path, text: str) -> None:
+    """Atomic write of a file only its owner can read."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 def _hold_file(directory: Path) -> Path:
     return directory / HOLD_NAME
 
 
 def set_hold(directory: Path, seconds: float | None) -> None:
     """Keep the daemon stopped: for `seconds`, or (None) until an explicit start."""
-    from engine.daemon.runtime import write_private
-
     until = None if seconds is None else time.time() + seconds
     write_private(_hold_file(directory), json.dumps({"until": until}) + "\n")
 

@@ -18,7 +18,6 @@ from engine.api import (
     EngineEvent,
     Names,
     Plan,
-    TextEdit,
 )
 from engine.decoding.rejections import Rejection, RejectKind
 
@@ -254,18 +253,19 @@ def event_message(ev: EngineEvent, code: str | None = None) -> dict[str, Any]:
 
 
 def error_message(code: str, message: str, request_id: str | None = None) -> dict[str, Any]:
-    return {"type": "error", "id": request_id, "code": code, "error": message, "text": "", "edits": []}
+    return {"type": "error", "id": request_id, "code": code, "error": message, "text": ""}
 
 
 def event_from_message(d: dict[str, Any]) -> EngineEvent:
-    """The client side of `event_message` (draft, edit, done or error)."""
-    edits = tuple(TextEdit(int(e["start"]), int(e["end"]), str(e["text"])) for e in d.get("edits") or ())
+    """The client side of `event_message` (draft, edit, done or error); unknown fields are
+    ignored (an older daemon's `edits`, too)."""
     err = d.get("error")
     if d["type"] == "error" and d.get("code"):
         err = f"{d['code']}: {err}"
-    return EngineEvent(d["type"], str(d.get("id") or ""), str(d.get("text") or ""), edits,
-                       int(d.get("step") or 0), bool(d.get("draft_complete")), d.get("reason"),
-                       err, d.get("stats"), tuple(str(t) for t in d.get("alternatives") or ()))
+    return EngineEvent(d["type"], str(d.get("id") or ""), str(d.get("text") or ""),
+                       step=int(d.get("step") or 0), draft_complete=bool(d.get("draft_complete")),
+                       reason=d.get("reason"), error=err, stats=d.get("stats"),
+                       alternatives=tuple(str(t) for t in d.get("alternatives") or ()))
 
 
 def complete_message(req: CompletionRequest, deadline_ms: int | None = None,

@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.daemon import child
+from engine.daemon import child, lifetime
+from engine.daemon.lifetime import write_private
 from engine.model import model_path
 
 RUNTIME_NAME = "engine.json"
@@ -95,15 +96,6 @@ def open_private_log(path: Path) -> int:
 
 def runtime_file(directory: Path | None = None) -> Path:
     return (directory or runtime_dir()) / RUNTIME_NAME
-
-
-def write_private(path: Path, text: str) -> None:
-    """Atomic write of a file only its owner can read."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def write_runtime(info: dict[str, Any], directory: Path | None = None) -> Path:
@@ -221,8 +213,6 @@ def ensure_daemon(model: str | None = None, mode: str | None = None, device: str
     """The user's running daemon, or a new one started detached (one, even when several
     editors call this at once: the lock file serialises the start). After `llada-engine
     stop`, DaemonHeld unless `explicit` (the user asked for a restart: the hold ends)."""
-    from engine.daemon import lifetime
-
     d = secure_dir(directory) if directory is not None else runtime_dir()
     info = live_daemon(d)
     if info is not None:

@@ -25,9 +25,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Request, Response, ServerConnection, serve
@@ -35,6 +33,7 @@ from websockets.asyncio.server import Request, Response, ServerConnection, serve
 from engine.api import MAX_ALTERNATIVES, CompletionRequest, EngineEvent, Plan
 from engine.daemon import lifetime, runtime
 from engine.daemon import protocol as P
+from engine.daemon.config import DaemonConfig
 from engine.daemon.connection import Connection, token_matches
 from engine.decoding.policies import POLICIES, PRESETS
 from engine.decoding.scheduler import Scheduler
@@ -44,30 +43,6 @@ log = logging.getLogger(__name__)
 SERVER_NAME = "llada-engine/0.1.0"
 MIN_PROMPT_CHARS = 16_384  # prompts are trimmed to max_prompt_tokens; far longer ones are refused
 CHARS_PER_PROMPT_TOKEN = 32
-
-
-@dataclass
-class DaemonConfig:
-    host: str = "127.0.0.1"
-    port: int = 0
-    token: str | None = None
-    max_batch: int = 8
-    max_prompt_tokens: int = 448
-    max_prompt_chars: int | None = None  # default: max(MIN_PROMPT_CHARS, 32 x max_prompt_tokens)
-    max_new_tokens: int = 512
-    max_message_bytes: int = P.DEFAULT_MAX_MESSAGE
-    deadline_s: float = 600.0  # the longest; clients send their own (llada_lsp.engines.pace)
-    register: bool = True  # write the per-user runtime file
-    runtime_dir: Path | None = None
-    idle_exit_s: float = 600.0  # no client and no request for this long: exit (0: never; engine.daemon.lifetime)
-    max_connections: int = 64  # authenticated connections; more get HTTP 503 at the handshake
-    preauth_connections: int = 16  # connections not (yet) authenticated, in all; more: 503
-    preauth_per_address: int = 4  # of those, from one address
-    hello_timeout_s: float = 10.0  # to authenticate (token daemons), else close 1008
-    preauth_messages: int = 4  # messages answered before authentication; one more: close 1008
-    preauth_bytes: int = 16_384  # largest frame before authentication (larger: close 1009)
-    max_backlog_bytes: int = 8 << 20  # replies queued unread; more: close 1013 (slow reader)
-    close_timeout_s: float = 2.0  # a close handshake longer than this drops the TCP connection
 
 
 class Daemon:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent, EventKind, diff_edits
+from engine.api import CompletionRequest, EngineEvent, EventKind
 from engine.decoding.decode import Sequence, TokenEvent
 from engine.decoding.host import Host
 
@@ -29,12 +29,12 @@ class TextStream:
         if self.first_draft_ms is None and ev.complete:
             self.first_draft_ms = (time.perf_counter() - self.t0) * 1000
             self.prev = text
-            return EngineEvent("draft", rid, text, diff_edits(prev, text), ev.step, True)
+            return EngineEvent("draft", rid, text, step=ev.step, draft_complete=True)
         if text == prev:
             return None
         self.prev = text
         kind: EventKind = "draft" if self.first_draft_ms is None else "edit"
-        return EngineEvent(kind, rid, text, diff_edits(prev, text), ev.step, self.first_draft_ms is not None)
+        return EngineEvent(kind, rid, text, step=ev.step, draft_complete=self.first_draft_ms is not None)
 
     def finish(self, ev: TokenEvent, extra: dict[str, Any] | None = None,
                forks: list[Sequence] | None = None) -> EngineEvent:
@@ -53,5 +53,5 @@ class TextStream:
                  "queue_ms": self.queue_ms,
                  "first_draft_ms": self.first_draft_ms if self.first_draft_ms is not None else total,
                  "total_ms": total, "min_confidence": min_conf, **(extra or {})}
-        return EngineEvent("done", self.req.request_id, text, diff_edits(self.prev, text), seq.forwards, True,
+        return EngineEvent("done", self.req.request_id, text, step=seq.forwards, draft_complete=True,
                            reason=ev.reason, stats=stats, alternatives=alts)

@@ -1,7 +1,8 @@
 """transformers integration: `AutoModel.from_pretrained(dir)` loads the native model.
 
-`register()` adds the "llada_lsp" model type to transformers' Auto classes; importing
-`engine` calls it lazily through `engine.model.hf.register`. No remote code is involved.
+`register()` adds the "llada_lsp" model type to transformers' Auto classes. Nothing calls it
+for you (importing `engine` never imports transformers): call `engine.model.hf.register()`
+before `from_pretrained` (README, "Models"). No remote code is involved.
 """
 
 from __future__ import annotations

@@ -116,5 +116,19 @@ def read_text(f: SourceFile) -> str | None:
     return text if "\x00" not in text else None
 
 
+def load_texts() -> tuple[list[str], list[float], list[str]]:
+    """The training texts with their sampling weights (a standard-library file weighs twice a
+    package's), and the held-out standard-library texts."""
+    train, held = split()
+    texts, weights = [], []
+    for f in train:
+        t = read_text(f)
+        if t is not None and t.strip():
+            texts.append(t)
+            weights.append(2.0 if f.key.startswith("stdlib/") else 1.0)
+    held_texts = [t for f in held if f.key.startswith("stdlib/") and (t := read_text(f))]
+    return texts, weights, held_texts
+
+
 if __name__ == "__main__":
     main()

@@ -171,7 +171,7 @@ def main() -> None:
     from engine.model.checkpoint import load_checkpoint
     from engine.model.loader import resolve_dtype
     from engine.prompt.tokenizer import load_tokenizer
-    from engine.train.train import load_texts
+    from engine.train.corpus import load_texts
 
     dtype = resolve_dtype(args.dtype, "cpu")
     model = load_checkpoint(args.model).to(dtype).eval()

@@ -133,7 +133,7 @@ def probe(seconds: float, workers: int, batch: int) -> dict[str, float]:
 
     from engine.model.checkpoint import EMBEDDED_DIR
     from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
-    from engine.train.train import load_texts
+    from engine.train.corpus import load_texts
 
     texts, weights, _ = load_texts()
     tok = load_tokenizer(EMBEDDED_DIR)

@@ -26,25 +26,13 @@ from engine.model.checkpoint import save_checkpoint
 from engine.model.native import ModelConfig, Transformer, preset
 from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.bank import BankSampler, TokenBank
-from engine.train.corpus import read_text, split
+from engine.train.corpus import load_texts, read_text, split
 from engine.train.crossfile import CrossfileStream
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
 from engine.train.distill import load_rows
 from engine.train.echo import Echo, batch_index, echo_batch
 from engine.train.parallel import BuildSpec, ParallelStream, pick_transport
 from engine.train.speed import StepProfile, candidates, pick
-
-
-def load_texts() -> tuple[list[str], list[float], list[str]]:
-    train, held = split()
-    texts, weights = [], []
-    for f in train:
-        t = read_text(f)
-        if t is not None and t.strip():
-            texts.append(t)
-            weights.append(2.0 if f.key.startswith("stdlib/") else 1.0)
-    held_texts = [t for f in held if f.key.startswith("stdlib/") and (t := read_text(f))]
-    return texts, weights, held_texts
 
 
 def crossfile_stream(tokenizer: Path, block: int, seed: int) -> CrossfileStream:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine.api import CompletionRequest, EngineEvent, diff_edits
+from engine.api import CompletionRequest, EngineEvent
 from engine.decoding.stops import cut_text
 from engine.prompt.builder import PromptBuilder
 from llada_lsp.engines import http_client as http
@@ -369,7 +369,7 @@ class SglangEngineClient(EngineClient):
                 blocks += 1
                 first_at = first_at or time.perf_counter()
             new, fired = cut_text(b.answer(ids, loose, "", tail), plan)
-            self.deliver(job, EngineEvent("draft", rid, new, edits=diff_edits(text, new), step=blocks, draft_complete=True))
+            self.deliver(job, EngineEvent("draft", rid, new, step=blocks, draft_complete=True))
             text = new
             if fired or finish is not None:
                 if finish is None:

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from engine.api import CompletionRequest, EngineEvent, diff_edits  # noqa: E402
+from engine.api import CompletionRequest, EngineEvent  # noqa: E402
 from llada_lsp import cli  # noqa: E402
 from llada_lsp.engines.engine_base import EngineClient, EngineJob, Progress  # noqa: E402
 from llada_lsp.lsp import server
@@ -64,8 +64,7 @@ class ScriptedEngine(EngineClient):
             if k > 0 and not self._await_go(k, job):
                 job.push(EngineEvent("done", rid, prev, step=k, reason="superseded"))
                 return
-            job.push(EngineEvent("draft" if k == 0 else "edit", rid, text, edits=diff_edits(prev, text),
-                                 step=k + 1, draft_complete=True))
+            job.push(EngineEvent("draft" if k == 0 else "edit", rid, text, step=k + 1, draft_complete=True))
             (self.control / f"pushed-{k}").write_text(f"{time.time() * 1000:.3f}")
             prev = text
         others = OTHERS if (req.plan.alternatives or 1) > 1 else ()

@@ -57,8 +57,8 @@ class ScriptedEngine(EngineClient):
         job = EngineJob(request, asyncio.get_running_loop())
         rid = request.request_id
         for step, text in enumerate(drafts, 1):
-            job.push(EngineEvent("draft", rid, text, (), step, True))
-        job.push(EngineEvent("done", rid, done, (), len(drafts) + 1, True, reason="stop_rule",
+            job.push(EngineEvent("draft", rid, text, step=step, draft_complete=True))
+        job.push(EngineEvent("done", rid, done, step=len(drafts) + 1, draft_complete=True, reason="stop_rule",
                              stats={"forwards": len(drafts) + 1}, alternatives=alternatives))
         job.finished = True
         return job

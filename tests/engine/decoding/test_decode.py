@@ -1,5 +1,5 @@
 """Decoder contracts on a tiny random model: determinism, events, stop, budget, end, remask.
-(Cancelling between forwards is the step loop's: tests/engine/daemon/test_scheduler.py and
+(Cancelling between forwards is the step loop's: tests/engine/decoding/test_scheduler.py and
 tests/engine/test_service.py.)"""
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class CorruptingEngine(InProcessEngine):
 
     def deliver(self, job: EngineJob, ev: EngineEvent) -> None:
         if isinstance(job, DraftJob):
-            ev = dataclasses.replace(ev, text=corrupt(ev.text), edits=())
+            ev = dataclasses.replace(ev, text=corrupt(ev.text))
         super().deliver(job, ev)
 
 

@@ -1,4 +1,5 @@
-"""Unit tests of the pure helpers: positions, options, plans, context, post-processing, cache."""
+"""Unit tests of the pure helpers: refine edits, options, plans, context, post-processing, cache
+(the text group's own: tests/llada_lsp/text/)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from lsprotocol import types as t
 
 from llada_lsp.completion.cache import SuggestionCache, key_of, remember, type_through
 from llada_lsp.completion.context import trim_context
@@ -15,38 +15,15 @@ from llada_lsp.completion.plans import choose_kind, indent_unit, make_plan
 from llada_lsp.completion.postprocess import Spec, clean, first_fitting, open_brackets, syntax_trim
 from llada_lsp.completion.reporting import edits_between
 from llada_lsp.lsp.options import OptionsError, parse_options
-from llada_lsp.text.documents import Document, looks_binary
-from llada_lsp.text.positions import LineIndex, chars_for_units, text_position, units
-from llada_lsp.text.syntax import adds_error, grammar, normalize_language
+from llada_lsp.text.documents import Document
+from llada_lsp.text.positions import text_position
+from llada_lsp.text.syntax import adds_error
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ROOT = Path(__file__).resolve().parents[3]
 
 
-# -- positions -----------------------------------------------------------------------------
-def test_units_and_back() -> None:
-    s = "a€😀b"  # 1, 3, 4 bytes; 1, 1, 2 UTF-16 units
-    assert units(s, "utf-8") == 1 + 3 + 4 + 1
-    assert units(s, "utf-16") == 5
-    assert units(s, "utf-32") == 4
-    assert chars_for_units(s, 4, "utf-8") == 2
-    assert chars_for_units(s, 3, "utf-16") == 2  # inside the surrogate pair: its start
-    assert chars_for_units(s, 4, "utf-16") == 3
-    assert chars_for_units(s, 99, "utf-16") == 4
-
-
-def test_line_index_clamps_and_crlf() -> None:
-    text = "ab\r\ncd😀e\nlast"
-    idx = LineIndex.of(text)
-    assert idx.line_text(0) == "ab"
-    assert idx.offset(0, 99, "utf-16") == 2  # clamped before \r\n
-    assert idx.offset(1, 4, "utf-16") == text.index("e")
-    assert idx.offset(9, 0, "utf-16") == len(text)
-    assert idx.position(text.index("e"), "utf-8") == (1, 6)
-    assert idx.is_valid(2, 4, "utf-16") and not idx.is_valid(2, 5, "utf-16")
-    assert not idx.is_valid(3, 0, "utf-16")
-
-
+# -- refine edits ----------------------------------------------------------------------------
 def test_text_position_and_refine_edits() -> None:
     assert text_position("ab\ncd", 4, "utf-16") == (1, 1)
     edits = edits_between("x = 1\ny = 2", "x = 1\ny = 3", "utf-16")
@@ -73,68 +50,6 @@ def test_options_camel_case_nested_and_errors() -> None:
         parse_options({"engine": "http://x"})
     clamped, warnings = parse_options({"alternatives": 9})  # out of range: clamped (issue 41)
     assert clamped.alternatives == 8 and "alternatives" in warnings[0]
-
-
-# -- syntax and documents ------------------------------------------------------------------
-@pytest.mark.parametrize("lid", ["python", "javascript", "typescript", "typescriptreact", "go",
-                                 "rust", "java", "c", "cpp", "lua"])
-def test_grammars_load(lid: str) -> None:
-    assert grammar(lid) is not None
-
-
-def test_language_from_extension() -> None:
-    assert normalize_language("plaintext", "file:///a/b.rs") == "rust"
-    assert normalize_language("", "file:///a/b.tsx") == "typescriptreact"
-    assert normalize_language("cobol", "file:///a/b.cbl") == "cobol"
-
-
-def test_incremental_tree_matches_full_parse() -> None:
-    text = (DATA / "shapes.py.txt").read_text()
-    doc = Document("file:///s.py", "python", 1, text, 10**6)
-    doc.syntax_tree()
-    i = text.index("    return Point(0.0, 0.0)")
-    for ch in "    n = len(points)\n":  # type it character by character
-        line, col = doc.index.position(i, "utf-16")
-        rng = t.Range(t.Position(line, col), t.Position(line, col))
-        doc.apply_change(t.TextDocumentContentChangePartial(range=rng, text=ch), "utf-16")
-        i += 1
-    # and delete a range spanning lines
-    start = doc.text.index("def scale")
-    a, b = doc.index.position(start, "utf-16"), doc.index.position(start + 30, "utf-16")
-    doc.apply_change(t.TextDocumentContentChangePartial(
-        range=t.Range(t.Position(*a), t.Position(*b)), text="def zoom("), "utf-16")
-    inc = doc.syntax_tree()
-    full = grammar("python") and Document("file:///t.py", "python", 1, doc.text, 10**6)
-    assert full is not None
-    assert str(inc.root_node) == str(full.syntax_tree().root_node)
-    assert "n = len(points)" in doc.text and "def zoom(" in doc.text
-
-
-def test_a_replaced_copy_edits_its_own_tree_and_leaves_the_document() -> None:
-    text = (DATA / "shapes.py.txt").read_text()
-    doc = Document("file:///s.py", "python", 7, text, 10**6)
-    before = str(doc.syntax_tree().root_node)
-    i = text.index("return total")
-    copy = doc.replaced(i, i + 3, "raise ValueError(total)\n    ")  # spans a new line
-    assert copy.text == text[:i] + "raise ValueError(total)\n    " + text[i + 3:]
-    assert (copy.uri, copy.version, copy.language_id) == (doc.uri, 7, "python")
-    full = Document("file:///t.py", "python", 1, copy.text, 10**6)
-    assert str(copy.syntax_tree().root_node) == str(full.syntax_tree().root_node)
-    assert doc.text == text and str(doc.syntax_tree().root_node) == before
-    assert Document("file:///x.cbl", "cobol", 1, "x", 10).replaced(0, 1, "yz").text == "yz"
-
-
-def test_binary_and_large_documents() -> None:
-    assert looks_binary("abc\x00def")
-    assert not looks_binary("plain\ttext\n")
-    doc = Document("file:///big.py", "python", 1, "x = 1\n" * 200_000, 1_000_000)
-    assert doc.too_large and doc.tree is None and doc.unservable_reason()
-
-
-def test_adds_error() -> None:
-    before, after = "def f(x):\n    ", "\n\nprint(1)\n"
-    assert not adds_error("python", None, before, "return x + 1", after)
-    assert adds_error("python", None, before, "return (x +", after)
 
 
 # -- plans -----------------------------------------------------------------------------------

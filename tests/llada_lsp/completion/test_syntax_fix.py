@@ -80,8 +80,8 @@ class Scripted(EngineClient):
     def _job(self, request: CompletionRequest, text: str, alternatives: tuple[str, ...] = ()) -> EngineJob:
         job = EngineJob(request, asyncio.get_running_loop())
         self.counters["submitted"] += 1
-        job.push(EngineEvent("draft", request.request_id, text, (), 1, True))
-        job.push(EngineEvent("done", request.request_id, text, (), 2, True, reason="stop_rule",
+        job.push(EngineEvent("draft", request.request_id, text, step=1, draft_complete=True))
+        job.push(EngineEvent("done", request.request_id, text, step=2, draft_complete=True, reason="stop_rule",
                              stats={"forwards": 2}, alternatives=alternatives))
         job.finished = True
         return job

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from engine.decoding.decode import Staged
 from engine.decoding.rejections import Rejection
 from engine.decoding.scheduler import Scheduler
 from engine.service import TextEngine
+from tests.engine.daemon.daemon_helpers import build_tiny_checkpoint
 
 PREFIX = "def fibonacci(n):\n    if n < 2:\n        return n\n    "
 PROMPTS = [
@@ -43,8 +43,9 @@ class Sink:
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir: Path) -> TextEngine:
-    return TextEngine(tiny_model_dir, max_prompt_tokens=256)
+def engine(tmp_path_factory: pytest.TempPathFactory) -> TextEngine:
+    """The daemon tests' tiny checkpoint, in process (the step loop is the daemon's)."""
+    return TextEngine(build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model")), max_prompt_tokens=256)
 
 
 def run_until_done(s: Scheduler, sink: Sink, rids: list[str], limit: int = 2000) -> None:
