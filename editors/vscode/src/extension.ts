@@ -183,7 +183,22 @@ async function cycle(direction: "next" | "previous"): Promise<void> {
     await answered;
   }
   await vscode.commands.executeCommand(`editor.action.inlineSuggest.show${direction === "next" ? "Next" : "Previous"}`);
+  // the counter in the status bar item (VS Code shows its own only on hover): VS Code moves
+  // through the items in the order given, wrapping
+  const now = uri ? tracker.get(uri) : undefined;
+  if (!editor || !now || now.version !== editor.document.version) {
+    return;
+  }
+  const count = new Set([now.text, ...now.others]).size;
+  const key = `${now.uri} ${now.version} ${now.completionId}`;
+  const from = cycled?.key === key ? cycled.index : 0;
+  const index = (from + (direction === "next" ? 1 : -1) + count) % count;
+  cycled = { key, index };
+  showStatus(statusModel.showCandidate(now.completionId, index + 1, count));
 }
+
+/** Which candidate cycling shows (0-based), for the suggestion `key` (uri, version, completion). */
+let cycled: { key: string; index: number } | undefined;
 
 function toLspItems(result: vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined): LspInlineItem[] {
   const items = Array.isArray(result) ? result : (result?.items ?? []);
@@ -206,6 +221,11 @@ function clientOptions(): LanguageClientOptions {
     outputChannel: output,
     initializationOptions: allServerOptions(),
     middleware: {
+      // The server's textDocument/completion (the same texts as completion items) is for
+      // editors without inline completion. Here its items would fill the suggest widget, where
+      // VS Code shows ghost text only when it continues the selected item: llada's own item
+      // selected, the ghost text would go. The inline suggestion covers it; no request is sent.
+      provideCompletionItem: () => undefined,
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         const uri = client!.code2ProtocolConverter.asUri(document.uri);
         const pos = { line: position.line, character: position.character };
@@ -231,6 +251,9 @@ function clientOptions(): LanguageClientOptions {
         }
         const items = toLspItems(result);
         const shown = tracker.remember(uri, document.version, pos, items, selected);
+        if (invoked && shown) {
+          statusModel.noteCycled(shown.completionId);
+        }
         lastItems = Array.isArray(result) ? result : (result?.items ?? []);
         if (shown && lastItems.length > 0 && shown.text !== items[0].insertText) {
           // refinements that overtook the answer: show the newest text at once
@@ -324,6 +347,10 @@ function makeNextEdits(): NextEditController {
 }
 
 function onEdit(e: vscode.TextDocumentChangeEvent): void {
+  if (cycled && e.contentChanges.length > 0) {
+    cycled = undefined; // the candidate counter goes with the suggestion
+    showStatus(statusModel.clearCandidate());
+  }
   const uri = uriOf(e.document);
   if (!uri || e.contentChanges.length === 0 || vscode.window.activeTextEditor?.document !== e.document) {
     return;
