@@ -245,7 +245,7 @@ def test_ghost_text_while_the_suggest_widget_is_open(vscode: dict[str, Any]) -> 
         page.keyboard.press("Escape")
         page.keyboard.press("Control+Space")
         rows: list[str] = wait_for("the suggest widget with `result`",
-                                   lambda: (r := suggest_rows(page)) if "result" in suggest_rows(page) else None)
+                                   lambda: r if "result" in (r := suggest_rows(page)) else None)
         assert not any(any(t in row for t in (*STEPS, *OTHERS)) for row in rows), rows
         ghost = wait_for("ghost text while the widget is open",
                          lambda: (g := wb.ghost()) and suggest_rows(page) and g, timeout=30)
@@ -389,3 +389,28 @@ def test_status_item_on_spawn_error_and_restart(vscode: dict[str, Any]) -> None:
     (ARTIFACTS / "figures.json").write_text(json.dumps(figures))
     print("figures:", json.dumps(figures))
 
+
+
+def test_server_path_edited_in_the_user_settings(vscode: dict[str, Any]) -> None:
+    """`llada.serverPath` edited in the user's settings.json (where `./dev paths` says), the way a
+    user does it: the settings JSON opened in the editor, the value changed, saved. code-server is
+    a remote window: VS Code drops machine-scoped values from that file once it knows their scope,
+    so the extension reads the file itself; the server restarts from the new path."""
+    wb, page, cs, server = vscode["wb"], vscode["page"], vscode["cs"], vscode["server"]
+    home: Path = vscode["home"]
+    other = server.with_name("llada-lsp-other")
+    marker = home / "other-started"
+    other.write_text(f"#!/bin/sh\ntouch {marker}\nexec {server} \"$@\"\n")
+    other.chmod(0o755)
+    with screenshot_on_failure(page, "server-path"):
+        wait_ready(wb)
+        wb.run_command("Preferences: Open User Settings (JSON)")
+        wait_for("the settings JSON open", lambda: page.query_selector('.tab[data-resource-name="settings.json"]'), timeout=30)
+        page.click(".editor-instance .monaco-editor .view-lines")
+        page.keyboard.press("Control+A")
+        page.keyboard.insert_text(json.dumps({**cs.settings, "llada.serverPath": str(other)}, indent=2))
+        page.keyboard.press("Control+S")
+        wait_for("the file saved", lambda: str(other) in cs.settings_file.read_text(), timeout=30)
+        wait_for("the server started from the new path", marker.exists, timeout=60)
+        wait_for("it ready", lambda: any("llada ready" in s["text"] or re.search(r"llada \d+ms", s["text"])
+                                         for s in wb.status()), timeout=60)
