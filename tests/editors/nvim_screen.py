@@ -28,7 +28,7 @@ class NvimError(RuntimeError):
 
 class Screen:
     def __init__(self, nvim: str, args: list[str], env: dict[str, str], width: int = 100,
-                 height: int = 20) -> None:
+                 height: int = 20, rgb: bool = True) -> None:
         self.proc = subprocess.Popen([nvim, "--embed", *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env={**os.environ, **env})
         self.width, self.height = width, height
@@ -38,11 +38,13 @@ class Screen:
         self._cells = [[(" ", 0)] * width for _ in range(height)]
         self.rows: list[list[tuple[str, int]]] = [list(r) for r in self._cells]  # at the last flush
         self.attrs: dict[int, dict[str, Any]] = {0: {}}
+        self.cterm_attrs: dict[int, dict[str, Any]] = {0: {}}  # what a 256-colour terminal draws
+        self.watched: dict[int, list[str]] = {}  # row -> each distinct text it had at a flush
         self.flushes = 0
         self.closed = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.request("nvim_ui_attach", width, height, {"ext_linegrid": True, "rgb": True})
+        self.request("nvim_ui_attach", width, height, {"ext_linegrid": True, "rgb": rgb})
 
     # -- RPC ------------------------------------------------------------------------------------
     def request(self, method: str, *args: Any, timeout: float = 30.0) -> Any:
@@ -125,10 +127,15 @@ class Screen:
                         self._cells[r][left:right] = src[s][left:right]
             elif name == "hl_attr_define":
                 self.attrs[a[0]] = a[1]
+                self.cterm_attrs[a[0]] = a[2]
             elif name == "flush":
                 with self._lock:
                     self.rows = [list(r) for r in self._cells]
                     self.flushes += 1
+                    for row, seen in self.watched.items():
+                        text = "".join(t for t, _ in self.rows[row]).rstrip()
+                        if not seen or seen[-1] != text:
+                            seen.append(text)
                     self._lock.notify_all()
 
     def row_text(self, row: int) -> str:
@@ -139,9 +146,18 @@ class Screen:
     def text(self) -> list[str]:
         return [self.row_text(r) for r in range(len(self.rows))]
 
-    def row_cells(self, row: int) -> list[tuple[str, dict[str, Any]]]:
+    def row_cells(self, row: int, cterm: bool = False) -> list[tuple[str, dict[str, Any]]]:
+        """The row's cells with their attributes: the RGB ones, or (`cterm`) those a terminal
+        without 'termguicolors' draws."""
+        attrs = self.cterm_attrs if cterm else self.attrs
         with self._lock:
-            return [(t, self.attrs.get(h, {})) for t, h in self.rows[row] if t != ""]
+            return [(t, attrs.get(h, {})) for t, h in self.rows[row] if t != ""]
+
+    def watch(self, row: int) -> list[str]:
+        """From now on, every distinct text `row` has at a flush (the list fills as they come)."""
+        with self._lock:
+            self.watched[row] = ["".join(t for t, _ in self.rows[row]).rstrip()]
+            return self.watched[row]
 
     def wait_until(self, what: str, fn: Callable[[], T | None], timeout: float) -> T:
         """Poll `fn` at each flush (and every 50 ms) until it returns a truthy value."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -402,3 +403,124 @@ def test_added_parameter_placeholders_from_the_server(tmp_path: Path, screens: l
     screens.append(s)
     wait_ready(s)
     placeholder_session(tmp_path, s, scripted=False)
+
+
+@needs_model
+@pytest.mark.timeout(240)
+def test_added_parameter_typed_at_typing_speed(tmp_path: Path, screens: list[Screen]) -> None:
+    """`, timeout` typed one key every 0.12 s (a person's pace: each key is its own change, and
+    the next-edit debounce passes in the middle of none of them): the server's answer for the
+    text as typed has the placeholders at both calls, as a pasted parameter does."""
+    path = tmp_path / "typed.py"
+    path.write_text("\n".join(CALLS))
+    s = start(tmp_path, NEXT_EDIT_SETUP, "\n".join(CALLS), "typed.py")
+    screens.append(s)
+    wait_ready(s)
+    line, rows = CONNECT
+    s.request("nvim_win_set_cursor", 0, [line + 1, CALLS[line].index(")")])
+    s.input("i")
+    for ch in ", timeout":
+        s.input(ch)
+        time.sleep(0.12)  # the typing pace (input, not synchronisation: the answer is waited for below)
+    s.input("<Esc>")
+    want = CALLS[line].replace("):", ", timeout):")
+    s.wait_until("the def edited", lambda: s.row_text(line) == want, 10)
+    answer = s.wait_until("the server's answer", lambda: server_answer(s), 60)
+    assert answer.get("kind") == "param_added", answer
+    assert [x.get("placeholder") for x in answer["suggestions"]] == [{"start": 2, "end": 9}] * len(rows), answer
+
+
+def ghost_row(s: Screen, line: int) -> int | None:
+    """A new line below `line` (at the top of the window, screen row 1) with a suggestion drawn
+    on it: its row, or None (undone) when none came."""
+    s.input("<Esc>")
+    s.command(f"normal! {line}Gzt")
+    s.request("nvim_win_set_cursor", 0, [line, 0])
+    s.input("o")
+    try:
+        s.wait_until("a suggestion", lambda: current(s) and s.row_text(1).strip(), 30)
+    except TimeoutError:
+        s.input("<Esc>u")
+        return None
+    return 1
+
+
+@needs_model
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("termguicolors", [True, False])
+@pytest.mark.parametrize("renderer", ["builtin", "extmark"])
+def test_ghost_text_colour_differs_from_code(tmp_path: Path, screens: list[Screen], renderer: str,
+                                             termguicolors: bool) -> None:
+    """The suggestion is drawn in another colour than the code, in true colour and in a
+    256-colour terminal ('notermguicolors': the UI draws the cterm attributes, where Comment
+    has no colour of its own)."""
+    assert NVIM is not None
+    env = {**server_env(), "LLADA_TEST_SETUP": json.dumps(setup_for(renderer))}
+    s = Screen(NVIM, ["--clean", "-u", str(HERE / "nvim_init.lua")], env, width=160, height=20, rgb=termguicolors)
+    screens.append(s)
+    s.command("set termguicolors" if termguicolors else "set notermguicolors")
+    s.command(STATUS)
+    path = tmp_path / "app.py"
+    path.write_text(APP)
+    s.command(f"edit {path}")
+    wait_ready(s)
+    row = next((r for r in (ghost_row(s, line) for line in (8, 7, 9, 1)) if r is not None), None)
+    assert row is not None, "no suggestion at any spot"
+    typed = s.request("nvim_buf_get_lines", 0, s.request("nvim_win_get_cursor", 0)[0] - 1, -1, False)[0]
+    cells = s.row_cells(row, cterm=not termguicolors)
+    ghost = [a for t, a in cells[len(typed):] if t.strip()]
+    assert ghost, cells
+    normal = s.lua("return vim.api.nvim_get_hl(0, { name = 'Normal', link = false })")
+    key, normal_fg = ("foreground", normal.get("fg")) if termguicolors else ("foreground", normal.get("ctermfg"))
+    assert all(a.get(key) is not None and a.get(key) != normal_fg for a in ghost), (ghost, normal)
+
+
+@needs_model
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("renderer", ["builtin", "extmark"])
+def test_cycle_with_one_candidate_shows_1_of_1(tmp_path: Path, screens: list[Screen], renderer: str) -> None:
+    """<M-]> when the server has no other candidate (`invokedAlternatives = 1`): the counter
+    `llada 1/1` is drawn, and the status line keeps the latency of the answer shown (the cycle's
+    answer from the candidates the server had is no new latency)."""
+    setup = setup_for(renderer)
+    setup["server"] = {"mode": "speedy", "invokedAlternatives": 1}
+    s = start(tmp_path, setup)
+    screens.append(s)
+    wait_ready(s)
+    s.lua("_G.llada_stats_seen = 0; vim.api.nvim_create_autocmd('User', { pattern = 'LladaStats', "
+          "callback = function() _G.llada_stats_seen = _G.llada_stats_seen + 1 end })")
+    row = next((r for r in (ghost_row(s, line) for line in (8, 7, 9, 1)) if r is not None), None)
+    assert row is not None, "no suggestion at any spot"
+    want = s.wait_until("the answer's latency", lambda: (
+        (st := s.lua("return require('llada').statusline()")) and re.match(r"llada \d+ms", st) and st), 30)
+    s.wait_until(f"the status row to show {want!r}", lambda: want in status_row(s), 10)
+    seen = s.lua("return _G.llada_stats_seen")
+    s.input("<M-]>")
+    s.wait_until("the counter llada 1/1", lambda: re.search(r"  llada 1/1$", s.row_text(row)), 30)
+    s.wait_until("the cycle's stats", lambda: s.lua("return _G.llada_stats_seen") > seen, 30)
+    assert s.lua("return require('llada').statusline()") == want
+    s.wait_until(f"the status row still {want!r}", lambda: status_row(s).endswith(want), 10)
+
+
+@needs_model
+@pytest.mark.timeout(300)
+def test_restart_shows_loading_then_no_old_latency(tmp_path: Path, screens: list[Screen]) -> None:
+    """:LladaRestart of a running server: the status line goes from the latency to loading to
+    ready with no `✗` in between (the old server's exit, signal 15, is expected), and the new
+    server shows no latency until it has answered."""
+    s = start(tmp_path, setup_for("builtin"))
+    screens.append(s)
+    wait_ready(s)
+    latency = next((x for x in (answer_status(s, line) for line in (8, 7, 9)) if x), None)
+    assert latency is not None, "no answer at any spot"
+    old_id = s.lua("return vim.lsp.get_clients({ name = 'llada' })[1].id")
+    seen = s.watch(s.height - 2)
+    s.command("LladaRestart")
+    s.wait_until("the new server ready", lambda: s.lua(
+        "local c = vim.lsp.get_clients({ name = 'llada' })[1]; local st = c and require('llada').status[c.id]; "
+        "return c ~= nil and c.id ~= ... and st ~= nil and st.state == 'ready'", old_id), 180)
+    s.wait_until("the old server's exit handled", lambda: s.lua("return next(require('llada').stopping) == nil"), 60)
+    s.wait_until("the ready status drawn", lambda: re.search(r"llada$", status_row(s)), 10)
+    assert not any("✗" in row for row in seen), seen
+    assert any("llada … loading" in row for row in seen), seen
+    assert status_row(s).endswith("llada"), status_row(s)

@@ -196,22 +196,71 @@ def test_next_edit_decorations_and_alt_y(vscode: dict[str, Any]) -> None:
         assert any(line.startswith("def volume(width, height, depth)") for line in wb.lines()), wb.lines()
 
 
+def counter(wb: Workbench) -> tuple[int, int] | None:
+    """The candidate counter `k/N` the status item shows while cycling (VS Code's own is drawn
+    only on hover), as (k, N)."""
+    for item in wb.status():
+        m = re.search(r"· (\d+)/(\d+)$", item["text"])
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
 def test_alt_bracket_cycles_candidates(vscode: dict[str, Any]) -> None:
     """Alt+] asks for every candidate (an explicit request: the engine answers the others on
-    its done event) and shows the next; again, the one after."""
+    its done event) and shows the next, with its number in the status item; again, the one
+    after. An edit takes the counter away."""
     wb, page = vscode["wb"], vscode["page"]
     with screenshot_on_failure(page, "cycling"):
         page.keyboard.press("Control+End")
         page.keyboard.press("Enter")
         page.keyboard.type("return ", delay=30)
         wait_for(f"the refined suggestion {STEPS[2]!r}", lambda: wb.ghost() == STEPS[2], timeout=30)
+        candidates = [STEPS[2], *OTHERS]  # in the server's order: VS Code cycles through them so
         page.keyboard.press("Alt+]")
         first = wait_for("Alt+] to show another candidate", lambda: (g := wb.ghost()) in OTHERS and g)
+        wait_for(f"the counter {candidates.index(first) + 1}/3 in the status item", lambda: counter(wb) == (
+            candidates.index(first) + 1, 3))
         page.keyboard.press("Alt+]")
         second = wait_for("a second Alt+] to move on", lambda: (g := wb.ghost()) != first and g)
         assert second in (*OTHERS, STEPS[2]), second
+        wait_for(f"the counter {candidates.index(second) + 1}/3", lambda: counter(wb) == (candidates.index(second) + 1, 3))
         page.keyboard.press("Tab")
         wait_for("Tab to insert the candidate shown", lambda: last_line(wb) == f"    return {second}")
+        wait_for("the counter gone with the edit", lambda: counter(wb) is None)
+
+
+def test_ghost_text_while_the_suggest_widget_is_open(vscode: dict[str, Any]) -> None:
+    """The suggest widget opened on a typed identifier (`if not resul`, Ctrl+Space): it lists the
+    document's word `result` and no llada item (the extension leaves the suggest widget to
+    other providers), and the ghost text continues the selected item while the widget is open."""
+    wb, page = vscode["wb"], vscode["page"]
+    with screenshot_on_failure(page, "suggest-widget"):
+        page.keyboard.press("Control+End")
+        page.keyboard.press("Enter")
+        page.keyboard.type("result = 2", delay=30)
+        page.keyboard.press("Escape")
+        page.keyboard.press("Enter")
+        page.keyboard.type("if not resul", delay=30)
+        page.keyboard.press("Escape")
+        page.keyboard.press("Control+Space")
+        rows: list[str] = wait_for("the suggest widget with `result`",
+                                   lambda: r if "result" in (r := suggest_rows(page)) else None)
+        assert not any(any(t in row for t in (*STEPS, *OTHERS)) for row in rows), rows
+        ghost = wait_for("ghost text while the widget is open",
+                         lambda: (g := wb.ghost()) and suggest_rows(page) and g, timeout=30)
+        assert any(t in ghost for t in (*STEPS, *OTHERS)), ghost
+        page.keyboard.press("Escape")
+        page.keyboard.press("Escape")
+
+
+def suggest_rows(page: Any) -> list[str]:
+    """The labels of the suggest widget's rows while it is shown (empty when it is not)."""
+    return list(page.evaluate("""() => {
+        const w = document.querySelector('.editor-widget.suggest-widget.visible');
+        if (!w) return [];
+        return [...w.querySelectorAll('.monaco-list-row .label-name')].map((e) => e.textContent.replace(/\u00a0/g, ' '));
+    }"""))
 
 
 def test_mid_line_suggestion_inserts_before_the_rest(vscode: dict[str, Any]) -> None:
@@ -340,3 +389,28 @@ def test_status_item_on_spawn_error_and_restart(vscode: dict[str, Any]) -> None:
     (ARTIFACTS / "figures.json").write_text(json.dumps(figures))
     print("figures:", json.dumps(figures))
 
+
+
+def test_server_path_edited_in_the_user_settings(vscode: dict[str, Any]) -> None:
+    """`llada.serverPath` edited in the user's settings.json (where `./dev paths` says), the way a
+    user does it: the settings JSON opened in the editor, the value changed, saved. code-server is
+    a remote window: VS Code drops machine-scoped values from that file once it knows their scope,
+    so the extension reads the file itself; the server restarts from the new path."""
+    wb, page, cs, server = vscode["wb"], vscode["page"], vscode["cs"], vscode["server"]
+    home: Path = vscode["home"]
+    other = server.with_name("llada-lsp-other")
+    marker = home / "other-started"
+    other.write_text(f"#!/bin/sh\ntouch {marker}\nexec {server} \"$@\"\n")
+    other.chmod(0o755)
+    with screenshot_on_failure(page, "server-path"):
+        wait_ready(wb)
+        wb.run_command("Preferences: Open User Settings (JSON)")
+        wait_for("the settings JSON open", lambda: page.query_selector('.tab[data-resource-name="settings.json"]'), timeout=30)
+        page.click(".editor-instance .monaco-editor .view-lines")
+        page.keyboard.press("Control+A")
+        page.keyboard.insert_text(json.dumps({**cs.settings, "llada.serverPath": str(other)}, indent=2))
+        page.keyboard.press("Control+S")
+        wait_for("the file saved", lambda: str(other) in cs.settings_file.read_text(), timeout=30)
+        wait_for("the server started from the new path", marker.exists, timeout=60)
+        wait_for("it ready", lambda: any("llada ready" in s["text"] or re.search(r"llada \d+ms", s["text"])
+                                         for s in wb.status()), timeout=60)

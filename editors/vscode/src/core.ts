@@ -290,6 +290,76 @@ export function machineValue<T>(inspected: Inspected<T> | undefined, fallback: T
   return inspected?.globalValue ?? inspected?.defaultValue ?? fallback;
 }
 
+/**
+ * `inspected` with the user's settings file's value of `key` as its user value when VS Code gives
+ * none. In a remote window (code-server, Remote-SSH, WSL) VS Code drops machine-scoped settings
+ * from the user's settings file, once it knows their scope (only the remote's own settings
+ * count); under code-server that file is on the machine the extension runs on, and it is where
+ * `./dev paths` says to put them. `userFile`: that file's settings (`llada.<key>`), if read.
+ */
+export function withUserFile<T>(inspected: Inspected<T> | undefined, key: string,
+  userFile: Record<string, unknown> | undefined): Inspected<T> | undefined {
+  if (inspected?.globalValue !== undefined || !userFile || !(`llada.${key}` in userFile)) {
+    return inspected;
+  }
+  return { ...inspected, globalValue: userFile[`llada.${key}`] as T };
+}
+
+/** VS Code's settings.json (JSON with comments and trailing commas) as an object; undefined
+ * when it is not one. */
+export function parseSettingsJson(text: string): Record<string, unknown> | undefined {
+  let out = "";
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i];
+    if (c === '"') { // a string, escapes included, copied as it is
+      let j = i + 1;
+      while (j < text.length && text[j] !== '"') {
+        j += text[j] === "\\" ? 2 : 1;
+      }
+      out += text.slice(i, j + 1);
+      i = j + 1;
+    } else if (c === "/" && text[i + 1] === "/") {
+      const nl = text.indexOf("\n", i);
+      i = nl < 0 ? text.length : nl;
+    } else if (c === "/" && text[i + 1] === "*") {
+      const end = text.indexOf("*/", i + 2);
+      i = end < 0 ? text.length : end + 2;
+    } else {
+      out += c;
+      i += 1;
+    }
+  }
+  // VS Code reads past what follows the top-level object (a stray `}` an editor's bracket
+  // closing left): so does this
+  const start = out.indexOf("{");
+  let depth = 0;
+  let end = out.length;
+  for (let k = Math.max(start, 0), inString = false; k < out.length; k++) {
+    const ch = out[k];
+    if (inString) {
+      if (ch === "\\") {
+        k++;
+      } else if (ch === '"') {
+        inString = false;
+      }
+    } else if (ch === '"') {
+      inString = true;
+    } else if (ch === "{" || ch === "[") {
+      depth++;
+    } else if ((ch === "}" || ch === "]") && --depth === 0) {
+      end = k + 1;
+      break;
+    }
+  }
+  try {
+    const v: unknown = JSON.parse(out.slice(0, end).replace(/,(\s*[}\]])/g, "$1"));
+    return typeof v === "object" && v !== null && !Array.isArray(v) ? v as Record<string, unknown> : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The server's options (initializationOptions / workspace/configuration "llada"). */
 export function serverOptions(s: Settings): Record<string, unknown> {
   const out: Record<string, unknown> = {

@@ -17,6 +17,8 @@ import {
   SuggestionTracker,
   answerFromTracker,
   machineValue,
+  parseSettingsJson,
+  withUserFile,
   resolveServerCommand,
   serverOptions,
   type LspInlineItem,
@@ -43,10 +45,26 @@ let newTextDecoration: vscode.TextEditorDecorationType;
 let labelDecoration: vscode.TextEditorDecorationType; // "next edit k/N · kind" at a site's line end
 let placeholderDecoration: vscode.TextEditorDecorationType; // a suggestion with a placeholder (styled per site)
 
+/** The user's settings file next to the extension's global storage (`<user data>/User/settings.json`,
+ * on the machine the extension runs on), read at start and when it changes: its machine-scoped
+ * values count where VS Code drops them (core.withUserFile). */
+let userSettingsFile: string | undefined;
+let userSettings: Record<string, unknown> | undefined;
+
+function readUserSettings(): Record<string, unknown> | undefined {
+  try {
+    return userSettingsFile ? parseSettingsJson(fs.readFileSync(userSettingsFile, "utf8")) : undefined;
+  } catch {
+    return undefined; // no such file (a desktop window's is read by VS Code itself)
+  }
+}
+
 function readSettings(): Settings {
+  userSettings = readUserSettings(); // as it is now (a change event may come before the file's)
   const c = vscode.workspace.getConfiguration("llada");
   // machine-scoped (core.MACHINE_SETTINGS): the user's values only, never the workspace's
-  const machine = <T>(key: "serverPath" | "engine" | "model", fallback: T): T => machineValue(c.inspect<T>(key), fallback);
+  const machine = <T>(key: "serverPath" | "engine" | "model", fallback: T): T =>
+    machineValue(withUserFile(c.inspect<T>(key), key, userSettings), fallback);
   return {
     mode: c.get<Settings["mode"]>("mode", DEFAULT_SETTINGS.mode),
     engine: machine("engine", DEFAULT_SETTINGS.engine),
@@ -68,7 +86,7 @@ function readSettings(): Settings {
 /** Every server option the settings give (initializationOptions / workspace/configuration). */
 function allServerOptions(): Record<string, unknown> {
   const c = vscode.workspace.getConfiguration("llada");
-  return mergeOptions(serverOptions(readSettings()), passThroughOptions((name) => c.inspect(name)));
+  return mergeOptions(serverOptions(readSettings()), passThroughOptions((name) => withUserFile(c.inspect(name), name, userSettings)));
 }
 
 /** The llada-lsp checkout the extension was built in (out/checkout.json, written by
@@ -127,35 +145,36 @@ let reshowing: Promise<void> | undefined; // while a refinement is being shown
 let pendingReshow: string | undefined; // the uri of a refinement not shown yet
 function scheduleRetrigger(uri: string): void {
   pendingReshow = uri;
-  reshowing ??= reshow();
+  // cleared once it has run: reshow() may finish at once (nothing to show), and a `finally`
+  // inside it would then clear `reshowing` before this assignment set it for good, after
+  // which no refinement was ever shown again
+  reshowing ??= reshow().finally(() => {
+    reshowing = undefined;
+  });
 }
 
 async function reshow(): Promise<void> {
-  try {
-    while (pendingReshow !== undefined) {
-      const uri = pendingReshow;
-      pendingReshow = undefined;
-      const editor = vscode.window.activeTextEditor;
-      if (!editor || !client || client.code2ProtocolConverter.asUri(editor.document.uri) !== uri) {
-        continue;
-      }
-      // only while the document is as it was when the suggestion was asked for (the cursor
-      // the extension host knows can lag behind the window's: the provider checks it)
-      const shown = tracker.get(uri);
-      if (!shown || shown.version !== editor.document.version) {
-        output.debug(`refinement of ${shown?.completionId ?? "?"} not shown: the document changed`);
-        continue;
-      }
-      // sent together: the window runs them in order, and the trigger's provider call is then
-      // the only round trip between the extension host and the window
-      ownRetrigger = true;
-      await Promise.all([
-        vscode.commands.executeCommand("editor.action.inlineSuggest.hide"),
-        vscode.commands.executeCommand("editor.action.inlineSuggest.trigger"),
-      ]);
+  while (pendingReshow !== undefined) {
+    const uri = pendingReshow;
+    pendingReshow = undefined;
+    const editor = vscode.window.activeTextEditor;
+    if (!editor || !client || client.code2ProtocolConverter.asUri(editor.document.uri) !== uri) {
+      continue;
     }
-  } finally {
-    reshowing = undefined;
+    // only while the document is as it was when the suggestion was asked for (the cursor
+    // the extension host knows can lag behind the window's: the provider checks it)
+    const shown = tracker.get(uri);
+    if (!shown || shown.version !== editor.document.version) {
+      output.debug(`refinement of ${shown?.completionId ?? "?"} not shown: the document changed`);
+      continue;
+    }
+    // sent together: the window runs them in order, and the trigger's provider call is then
+    // the only round trip between the extension host and the window
+    ownRetrigger = true;
+    await Promise.all([
+      vscode.commands.executeCommand("editor.action.inlineSuggest.hide"),
+      vscode.commands.executeCommand("editor.action.inlineSuggest.trigger"),
+    ]);
   }
 }
 
@@ -183,7 +202,22 @@ async function cycle(direction: "next" | "previous"): Promise<void> {
     await answered;
   }
   await vscode.commands.executeCommand(`editor.action.inlineSuggest.show${direction === "next" ? "Next" : "Previous"}`);
+  // the counter in the status bar item (VS Code shows its own only on hover): VS Code moves
+  // through the items in the order given, wrapping
+  const now = uri ? tracker.get(uri) : undefined;
+  if (!editor || !now || now.version !== editor.document.version) {
+    return;
+  }
+  const count = new Set([now.text, ...now.others]).size;
+  const key = `${now.uri} ${now.version} ${now.completionId}`;
+  const from = cycled?.key === key ? cycled.index : 0;
+  const index = (from + (direction === "next" ? 1 : -1) + count) % count;
+  cycled = { key, index };
+  showStatus(statusModel.showCandidate(now.completionId, index + 1, count));
 }
+
+/** Which candidate cycling shows (0-based), for the suggestion `key` (uri, version, completion). */
+let cycled: { key: string; index: number } | undefined;
 
 function toLspItems(result: vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined): LspInlineItem[] {
   const items = Array.isArray(result) ? result : (result?.items ?? []);
@@ -206,11 +240,17 @@ function clientOptions(): LanguageClientOptions {
     outputChannel: output,
     initializationOptions: allServerOptions(),
     middleware: {
+      // The server's textDocument/completion (the same texts as completion items) is for
+      // editors without inline completion. Here its items would fill the suggest widget, where
+      // VS Code shows ghost text only when it continues the selected item: llada's own item
+      // selected, the ghost text would go. The inline suggestion covers it; no request is sent.
+      provideCompletionItem: () => undefined,
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         const uri = client!.code2ProtocolConverter.asUri(document.uri);
         const pos = { line: position.line, character: position.character };
         const selected = context.selectedCompletionInfo?.text;
-        const known = tracker.lookup(uri, document.version, pos, selected);
+        const version = document.version; // the document object is live: its version at the call
+        const known = tracker.lookup(uri, version, pos, selected);
         const own = ownRetrigger;
         ownRetrigger = false;
         const invoked = context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke;
@@ -229,8 +269,17 @@ function clientOptions(): LanguageClientOptions {
           invokedAnswered = undefined;
           setTimeout(done, 0);
         }
+        if (token.isCancellationRequested || document.version !== version) {
+          // a stale answer (VS Code has asked again since, or the text changed): VS Code drops
+          // it, and it must not replace the newer suggestion the tracker may already follow
+          // (whose refinements would then be lost)
+          return result;
+        }
         const items = toLspItems(result);
-        const shown = tracker.remember(uri, document.version, pos, items, selected);
+        const shown = tracker.remember(uri, version, pos, items, selected);
+        if (invoked && shown) {
+          statusModel.noteCycled(shown.completionId);
+        }
         lastItems = Array.isArray(result) ? result : (result?.items ?? []);
         if (shown && lastItems.length > 0 && shown.text !== items[0].insertText) {
           // refinements that overtook the answer: show the newest text at once
@@ -324,6 +373,10 @@ function makeNextEdits(): NextEditController {
 }
 
 function onEdit(e: vscode.TextDocumentChangeEvent): void {
+  if (cycled && e.contentChanges.length > 0) {
+    cycled = undefined; // the candidate counter goes with the suggestion
+    showStatus(statusModel.clearCandidate());
+  }
   const uri = uriOf(e.document);
   if (!uri || e.contentChanges.length === 0 || vscode.window.activeTextEditor?.document !== e.document) {
     return;
@@ -422,8 +475,35 @@ async function restart(context: vscode.ExtensionContext, explicit = false): Prom
   await start(context);
 }
 
+/** Follow the user's settings file (see userSettingsFile): a change of a machine-scoped llada
+ * value there restarts the server (VS Code, having dropped it, says nothing). */
+function watchUserSettings(context: vscode.ExtensionContext): void {
+  userSettingsFile = path.join(path.dirname(path.dirname(context.globalStorageUri.fsPath)), "settings.json");
+  userSettings = readUserSettings();
+  output.appendLine(`user settings file: ${userSettingsFile} (${userSettings ? "read" : "not read"}; remote: ${vscode.env.remoteName ?? "none"})`);
+  const machineKeys = (): string => JSON.stringify(RESTART_SETTINGS.map((k) => userSettings?.[`llada.${k}`]));
+  const dir = path.dirname(userSettingsFile);
+  try {
+    const watcher = fs.watch(dir, { persistent: false }, (_event, name) => {
+      if (name !== null && name !== path.basename(userSettingsFile!)) {
+        return;
+      }
+      const before = machineKeys();
+      userSettings = readUserSettings();
+      if (machineKeys() !== before && client) {
+        output.appendLine(`${userSettingsFile} changed: restarting`);
+        void restart(context);
+      }
+    });
+    context.subscriptions.push({ dispose: () => watcher.close() });
+  } catch {
+    // no such folder: nothing to follow
+  }
+}
+
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   output = vscode.window.createOutputChannel("llada", { log: true });
+  watchUserSettings(context);
   status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
   status.command = "llada.showStats";
   oldTextDecoration = vscode.window.createTextEditorDecorationType({

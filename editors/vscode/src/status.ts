@@ -23,6 +23,8 @@ export class StatusModel {
   private pace = ""; // a ready engine's speed: warming, slow: 3.1 s/step, stuck: <why>
   private stats: StatsParams | undefined;
   private command = "llada-lsp";
+  private candidate: { completionId: string; index: number; count: number } | undefined;
+  private cycled = new Set<string>(); // completion ids of the answers to a cycle (Alt+] / Alt+[)
 
   /** The extension is starting `command` (a (re)start clears the last error and timings). */
   starting(command: string): StatusView {
@@ -61,7 +63,34 @@ export class StatusModel {
     return this.view();
   }
 
+  /** Cycling shows candidate `index` (1-based) of `count` of completion `completionId`. */
+  showCandidate(completionId: string, index: number, count: number): StatusView {
+    this.candidate = { completionId, index, count };
+    return this.view();
+  }
+
+  /** The suggestion cycled through is gone (an edit, another answer). */
+  clearCandidate(): StatusView {
+    this.candidate = undefined;
+    return this.view();
+  }
+
+  /** An answer to a cycle: its stats, when it came from the candidates the server had, are no
+   * new latency (the last one stays). */
+  noteCycled(completionId: string): void {
+    if (this.cycled.size > 100) {
+      this.cycled.clear();
+    }
+    this.cycled.add(completionId);
+  }
+
   onStats(s: StatsParams): StatusView {
+    if (this.candidate && this.candidate.completionId !== String(s.completionId)) {
+      this.candidate = undefined;
+    }
+    if (this.cycled.has(String(s.completionId)) && s.source !== "engine" && this.stats) {
+      return this.view();
+    }
     this.stats = s;
     if (this.state === "starting" || this.state === "loading") {
       this.state = "ready"; // an answer came, so the engine is up
@@ -90,7 +119,8 @@ export class StatusModel {
           return { text: `${icon} ${name} ${this.pace.startsWith("stuck") ? "stuck" : this.pace}`, tooltip: `${name}: ${this.pace}`, command: STATS_COMMAND, error: false };
         }
         if (this.stats) {
-          return { text: `$(sparkle) ${formatStats(this.stats).replace(/^llada/, name)}`, tooltip: `${describeStats(this.stats)}\nClick for the server's counters.`, command: STATS_COMMAND, error: false };
+          const c = this.candidate && this.candidate.count > 0 ? ` · ${this.candidate.index}/${this.candidate.count}` : "";
+          return { text: `$(sparkle) ${formatStats(this.stats).replace(/^llada/, name)}${c}`, tooltip: `${describeStats(this.stats)}\nClick for the server's counters.`, command: STATS_COMMAND, error: false };
         }
         return { text: `$(sparkle) ${name} ready`, tooltip: `${name}: ready${this.message ? ` (${this.message})` : ""}`, command: STATS_COMMAND, error: false };
     }

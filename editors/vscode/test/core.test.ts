@@ -11,11 +11,13 @@ import {
   MACHINE_SETTINGS,
   formatStats,
   machineValue,
+  parseSettingsJson,
   resolveServerCommand,
   serverOptions,
   statusName,
   type LspInlineItem,
   type LspTextEdit,
+  withUserFile,
 } from "../src/core";
 import { PASS_THROUGH, RESTART_SETTINGS, mergeOptions, passThroughOptions, type InspectedValue } from "../src/settings";
 
@@ -223,5 +225,24 @@ describe("statusName", () => {
     assert.equal(statusName({ state: "ready", engine: {} }), "llada");
     assert.equal(statusName({ state: "ready", engine: { backend: "native" } }), "llada");
     assert.equal(statusName({ state: "error", engine: { backend: "sglang", edits: false } }), "llada[sglang]");
+  });
+});
+
+describe("the user's settings file (machine-scoped values VS Code drops in a remote window)", () => {
+  it("reads settings.json with comments and trailing commas", () => {
+    const text = '{\n  // where the server is\n  "llada.serverPath": "/x/y // not a comment",\n  /* block */ "a": [1, 2,],\n  "s": "q\\"uote",\n}\n';
+    assert.deepEqual(parseSettingsJson(text), { "llada.serverPath": "/x/y // not a comment", a: [1, 2], s: 'q"uote' });
+    assert.equal(parseSettingsJson("{ not json"), undefined);
+    assert.deepEqual(parseSettingsJson('{"a": "}"}\n}\n'), { a: "}" }); // a stray brace after it, as VS Code reads it
+    assert.equal(parseSettingsJson("[1]"), undefined);
+  });
+
+  it("fills in only a user value VS Code does not give", () => {
+    const file = { "llada.serverPath": "/from/file" };
+    assert.equal(withUserFile({ defaultValue: "" }, "serverPath", file)?.globalValue, "/from/file");
+    assert.equal(withUserFile({ globalValue: "/from/vscode" }, "serverPath", file)?.globalValue, "/from/vscode");
+    assert.equal(withUserFile({ defaultValue: "" }, "model", file)?.globalValue, undefined);
+    // a workspace's value still never counts
+    assert.equal(machineValue(withUserFile({ workspaceValue: "/evil", defaultValue: "" }, "model", file), ""), "");
   });
 });

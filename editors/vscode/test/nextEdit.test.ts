@@ -103,7 +103,7 @@ describe("next-edit helpers", () => {
 
 const MODEL = modelDir();
 
-describe("next edits against the real llada-lsp", { skip: MODEL ? false : "no trained model available", timeout: 240_000 }, () => {
+describe("next edits against the real llada-lsp", { skip: MODEL ? false : "no trained model available", timeout: 420_000 }, () => {
   let server: RealServer | undefined;
   let conn: MessageConnection;
   const renameUri = "file:///tmp/llada-vscode-next-edit/rename.py";

@@ -45,7 +45,7 @@ interface InlineResult {
 
 const MODEL = modelDir();
 
-describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model available", timeout: 240_000 }, () => {
+describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model available", timeout: 420_000 }, () => {
   let server: RealServer | undefined;
   let conn: MessageConnection;
   const tracker = new SuggestionTracker();
@@ -93,7 +93,7 @@ describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model
     assert.ok(init.capabilities.inlineCompletionProvider, "the server offers inline completion");
     assert.equal(init.capabilities.positionEncoding ?? "utf-16", "utf-16");
     await conn.sendNotification("initialized", {});
-    await poll("the model to load", 180_000, () => {
+    await poll("the model to load", 360_000, () => {
       const last = statuses.at(-1);
       if (last?.state === "error") {
         throw new Error(`engine failed: ${last.message}`);
@@ -177,7 +177,7 @@ describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model
     assert.equal(found.items[0].command?.command, "llada.acceptCompletion");
 
     t.diagnostic(`suggestion ${JSON.stringify(first)} (completion ${cid})`);
-    const final = await poll("the final refinement", 60_000, () => refines.find((r) => r.completionId === cid && r.final));
+    const final = await poll("the final refinement", 180_000, () => refines.find((r) => r.completionId === cid && r.final));
     const mine = refines.filter((r) => r.completionId === cid);
     assert.deepEqual(mine.map((r) => r.step), [...mine.map((r) => r.step)].sort((a, b) => a - b));
     assert.equal(mine.filter((r) => r.final).length, 1);
@@ -277,7 +277,7 @@ describe("against the real llada-lsp", { skip: MODEL ? false : "no trained model
       const mine = new SuggestionTracker();
       mine.remember(doc, 1, at, items, word);
       const cid = completionIdOf(items[0])!;
-      const final = await poll("the final refinement", 60_000, () => refines.find((r) => r.completionId === cid && r.final));
+      const final = await poll("the final refinement", 180_000, () => refines.find((r) => r.completionId === cid && r.final));
       for (const r of refines.filter((r) => r.completionId === cid)) {
         mine.refine(r);
       }

@@ -45,8 +45,11 @@ local function show(self, hint)
     return
   end
   local row, col, new, old = placement(self.bufnr, cur)
-  local h = (hint or self:count_items() > 1) and ('llada %d/%d'):format(cur._index or 1, self:count_items()) or nil
-  draw.show(self.bufnr, M.ns, row, col, new, old, { hl = 'ComplHint', hl_old = 'LladaGhostReplaced',
+  local n = self:count_items()
+  -- the counter with several candidates, and "1/1" when cycling found no other
+  local cycled = require('llada').cycled[lc.completion_id(cur) or '']
+  local h = (hint or n > 1 or cycled) and ('llada %d/%d'):format(cur._index or 1, n) or nil
+  draw.show(self.bufnr, M.ns, row, col, new, old, { hl = config.options.hl_group or 'LladaGhost', hl_old = 'LladaGhostReplaced',
     hl_counter = 'LladaGhostCounter', hint = h })
 end
 
@@ -256,9 +259,12 @@ function M.cycle(buf, count)
       or now[1] ~= pos[1] or now[2] ~= pos[2] or completor(buf) ~= c then
       return -- stale: the user moved on
     end
+    require('llada').note_cycled(result.items or result)
     c:handler(nil, result, { client_id = client.id })
     if c:count_items() > 1 then
       vim.lsp.inline_completion.select({ bufnr = buf, count = count })
+    elseif type(c.show) == 'function' then
+      c:show() -- one candidate: drawn again with "llada 1/1"
     end
   end, buf)
   return true

@@ -45,7 +45,7 @@ end
 --- The candidate counter drawn apart from the text ("llada 2/3"), when there are several.
 local function hint(g)
   local n = g.items and #g.items or 0
-  return n > 1 and ('llada %d/%d'):format(g.index, n) or nil
+  return (n > 1 or (n == 1 and g.cycled)) and ('llada %d/%d'):format(g.index, n) or nil
 end
 
 local function draw(buf, g)
@@ -137,6 +137,7 @@ local function show(buf, client, row, col, items, index)
   local g = {
     client_id = client.id, cid = lc.completion_id(item), item = item, items = items, index = index,
     full = new, used = 0, row = row, col = col, old = old, shown = false,
+    cycled = require('llada').cycled[lc.completion_id(item) or ''] == true,
     mark = prev and prev.mark or nil, ids = prev and prev.ids or nil,
   }
   M.ghosts[buf] = g
@@ -146,7 +147,7 @@ local function show(buf, client, row, col, items, index)
 end
 
 --- The answer to a request made at (row, col) when the buffer was at `tick`, unless stale.
-local function on_result(buf, client, tick, row, col, err, result, index)
+local function on_result(buf, client, tick, row, col, err, result, index, invoked)
   local p = pending[buf]
   if p then
     p.request = nil
@@ -160,6 +161,9 @@ local function on_result(buf, client, tick, row, col, err, result, index)
     return -- stale: the user moved on; a newer request is on its way
   end
   local items = result and (result.items or result) or {}
+  if invoked then -- the answer to a cycle: its counter shows even with one candidate
+    require('llada').note_cycled(items)
+  end
   local i = index or 1
   if i < 0 then
     i = #items + 1 + i -- counted from the end
@@ -188,7 +192,7 @@ function M.request(buf, delay, invoked, index)
     params.context = { triggerKind = invoked and 1 or 2 } -- Invoked or Automatic
     p.client_id = client.id
     p.request = lc.request(client, 'textDocument/inlineCompletion', params, function(err, result)
-      on_result(buf, client, tick, row, col, err, result, index)
+      on_result(buf, client, tick, row, col, err, result, index, invoked)
     end, buf)
   end
   if (delay or 0) <= 0 then

@@ -21,6 +21,28 @@ M.status = {}
 M.last_stats = nil
 ---@type string|nil why the server could not start or stopped (statusline, :checkhealth)
 M.start_error = nil
+---@type table<string, true> completion ids of the answers to <M-]> / <M-[> (llada.cycle)
+M.cycled = {}
+local n_cycled = 0
+
+--- Note the items of a cycle's answer: their counter shows even with one candidate ("1/1"),
+--- and their stats from the candidates the server had are no new latency.
+function M.note_cycled(items)
+  if n_cycled > 100 then
+    M.cycled, n_cycled = {}, 0
+  end
+  for _, it in ipairs(type(items) == 'table' and items or {}) do
+    local cid = lc.completion_id(it)
+    if cid and not M.cycled[cid] then
+      M.cycled[cid], n_cycled = true, n_cycled + 1
+    end
+  end
+end
+---@type table<integer, true> the clients :LladaRestart stopped, until their exit (it is expected)
+M.stopping = {}
+local stopping = M.stopping
+---@type boolean between :LladaRestart and the new server's first status
+M.restarting = false
 ---@type table[] recent refinements seen (newest last, at most 50): for :checkhealth and tests
 M.refines = {}
 
@@ -52,7 +74,11 @@ M.handlers = {
   end,
   ['llada/stats'] = function(_, params)
     if type(params) == 'table' then
-      M.last_stats = params
+      -- a cycle's answer from the candidates the server already had is no new latency
+      local cycled = M.cycled[tostring(params.completionId)]
+      if not (cycled and params.source ~= 'engine') then
+        M.last_stats = params
+      end
       changed('LladaStats')
     end
   end,
@@ -66,6 +92,9 @@ M.handlers = {
       M.status[ctx.client_id] = { state = params.state, message = params.message or '', backend = backend,
                                   next_edit = params.nextEdit == true,
                                   pace = type(params.pace) == 'string' and params.pace or '' }
+      if not stopping[ctx.client_id] then
+        M.restarting = false -- the new server speaks
+      end
       next_edit.servers[ctx.client_id] = params.state == 'ready' and params.nextEdit == true
       M.start_error = nil
       changed('LladaStatus')
@@ -73,10 +102,14 @@ M.handlers = {
   end,
 }
 
---- Called by lsp/llada.lua's on_exit: a server that stopped on its own says why.
+--- Called by lsp/llada.lua's on_exit: a server that stopped on its own says why (one that
+--- :LladaRestart stopped says nothing).
 function M.exited(code, signal, client_id)
   M.status[client_id] = nil
-  if (code ~= 0 or (signal or 0) ~= 0) and not M.restarting then
+  if stopping[client_id] then
+    stopping[client_id] = nil
+  elseif code ~= 0 or (signal or 0) ~= 0 then
+    M.restarting = false
     M.start_error = ('the server exited (code %d%s)'):format(code or -1,
       (signal or 0) ~= 0 and (', signal ' .. signal) or '')
   end
@@ -128,7 +161,13 @@ end
 function M.statusline()
   local buf = api.nvim_get_current_buf()
   local client = lc.get(buf)
+  if client and stopping[client.id] then
+    client = nil
+  end
   if not client then
+    if M.restarting then
+      return 'llada … loading'
+    end
     return M.start_error and ('llada ✗ %s :LladaRestart'):format(short(M.start_error)) or ''
   end
   local st = M.status[client.id]
@@ -206,14 +245,17 @@ end
 --- `llada-engine stop`: the new server asks for it explicitly).
 function M.restart()
   M.restarting = true
+  M.last_stats = nil -- the old server's latency is not the new one's
   for _, client in ipairs((vim.lsp.get_clients or vim.lsp.get_active_clients)({ name = lc.NAME })) do
+    stopping[client.id] = true -- its exit (code 0, signal 15) is no failure
     if vim.fn.has('nvim-0.11') == 1 then client:stop(true) else client.stop(true) end
   end
   M.start_error = config.cmd_problem()
+  changed('LladaStatus')
   local env = vim.tbl_extend('force', config.options.cmd_env or {}, { LLADA_ENGINE_RESTART = '1' })
-  vim.defer_fn(function() -- the old clients' exit is handled first
-    M.restarting = false
+  vim.defer_fn(function() -- the old clients are detached first (a new one is started, not reused)
     if M.start_error then
+      M.restarting = false
       changed('LladaStatus')
       return
     end
@@ -234,13 +276,23 @@ function M.restart()
   end, 100)
 end
 
+--- LladaGhost: Comment's colours, with a 256-colour grey for terminals without 'termguicolors'
+--- (Comment often has a `guifg` only: the suggestion would be drawn like real code).
+local function ghost_highlight()
+  local c = api.nvim_get_hl(0, { name = 'Comment', link = false })
+  api.nvim_set_hl(0, 'LladaGhost', { fg = c.fg, bg = c.bg, italic = c.italic, ctermfg = c.ctermfg or 242,
+                                     ctermbg = c.ctermbg, cterm = c.cterm, default = true })
+end
+
 ---@param opts? table see llada.config
 function M.setup(opts)
   local o = config.set(opts)
   M.start_error = o.enable and config.cmd_problem() or nil
   api.nvim_create_user_command('LladaRestart', M.restart,
     { desc = 'llada: restart the server (and the engine daemon)' })
-  api.nvim_set_hl(0, 'LladaGhost', { link = 'Comment', default = true })
+  ghost_highlight()
+  api.nvim_create_autocmd('ColorScheme', { group = api.nvim_create_augroup('llada.hl', { clear = true }),
+                                           callback = ghost_highlight })
   api.nvim_set_hl(0, 'LladaGhostReplaced', { strikethrough = true, default = true }) -- what it replaces
   api.nvim_set_hl(0, 'LladaGhostCounter', { link = 'MoreMsg', default = true }) -- "llada 2/3"
   api.nvim_set_hl(0, 'LladaNextEditOld', { link = 'DiffDelete', default = true })

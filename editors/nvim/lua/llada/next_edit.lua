@@ -50,6 +50,27 @@ M.shown = {}
 M.last = {}
 ---@type table<integer, {timer: uv.uv_timer_t|nil, request: integer|nil, client_id: integer|nil}>
 local pending = {}
+---@type table<integer, {first: integer, last: integer}> 0-based lines changed since the last request
+local edited = {}
+---@type table<integer, boolean> buffers whose line changes are followed (nvim_buf_attach)
+local following = {}
+
+--- A change of lines [first, last_old) into [first, last_new): the range of changed lines grows
+--- to cover it (and moves with lines added or removed above it).
+local function note_lines(buf, first, last_old, last_new)
+  local r = edited[buf]
+  local a, b = first, math.max(first, last_new - 1)
+  if r then
+    local delta = last_new - last_old
+    if r.first >= last_old then
+      r.first, r.last = r.first + delta, r.last + delta
+    elseif r.last >= last_old then
+      r.last = r.last + delta
+    end
+    a, b = math.min(a, r.first), math.max(b, r.last)
+  end
+  edited[buf] = { first = math.max(0, a), last = math.max(0, b) }
+end
 
 local function opts()
   return config.options.next_edit or {}
@@ -198,10 +219,10 @@ function M.request(buf)
   end
   local params = vim.lsp.util.make_position_params(win, client.offset_encoding or 'utf-16')
   params.textDocument.version = vim.lsp.util.buf_versions[buf]
-  local first, last = api.nvim_buf_get_mark(buf, '['), api.nvim_buf_get_mark(buf, ']')
-  if first[1] > 0 and last[1] >= first[1] then -- the lines the last change touched
-    params.range = { start = { line = first[1] - 1, character = 0 },
-                     ['end'] = { line = last[1] - 1, character = 0 } }
+  local r = edited[buf] -- the lines changed since the last request (not the '[ '] marks: in
+  edited[buf] = nil     -- Insert mode they still hold the last command's, e.g. :edit's whole file)
+  if r then
+    params.range = { start = { line = r.first, character = 0 }, ['end'] = { line = r.last, character = 0 } }
   end
   local tick = vim.b[buf].changedtick
   local p = pending[buf] or {}
@@ -355,6 +376,20 @@ end
 
 --- Start following `buf`'s edits.
 function M.attach(buf)
+  if not following[buf] then
+    following[buf] = true
+    api.nvim_buf_attach(buf, false, {
+      on_lines = function(_, b, _, first, last_old, last_new)
+        if not following[b] then
+          return true -- detach
+        end
+        note_lines(b, first, last_old, last_new)
+      end,
+      on_detach = function(_, b)
+        following[b], edited[b] = nil, nil
+      end,
+    })
+  end
   local group = api.nvim_create_augroup('llada.next_edit.' .. buf, { clear = true })
   api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI' }, {
     group = group, buffer = buf,
@@ -371,7 +406,7 @@ function M.attach(buf)
     group = group, buffer = buf,
     callback = function()
       stop(buf)
-      pending[buf], M.shown[buf], M.last[buf] = nil, nil, nil
+      pending[buf], M.shown[buf], M.last[buf], following[buf], edited[buf] = nil, nil, nil, nil, nil
     end,
   })
 end
