@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llada_lsp.completion.line_rest import kept_rest
+from llada_lsp.completion.line_rest import kept_rest, wraps
 from llada_lsp.text.edit_check import edit_adds_error, edit_error_spans
 
 _CLOSED = re.compile(r"[)\]}\"'`]")
@@ -41,6 +41,9 @@ class Guard:
 
     def _parts(self, suggestion: str) -> tuple[str, str, str]:
         """(before, removed, after) of the document around what accepting `suggestion` replaces."""
+        if wraps(suggestion, self.rest):  # closers placed after the rest (line_rest.fit)
+            end = self.offset + len(self.rest.rstrip())
+            return self.text[:end], "", self.text[end:]
         replaced = len(self.rest) - len(kept_rest(suggestion, self.rest)) if self.rest else 0
         end = self.offset + replaced
         return self.text[: self.offset], self.text[self.offset: end], self.text[end:]

@@ -10,7 +10,9 @@ text) agree.
 What the suggestion overlaps: the closing brackets it adds beyond what it opens close brackets
 opened before the cursor. The rest of the line closes those same brackets, so the rest up to
 its matching closer is replaced and what follows is kept. A suggestion that closes nothing is
-an insertion: the whole rest is kept.
+an insertion: the whole rest is kept. One exception, `wraps`: a suggestion of closers alone
+before a balanced rest (`max(` typed before `area(5, 6)`, the model closing the call) closes
+after the rest, not before it: `max(area(5, 6))`, not `max()area(5, 6)`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ def rest_of_line(text: str, offset: int) -> str:
 def unmatched_closers(text: str) -> list[int]:
     """Offsets in `text` of the closing brackets that close no bracket opened in `text`
     (quoted text skipped; a quote ends at the end of its line)."""
+    return _scan(text)[0]
+
+
+def _scan(text: str) -> tuple[list[int], list[str]]:
+    """(the unmatched closers' offsets, the closers still owed for brackets left open)."""
     depth: list[str] = []
     out: list[int] = []
     quote = ""
@@ -46,7 +53,7 @@ def unmatched_closers(text: str) -> list[int]:
                 depth.pop()
             else:
                 out.append(i)
-    return out
+    return out, depth
 
 
 def kept_rest(text: str, rest: str) -> str:
@@ -59,9 +66,21 @@ def kept_rest(text: str, rest: str) -> str:
     return rest[closes[-1] + 1:]
 
 
+def wraps(text: str, rest: str) -> bool:
+    """`text` is closers alone and `rest` (non-blank) is balanced: the closers go after the
+    rest, closing what the line opened before the cursor around it."""
+    if not rest or not text or any(c not in CLOSERS for c in text):
+        return False
+    closers, owed = _scan(rest)
+    return not closers and not owed
+
+
 def fit(text: str, rest: str) -> str:
     """The insert text of an item whose range runs from the cursor over `rest` (the rest of
     the line, empty: an insertion at the cursor)."""
+    if wraps(text, rest):
+        code = rest.rstrip()
+        return code + text + rest[len(code):]
     return text + kept_rest(text, rest) if rest else text
 
 

@@ -60,6 +60,13 @@ def test_the_guard_on_the_issues_examples(marked: str, bad: str, good: str) -> N
     assert g.cut(good) == good
 
 
+def test_a_closer_before_a_balanced_rest_is_judged_where_it_lands() -> None:
+    """`max(` typed before `area(5, 6)`: the model's `)` is placed after the rest (line_rest.fit),
+    and the guard judges that text, not `max()area(5, 6)`."""
+    g = guard_at("other = max(|area(5, 6)\n")
+    assert not g.breaks(")") and g.breaks("x y")
+
+
 def test_errors_elsewhere_do_not_withhold_suggestions() -> None:
     """A file being typed has errors: a suggestion is judged on what it adds, where it goes."""
     g = guard_at("def g():\n    x = = 1\n\ndef f(v):\n    return |\n")
@@ -112,6 +119,7 @@ SCRIPT = [
     {"after": "    return ", "done": "raise", "alternatives": ["x = = 1", "value + 1"]},
     {"after": "print(", "done": "(r'\\n', '))", "alternatives": ["'a'"]},
     {"after": "assert ", "done": "(n) == ')", "alternatives": ["n == 1"]},
+    {"after": "other = max(", "done": ")"},  # `max(` typed before `area(5, 6)` (issue 51 item 2)
     {"after": "    total = ", "drafts": ["value * 2", "value * (2"], "done": "value * (2 +"},
 ]
 
@@ -141,6 +149,7 @@ CASES = [  # (the document, the cursor at |; the text shown)
     ("class A:\n    def twice(self, value):\n        return |\n", "value + 1"),  # not raise, not `x = = 1`
     ("print(|)\n", "'a')"),  # the auto-closed `)` kept after it
     ("n = 1\nassert |\n", "n == 1"),
+    ("other = max(|area(5, 6)\n", "area(5, 6))"),  # the closer goes after the rest, not before it
 ]
 
 

@@ -19,6 +19,7 @@ from llada_lsp.completion.line_rest import (
     only_deletes,
     rest_of_line,
     unmatched_closers,
+    wraps,
 )
 from tests.llada_lsp.lsp_helpers import (
     DATA,
@@ -48,6 +49,15 @@ def test_kept_rest(text: str, rest: str, kept: str) -> None:
     assert kept_rest(text, rest) == kept
     assert fit(text, rest) == text + kept
     assert fit(text, "") == text
+
+
+def test_closers_before_a_balanced_rest_close_after_it() -> None:
+    """Issue 51 item 2: `max(` typed before `area(5, 6)` and the model closes the call."""
+    assert wraps(")", "area(5, 6)") and fit(")", "area(5, 6)") == "area(5, 6))"
+    assert fit("))", "x  ") == "x))  "  # trailing blanks stay after the closers
+    assert not only_deletes(")", "area(5, 6)")
+    assert not wraps(")", "argv[1])") and not wraps("x)", "area(5, 6)") and not wraps(")", "f(x")
+    assert not wraps(")", "") and not wraps(" )", "x")
 
 
 def test_rest_of_line_and_closers() -> None:
