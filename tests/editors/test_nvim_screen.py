@@ -524,3 +524,31 @@ def test_restart_shows_loading_then_no_old_latency(tmp_path: Path, screens: list
     assert not any("✗" in row for row in seen), seen
     assert any("llada … loading" in row for row in seen), seen
     assert status_row(s).endswith("llada"), status_row(s)
+
+
+CLOSE_CALL = "def area(w, h):\n    return w * h\n\n\nother = area(5, 6)\n"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("renderer", ["builtin", "extmark"])
+def test_a_closer_typed_mid_line_closes_after_the_rest(tmp_path: Path, screens: list[Screen],
+                                                       renderer: str) -> None:
+    """Issue 51 item 2: `max(` typed before `area(5, 6)` and the model answering `)` (a scripted
+    engine, so that the answer is that one): the row drawn and the line Tab gives are
+    `other = max(area(5, 6))`, never `other = max()area(5, 6)`."""
+    from tests.fakes import scripted_engine
+
+    script = [{"after": "other = max(", "done": ")"}]
+    setup = {"cmd": [sys.executable, scripted_engine.__file__], "renderer": renderer,
+             "cmd_env": {"OMP_NUM_THREADS": "1", "LLADA_SCRIPT": json.dumps(script)},
+             "next_edit": {"enabled": False}}
+    s = start(tmp_path, setup, text=CLOSE_CALL, name="close.py")
+    screens.append(s)
+    s.wait_until("the server ready", lambda: re.search(r"llada\[scripted\]$", status_row(s)), 120)
+    type_at(s, 5, len("other = "), "max(")
+    want = "other = max(area(5, 6))"
+    s.wait_until("the suggestion drawn", lambda: current(s) and visible(s, 4) == want or None, 30)
+    s.input("<Tab>")
+    got = s.wait_until("the accept", lambda: (
+        (b := s.request("nvim_buf_get_lines", 0, 4, 5, False)[0]) != "other = max(area(5, 6)" and b), 10)
+    assert got == want
