@@ -113,6 +113,7 @@ def mid_line_spot(s: Screen, line: int, before: str, typed: str, renderer: str) 
         return False
     shown = visible(s, line - 1)
     drawn = "".join(t for t, _ in s.row_cells(line - 1)).rstrip()
+    drawn = re.sub(r"\s+llada \d+/\d+$", "", drawn)  # the candidate counter (several candidates)
     # the rest of the line after the cursor is still drawn (inline after the suggestion, or
     # struck out where it replaces it), and what was typed stays as it is
     assert drawn.endswith(lines[line - 1][col:].rstrip()[-1:])
