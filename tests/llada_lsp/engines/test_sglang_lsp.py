@@ -111,7 +111,7 @@ async def test_server_killed_and_restarted_mid_session(fake: FakeSglang, lsp: Ll
     await lsp.until(lambda: any(s["state"] == "ready" for s in lsp.statuses[before:]), 15)
     assert [s["state"] for s in lsp.statuses[before:]] == ["error", "ready"]
     version += 1
-    text = type_char(lsp, version, text, " ")
+    text = type_char(lsp, version, text, " + ")  # `total = xyz + a + b`: a suggestion that parses
     assert first_text(await asyncio.wait_for(send_inline(lsp, URI, at_end(text)), 10)) == "a + b"
     assert lsp.refines == []
 
