@@ -60,7 +60,10 @@ async def test_auto_start_from_inside_a_hostile_repository_runs_none_of_it(tmp_p
                            server_launcher(), env=env, cwd=str(repo), root_uri=repo.as_uri(), timeout=240)
         uri = (repo / "shapes.py").as_uri()
         open_document(client, uri, "python", text)
-        answer = await asyncio.wait_for(inline(client, uri, position_of(text, "        return math.")), 120)
+        # a statement in an empty line of a body: a suggestion that parses (the guard withholds
+        # the ones that would not, and tiny-code's mid-line ones after `math.` often would not)
+        spot = position_of(text, "def centroid(points: list[Point]) -> Point:\n    ")
+        answer = await asyncio.wait_for(inline(client, uri, spot), 120)
         info = runtime.read_runtime(run)
         assert info is not None and runtime.pid_alive(int(info["pid"]))  # auto-start worked
         assert answer is not None and answer.items and answer.items[0].insert_text  # a completion arrived
@@ -69,7 +72,7 @@ async def test_auto_start_from_inside_a_hostile_repository_runs_none_of_it(tmp_p
     finally:
         if not closed:  # a failure above
             with contextlib.suppress(Exception):  # noqa: BLE001 - teardown goes on
-                await client.stop()
+                await asyncio.wait_for(client.close(), 30)  # shutdown, exit (stop() alone can wait forever)
         await asyncio.to_thread(runtime.stop_daemon, run)
     assert sorted(p.name for p in (tmp_path / "canaries").iterdir()) == []
     log = (run / runtime.LOG_NAME).read_text()
