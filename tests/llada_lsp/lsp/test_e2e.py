@@ -92,7 +92,9 @@ async def test_refinements_apply_in_order(client: Any) -> None:
     for j, needle in enumerate(["    for i in range(len(points)):\n        a = points[i]\n",
                                 "    square = [Point(0, 0), Point(1, 0), Point(1, 1), "
                                 "Point(0, 1)]\n    name = ", "        return math.",
-                                "        b = "]):
+                                "        b = ",
+                                # an empty body line: a statement that parses (the guard withholds the rest)
+                                "def centroid(points: list[Point]) -> Point:\n    "]):
         _, res = await complete_after(client, needle.rstrip("\n"), f"r{j}.py")
         if completion_id(res):
             found = (res, completion_id(res))
