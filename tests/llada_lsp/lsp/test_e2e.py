@@ -269,7 +269,8 @@ async def test_document_changed_while_drafting_gives_empty(client: Any) -> None:
 async def test_accept_then_next_request_is_served_from_the_speculation(client: Any) -> None:
     text = (DATA / "shapes.py.txt").read_text()
     uri = (DATA / "speculate.py").as_uri()
-    needles = ["        return math.", "        b = ", "    name = ", "        total += "]
+    needles = ["        return math.", "        b = ", "    name = ", "        total += ",
+               "def centroid(points: list[Point]) -> Point:\n    "]  # an empty body line: one that parses
     k, pos, cid, final, before = await _suggested(client, uri, 1, "the model suggested nothing to accept",
                                                   ((text, position_of(text, n)) for n in needles))
     needle = needles[k]
