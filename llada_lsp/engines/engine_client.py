@@ -178,8 +178,8 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
     runtime file's token when the URL is the user's own daemon) authenticates;
     "sglang": SGLang servers (`sglang`: the options' `SglangOptions`, urls per preset and/or a
     router), prompts tokenized here with the tokenizer of `model_dir` (`llada_lsp.engines.sglang_engine`).
-    `threads`: the in-process engine's torch threads (0: sized for the machine; a daemon
-    takes `--threads`).
+    `threads`: torch threads, fixed (0: sized for the machine and re-checked): the in-process
+    engine's, or those of a daemon that "auto" starts (a daemon already running keeps its own).
     The preset travels with each request (`Plan.preset`, the `mode` option then); `mode` here
     only routes SGLang requests whose preset no server serves (`SglangConfig.default_preset`).
     """
@@ -197,7 +197,7 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
     from llada_lsp.engines.ws_engine import WsEngineClient  # lazy: websockets only when used
 
     if location == "auto":
-        return WsEngineClient(None, token=token, model=model_dir, device=device)
+        return WsEngineClient(None, token=token, model=model_dir, device=device, threads=threads)
     if location.startswith(("ws://", "wss://")):
         return WsEngineClient(location, token=token)
     raise ValueError(f"unknown engine location {location!r}: 'inprocess', 'auto', 'sglang' or a ws:// URL")

@@ -36,10 +36,11 @@ class WsEngineClient(EngineClient):
     """EngineClient over the daemon. `url=None` means "auto": find or start the user's daemon."""
 
     def __init__(self, url: str | None = None, *, token: str | None = None, model: str | None = None,
-                 device: str | None = None, start_timeout: float = 180.0) -> None:
+                 device: str | None = None, start_timeout: float = 180.0, threads: int = 0) -> None:
         super().__init__()
         # no preset: each request names its own; a daemon started here keeps the engine's default
         self.url, self.model, self.device = url, model, device
+        self.threads = threads  # a daemon started here: its torch threads (0: measured)
         self.token = token if token is not None else os.environ.get("LLADA_ENGINE_TOKEN")
         self.start_timeout = start_timeout
         # the editor restarted the server on the user's request: start the daemon even after
@@ -60,7 +61,7 @@ class WsEngineClient(EngineClient):
                 return self.conn
             if self.url is None:
                 self.conn = await connect_or_start(self.model, self.device, self.start_timeout,
-                                                   self.explicit)
+                                                   self.explicit, self.threads)
                 self.explicit = False
             else:
                 token = self.token
