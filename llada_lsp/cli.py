@@ -64,7 +64,7 @@ def options_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parsed_options(args: argparse.Namespace) -> Any:
-    from llada_lsp.lsp.options import OptionsError, parse_options
+    from llada_lsp.options import OptionsError, parse_options
 
     try:
         opts, warnings = parse_options(options_from(args))

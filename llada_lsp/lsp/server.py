@@ -23,16 +23,16 @@ from llada_lsp.completion.line_rest import fit, only_deletes
 from llada_lsp.completion.reporting import EngineStatus
 from llada_lsp.engines.engine_client import EngineClient, make_engine
 from llada_lsp.lsp.limits import LimitError, folder_uris, next_edit_params
-from llada_lsp.lsp.options import (
+from llada_lsp.lsp.protocol import ARRIVAL, DID_PARTIALLY_ACCEPT, DID_SHOW, LladaProtocol
+from llada_lsp.nextedit.next_edit import METHOD as NEXT_EDIT
+from llada_lsp.nextedit.next_edit import NextEditParamsError, NextEditService, parse_params
+from llada_lsp.options import (
     Options,
     OptionsError,
     parse_options,
     within_user,
     workspace_settings,
 )
-from llada_lsp.lsp.protocol import ARRIVAL, DID_PARTIALLY_ACCEPT, DID_SHOW, LladaProtocol
-from llada_lsp.nextedit.next_edit import METHOD as NEXT_EDIT
-from llada_lsp.nextedit.next_edit import NextEditParamsError, NextEditService, parse_params
 from llada_lsp.text.documents import DocumentError, DocumentStore
 from llada_lsp.text.positions import PositionError, units
 
