@@ -41,7 +41,8 @@ COMPLETION = frozenset({"completions", "plans", "cache", "speculation", "postpro
 NEXT_EDIT = frozenset({"next_edit", "edit_analysis", "edit_params", "edit_syntax", "edit_window",
                        "edit_fields"})
 OPTIONS = frozenset({"options"})  # llada_lsp/options.py: the floor every other group reads
-PROTOCOL = frozenset({"server", "stdio", "framing", "protocol", "limits"})
+PROTOCOL = frozenset({"server", "stdio", "framing", "protocol", "limits", "methods", "session",
+                      "suggestions"})
 COMMANDS = frozenset({"cli", "demo", "doctor", "__main__"})
 GROUPS = [TEXT, ENGINES, CONTEXT, COMPLETION, NEXT_EDIT, OPTIONS, PROTOCOL, COMMANDS]
 GROUP_RULES: list[tuple[frozenset[str], frozenset[str], str]] = [

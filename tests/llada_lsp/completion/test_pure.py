@@ -323,7 +323,7 @@ def test_type_through_a_version_the_editor_still_shows() -> None:
 
 # -- packaging -----------------------------------------------------------------------------------
 def test_import_does_not_load_torch() -> None:
-    code = ("import sys, llada_lsp.lsp.server, llada_lsp.cli, llada_lsp.demo; "
+    code = ("import sys, llada_lsp.lsp.methods, llada_lsp.cli, llada_lsp.demo; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True)
