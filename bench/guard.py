@@ -49,7 +49,7 @@ from engine.train.corpus import heldout_files, read_text  # noqa: E402
 from llada_lsp.completion.completions import CompletionService  # noqa: E402
 from llada_lsp.completion.line_rest import fit, rest_of_line  # noqa: E402
 from llada_lsp.engines.engine_client import EngineClient, make_engine  # noqa: E402
-from llada_lsp.lsp.options import parse_options  # noqa: E402
+from llada_lsp.options import parse_options  # noqa: E402
 from llada_lsp.text.documents import DocumentStore  # noqa: E402
 from llada_lsp.text.positions import text_position  # noqa: E402
 from tests.fakes.scripted_engine import ScriptedEngine  # noqa: E402

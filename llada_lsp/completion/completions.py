@@ -44,7 +44,7 @@ from llada_lsp.context.name_hints import NameHints
 from llada_lsp.context.workspace import WorkspaceContext, gather_limit
 from llada_lsp.engines.capabilities import Capabilities
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
-from llada_lsp.lsp.options import Options
+from llada_lsp.options import Options
 from llada_lsp.text.documents import Document, DocumentStore
 from llada_lsp.text.positions import Encoding, PositionError, selected_span
 

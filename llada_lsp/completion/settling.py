@@ -25,7 +25,7 @@ from llada_lsp.completion.postprocess import raw_spans, remask_can_help
 from llada_lsp.completion.weighing import Weigher
 from llada_lsp.engines.capabilities import Capabilities
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
-from llada_lsp.lsp.options import Options
+from llada_lsp.options import Options
 from llada_lsp.text.documents import Document
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
-from llada_lsp.lsp.options import Options
 from llada_lsp.nextedit.edit_analysis import Analysis, Site
 from llada_lsp.nextedit.edit_limits import Cancelled, Guard
 from llada_lsp.nextedit.edit_window import (
@@ -57,6 +56,7 @@ from llada_lsp.nextedit.next_edit_work import (
     checked,
     typing_word,
 )
+from llada_lsp.options import Options
 from llada_lsp.text.documents import Document, DocumentStore
 from llada_lsp.text.positions import Encoding, PositionError
 from llada_lsp.text.syntax import parser_for

@@ -169,7 +169,7 @@ def test_top_level_names_are_reused_while_typing_inside_a_function() -> None:
 
 
 def test_options_of_the_constraint() -> None:
-    from llada_lsp.lsp.options import OptionsError, parse_options
+    from llada_lsp.options import OptionsError, parse_options
 
     opts = parse_options({"namesConstraint": False, "namesKeepOwnAbove": 1})[0]
     assert opts.names_constraint is False and opts.names_keep_own_above == 1.0

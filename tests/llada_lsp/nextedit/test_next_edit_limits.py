@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from llada_lsp.lsp.options import parse_options
 from llada_lsp.nextedit import edit_window
 from llada_lsp.nextedit.edit_analysis import analyze
 from llada_lsp.nextedit.edit_limits import MAX_DEPTH, MAX_SITES, Cancelled, Guard, parse
 from llada_lsp.nextedit.edit_window import Suggested, keep
 from llada_lsp.nextedit.next_edit import NextEditParams, NextEditService
 from llada_lsp.nextedit.next_edit_work import Base, Snapshot, old_around
+from llada_lsp.options import parse_options
 from llada_lsp.text.documents import DocumentStore
 from llada_lsp.text.positions import LineIndex
 from llada_lsp.text.syntax import parser_for
