@@ -311,10 +311,10 @@ def suggest_rows(page: Any) -> list[str]:
 def test_mid_line_suggestion_inserts_before_the_rest(vscode: dict[str, Any]) -> None:
     """Mid-line: VS Code's own auto-closed `)` follows the cursor. The suggestion shows before
     it and Tab inserts it there, keeping the `)` once (the server's range runs to the end of
-    the line and its text keeps the rest: llada_lsp/completion/line_rest.py). In a file of its
-    own, after a whole function, with the scripted refinements let through: nothing rests on
-    the earlier cases (alone, calc.py ends in a `def` with no body, where the parse-error guard
-    rightly withholds every suggestion, and the engine would wait for `go-1`)."""
+    the line and its text keeps the rest: llada_lsp/completion/line_rest.py). Nothing rests on
+    the earlier cases: it waits for the server to be ready (run alone, it typed while the
+    engine loaded, and a request then gets nothing), lets the scripted refinements through
+    (`go-1`/`go-2`, else made by the first case) and types in a file of its own."""
     wb, page = vscode["wb"], vscode["page"]
     with screenshot_on_failure(page, "mid-line"):
         wait_ready(wb)
