@@ -5,8 +5,6 @@ import * as path from "node:path";
 import { describe, it } from "node:test";
 import {
   DEFAULT_SETTINGS,
-  SuggestionTracker,
-  answerFromTracker,
   applyEdits,
   MACHINE_SETTINGS,
   formatStats,
@@ -20,6 +18,7 @@ import {
   withUserFile,
 } from "../src/core";
 import { PASS_THROUGH, RESTART_SETTINGS, mergeOptions, passThroughOptions, type InspectedValue } from "../src/settings";
+import { SuggestionTracker, answerFromTracker } from "../src/tracker";
 
 const edit = (l1: number, c1: number, l2: number, c2: number, newText: string): LspTextEdit => ({
   range: { start: { line: l1, character: c1 }, end: { line: l2, character: c2 } },
@@ -102,6 +101,24 @@ describe("SuggestionTracker", () => {
     const many = t.remember("u", 2, { line: 0, character: 0 }, [item("2", "a"), item("2", "b"), item("2", "c")]);
     assert.deepEqual(many?.others, ["b", "c"]);
     assert.equal(answerFromTracker(many, true, false), true, "the candidates are known");
+  });
+
+  it("replaces in place only while VS Code shows an automatic request's answer at the shown state", () => {
+    const t = new SuggestionTracker();
+    const at = { line: 3, character: 4 };
+    t.remember("u", 1, at, [item("1", "a")]);
+    assert.equal(t.replacesInPlace("u"), false, "no answer noted");
+    t.noteAnswer("u", 1, at, false);
+    assert.equal(t.replacesInPlace("u"), true, "automatic: an explicit trigger asks again");
+    t.noteAnswer("u", 1, at, true);
+    assert.equal(t.replacesInPlace("u"), false, "explicit: VS Code answers the trigger itself");
+    t.noteAnswer("u", 1, { line: 3, character: 5 }, false);
+    assert.equal(t.replacesInPlace("u"), false, "another position");
+    t.noteAnswer("u", 2, at, false);
+    assert.equal(t.replacesInPlace("u"), false, "another version");
+    t.noteAnswer("u", 1, at, false);
+    t.forget("u");
+    assert.equal(t.replacesInPlace("u"), false, "forgotten");
   });
 
   it("prefers the full text when the edits do not reproduce it", () => {
