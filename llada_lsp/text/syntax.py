@@ -231,8 +231,10 @@ def adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle:
 
 
 def error_nodes(node: ts.Node, limit: int = 64) -> list[ts.Node]:
+    """The ERROR and MISSING nodes under `node` (none inside an ERROR; only subtrees with
+    errors are entered, so a tree without any costs nothing)."""
     out: list[ts.Node] = []
-    stack = [node]
+    stack = [node] if node.has_error or node.is_missing else []
     while stack and len(out) < limit:
         cur = stack.pop()
         if cur.is_error or cur.is_missing:
