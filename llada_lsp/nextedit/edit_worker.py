@@ -18,7 +18,8 @@ One JSON object per line each way, answers in request order:
   `Guard` (the work stops at its next check) and answers nothing itself;
 - `{"op": "prime", "uri", "language", "text"}`: the text before a document's first edit (the
   base of the requests to come) is parsed now, while the user types, so that a request
-  reparses only what changed;
+  reparses only what changed; a request for the document that comes meanwhile stops it (the
+  request then parses its own text at once, not after a parse it would not use);
 - `{"op": "close", "uri"}`: its trees are dropped.
 A request that is cancelled answers `{"id", "cancelled": reason}`, one that failed
 `{"id", "error": message}`. The end of stdin ends the process.
@@ -109,7 +110,10 @@ class Worker:
         if op == "prime":
             mirror = self.mirror(msg["uri"])
             if mirror.find(msg["text"]) is None:
-                tree = reparsed(msg["language"], msg["text"], mirror, guard)
+                try:
+                    tree = reparsed(msg["language"], msg["text"], mirror, guard)
+                except Cancelled:
+                    return None  # a request for the document came: it goes first
                 mirror.keep((msg["text"], tree, None), *mirror.texts)
                 del mirror.texts[2:]
             return None
@@ -166,21 +170,33 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "edited": list(a.edited), "definition": list(a.definition) if a.definition else None, "limit": a.limit}
 
 
+def _stopped() -> Guard:
+    guard = Guard(pausing=False)
+    guard.cancel("a request came")
+    return guard
+
+
 def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """Answer the requests read from `inp` on `out` until `inp` ends."""
     work: queue.Queue[dict[str, Any] | None] = queue.Queue()
     guards: dict[int, Guard] = {}
+    primes: dict[str, Guard] = {}  # the prime of each document not parsed yet
     lock = threading.Lock()
 
     def read() -> None:
         for line in inp:
             msg = json.loads(line)
             with lock:
-                if msg.get("op") == "cancel":
+                op = msg.get("op")
+                if op == "cancel":
                     g = guards.get(msg.get("id", -1))
                     if g is not None:
                         g.cancel(str(msg.get("reason") or "cancelled"))
                     continue
+                if op == "prime":
+                    primes[msg["uri"]] = Guard(pausing=False)
+                elif op == "analyse" and msg.get("uri") in primes:
+                    primes.pop(msg["uri"]).cancel("a request came")
                 if msg.get("id") is not None:
                     guards.setdefault(msg["id"], Guard(pausing=False))
             work.put(msg)
@@ -191,7 +207,10 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     while (msg := work.get()) is not None:
         rid = msg.get("id")
         with lock:
-            guard = guards.get(rid, Guard(pausing=False)) if rid is not None else Guard(pausing=False)
+            if msg.get("op") == "prime":
+                guard = primes.get(msg["uri"]) or _stopped()  # gone: a request for the document came
+            else:
+                guard = guards.get(rid, Guard(pausing=False)) if rid is not None else Guard(pausing=False)
         try:
             reply = worker.handle(msg, guard)
         except Exception as e:  # noqa: BLE001 - one request's failure is answered; the process serves on
@@ -199,6 +218,8 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
         with lock:
             if rid is not None and rid not in worker.pending:
                 guards.pop(rid, None)  # answered for good (a request waiting for its check keeps its guard)
+            if msg.get("op") == "prime" and primes.get(msg["uri"]) is guard:
+                del primes[msg["uri"]]
         if reply is not None:
             out.write(json.dumps(reply).encode() + b"\n")
             out.flush()
