@@ -165,6 +165,7 @@ class DocumentStore:
 
     def open(self, uri: str, language_id: str, version: int, text: str) -> Document:
         doc = Document(uri, language_id, version, text, self.max_bytes)
+        doc.index  # noqa: B018 - built with the open (its own pass over the text), not at the first keystroke
         self.docs[uri] = doc
         return doc
 
