@@ -100,6 +100,7 @@ class CompletionService:
         at = self.should_complete(self.arrive(uri, line, character, t0, invoked, selected))
         if isinstance(at, Verdict):
             return self.end(at)
+        await at.doc.parsed()  # its tree brought up to date on a thread: a large file's parse never holds the loop
         typed = self.typed_through(at)
         if typed is not None:
             return self.end(typed)

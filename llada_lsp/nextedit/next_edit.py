@@ -13,8 +13,9 @@ error), and model fills below `nextEdit.threshold` (the weakest token's confiden
 dropped. The base moves to the current text when a request finds nothing left to do and the
 text parses with no more errors than the base (so a half-typed name keeps the old base).
 
-The parses, the analysis and the checks run on one worker thread (`next_edit_work`), on a
-snapshot of the document, bounded by the limits of `edit_limits` (a refusal answers with its
+The parses, the analysis and the checks (`next_edit_work`) run in a worker process
+(`edit_process`, `edit_worker`: tree-sitter holds the GIL while it parses), on the texts of the
+document and its base, bounded by the limits of `edit_limits` (a refusal answers with its
 `limit` and reason): the event loop answers other requests meanwhile.
 
 The newest request for a document wins: it cancels the older one's engine jobs (and its
@@ -32,13 +33,13 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
 from llada_lsp.nextedit.edit_analysis import Analysis, Site
 from llada_lsp.nextedit.edit_limits import Cancelled, Guard
+from llada_lsp.nextedit.edit_process import EditProcess
 from llada_lsp.nextedit.edit_window import (
     FILL_PREFIX_CHARS,
     FILL_ROWS,
@@ -51,9 +52,7 @@ from llada_lsp.nextedit.next_edit_work import (
     TYPING_HOLD_S,
     Base,
     Snapshot,
-    analyse,
     base_of,
-    checked,
     typing_word,
 )
 from llada_lsp.options import Options
@@ -166,7 +165,7 @@ class NextEditService:
         self.wakers: dict[str, asyncio.Event] = {}  # a request held mid-word, woken by the next edit
         self.changed_at: dict[str, float] = {}  # time.monotonic() of each document's last change
         self.typing_hold_s = TYPING_HOLD_S
-        self.worker = ThreadPoolExecutor(1, thread_name_prefix="next-edit")  # parses and tree walks
+        self.worker = EditProcess()  # parses and tree walks, in a process of their own
         self.bases: dict[str, Base] = {}
         self.latest: dict[str, int] = {}
         self.serial = itertools.count(1)
@@ -217,13 +216,12 @@ class NextEditService:
 
     async def _suggest(self, p: NextEditParams, doc: Document, snap: Snapshot, base: Base, guard: Guard,
                        serial: int, enc: Encoding, cursor: int) -> Answer:
-        loop = asyncio.get_running_loop()
-        got = await loop.run_in_executor(self.worker, analyse, snap, base, guard)
+        got = await self.worker.analyse(p.uri, snap, base, guard)
         guard.check()
         analysis, version = got.analysis, snap.version
         if not analysis.sites:
             if got.settles:
-                self.bases[p.uri] = Base(snap.text, got.tree, got.errors)  # settled: the next edit starts here
+                self.bases[p.uri] = Base(snap.text, None, got.errors)  # settled: the next edit starts here
             if analysis.limit:
                 self.counters[f"limit_{analysis.limit}"] += 1
                 return self._empty(version, analysis.detail, analysis.limit)
@@ -247,11 +245,10 @@ class NextEditService:
         kept = (p.line, p.line)
         if p.edited is not None:
             kept = (min(p.line, p.edited[0]), max(p.line, p.edited[1]))
-        out = await loop.run_in_executor(self.worker, checked, snap, base, got, fills,
-                                         self.options.next_edit.placeholders, kept, enc, guard)
+        out = await self.worker.checked(got, fills, self.options.next_edit.placeholders, kept, enc, guard)
         guard.check()
         if got.settles:
-            self.bases[p.uri] = Base(snap.text, got.tree, got.errors)  # nothing to follow: settled
+            self.bases[p.uri] = Base(snap.text, None, got.errors)  # nothing to follow: settled
         self.counters["answered"] += 1
         self.counters["suggestions"] += len(out)
         return Answer(version, out, "", analysis.kind, analysis.detail)
@@ -367,7 +364,8 @@ class NextEditService:
         """Before an edit is applied: the text as it stands becomes the base when there is none."""
         if doc.uri in self.bases or not self.enabled or doc.tree is None or doc.unservable_reason() is not None:
             return
-        self.bases[doc.uri] = base_of(doc)  # no parse on the loop: the worker parses it if asked
+        self.bases[doc.uri] = base_of(doc)  # no parse on the loop: the worker parses it now
+        self.worker.prime(doc.uri, doc.language_id, doc.text)
 
     def document_changed(self, uri: str) -> None:
         """An edit makes a running request's answer stale: stop its engine work now."""
@@ -378,8 +376,10 @@ class NextEditService:
         self._cancel(uri, "closed")
         self.latest.pop(uri, None)
         self.bases.pop(uri, None)
+        self.worker.closed(uri)
 
     def debug_info(self) -> dict[str, Any]:
         return {"counters": dict(self.counters), "available": self.available,
-                "running": len(self.guards),  # requests being analysed or checked on the worker now
+                "running": len(self.guards),  # requests being analysed or checked by the worker now
+                "workerStarts": self.worker.starts,
                 "emptyReasons": [{"reason": r, "count": n} for r, n in self.empty_reasons.most_common()]}
