@@ -78,8 +78,6 @@ class SglangJob(EngineJob):
 class SglangEngineClient(EngineClient):
     """EngineClient over SGLang servers (see the module docstring)."""
 
-    engine_supersedes = False  # SGLang knows no documents: an older request is aborted here
-
     def __init__(self, cfg: SglangConfig, builder_factory: BuilderFactory | None = None) -> None:
         super().__init__()
         self.cfg = cfg

@@ -152,6 +152,12 @@ def model_name(model: str | None) -> str:
     return (model or os.environ.get("LLADA_MODEL") or "tiny-code").rstrip("/").rsplit("/", 1)[-1]
 
 
+def fill_key(uri: str, row: int) -> str:
+    """The document key of the fill in `row` of a wave (each its own: the rows of one wave must
+    not supersede each other), so that a newer request of `uri` ends the older one's fills."""
+    return f"{uri}\0next-edit\0{row}"
+
+
 def gated_on(model: str | None) -> bool:
     return model_name(model) in GATED
 
@@ -160,7 +166,6 @@ class NextEditService:
     def __init__(self, store: DocumentStore, engine: EngineClient, options: Options,
                  encoding: Callable[[], Encoding]) -> None:
         self.store, self.engine, self.options, self.encoding = store, engine, options, encoding
-        self.jobs: dict[str, list[EngineJob]] = {}
         self.guards: dict[str, Guard] = {}  # the running request's, per document
         self.wakers: dict[str, asyncio.Event] = {}  # a request held mid-word, woken by the next edit
         self.changed_at: dict[str, float] = {}  # time.monotonic() of each document's last change
@@ -262,10 +267,9 @@ class NextEditService:
         done: list[tuple[str, float] | str] = []
         for w in range(0, len(sites), FILL_ROWS):  # waves of the step loop's rows
             jobs = [self.engine.submit(fill_request(
-                f"ne{serial}.{k}", f"{doc.uri}\0next-edit\0{k - w}", doc.uri.rsplit("/", 1)[-1], doc.text, site,
+                f"ne{serial}.{k}", fill_key(doc.uri, k - w), doc.uri.rsplit("/", 1)[-1], doc.text, site,
                 definition, FILL_PREFIX_CHARS, FILL_SUFFIX_CHARS, o.site_tokens, self.options.mode))
                 for k, site in enumerate(sites[w:w + FILL_ROWS], start=w)]
-            self.jobs[doc.uri] = jobs
             try:
                 done.extend(await asyncio.gather(*(self._done(j) for j in jobs)))
             except asyncio.CancelledError:
@@ -273,9 +277,6 @@ class NextEditService:
                     j.cancel("cancelled")  # $/cancelRequest: the client gets RequestCancelled
                 self.counters["client_cancelled"] += 1
                 raise
-            finally:
-                if self.jobs.get(doc.uri) is jobs:
-                    del self.jobs[doc.uri]
             if self.latest.get(doc.uri) != serial:
                 return "superseded"
         out: list[Suggested | None] = []
@@ -351,8 +352,8 @@ class NextEditService:
         woken = self.wakers.pop(uri, None)
         if woken is not None:
             woken.set()  # a request held while a word is typed ends now
-        for job in self.jobs.pop(uri, []):
-            job.cancel(reason)
+        for row in range(FILL_ROWS):  # its fills: the engine client's one rule ends them
+            self.engine.supersede(fill_key(uri, row), reason)
 
     def _empty(self, version: int | None, why: str, limit: str = "") -> Answer:
         self.counters["empty"] += 1

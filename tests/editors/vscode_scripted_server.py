@@ -20,7 +20,6 @@ send one yet.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -51,8 +50,7 @@ class ScriptedEngine(EngineClient):
         self.set_state("ready")
 
     def submit(self, request: CompletionRequest) -> EngineJob:
-        job = self.with_deadlines(EngineJob(request, asyncio.get_running_loop()))
-        self.counters["submitted"] += 1
+        job = self.new_job(request, EngineJob)  # its deadlines; a newer request's arrival cancels it
         threading.Thread(target=self._complete, args=(job,), daemon=True).start()
         return job
 

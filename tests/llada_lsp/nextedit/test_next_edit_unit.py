@@ -135,7 +135,7 @@ class ScriptedEngine(EngineClient):
         self.state = "ready"
 
     def submit(self, request: CompletionRequest) -> EngineJob:
-        job = EngineJob(request, asyncio.get_running_loop())
+        job = self.new_job(request, EngineJob)  # the bookkeeping every client shares (supersession)
         self.jobs.append(job)
         return job
 
