@@ -207,6 +207,7 @@ def test_ghost_text_refinements_and_tab(vscode: dict[str, Any]) -> None:
             rec["blank_ms"] = blank_ms(log, since, len(log) - 1)
             rec["sent_to_screen_ms"] = log[at]["t"] - sent_at(control, "sent-2")
             rounds.append(rec)
+            print(f"round {r}:", json.dumps(rec))
             page.keyboard.press("Tab")
             wait_for("Tab to insert the newest text", last_line_is(wb, f"    {name} = {STEPS[2]}"))
             # no ghost-text check here: after an accept the server's speculation may at once show the
