@@ -147,9 +147,9 @@ export function answerFromTracker(known: Shown | undefined, invoked: boolean, ow
 /**
  * How long a refinement waits for the engine's final text while VS Code can still replace the
  * shown suggestion in place (once per automatic request: SuggestionTracker.replacesInPlace).
- * Chosen from the engine's timings: the final refinement follows the first suggestion by 19-49 ms
- * at the median on a CPU (BENCHMARKS.md, `bench/lsp_latency.py --mode quality`), so a wait of a
- * few frames more covers the common case and keeps a slow engine's progress visible.
+ * Chosen from the engine's timings: on a CPU the medians of the first suggestion and the final
+ * refinement are 19-49 ms apart (BENCHMARKS.md "Alternatives", `bench/lsp_latency.py --mode
+ * quality`), so a few times that covers the common case and keeps a slow engine's progress visible.
  */
 export const FINAL_HOLD_MS = 200;
 
