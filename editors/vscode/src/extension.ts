@@ -27,7 +27,7 @@ import {
 } from "./core";
 import { RESTART_SETTINGS, mergeOptions, passThroughOptions } from "./settings";
 import { StatusModel, type StatusView } from "./status";
-import { SuggestionTracker, answerFromTracker } from "./tracker";
+import { RefineHold, SuggestionTracker, answerFromTracker } from "./tracker";
 import { NEXT_EDIT_METHOD, NextEditController, type NextEditDecoration, type NextEditResult } from "./nextEdit";
 
 let client: LanguageClient | undefined;
@@ -141,10 +141,19 @@ function showStatus(v: StatusView): void {
  * and then keeps the old text on screen until the new one replaces it: no blank frame. Once it
  * shows an explicit request's answer (an earlier refinement's, or cycling's), it answers every
  * trigger there from its own state, so the suggestion is hidden first, and the screen is blank
- * until the provider's answer (one round trip to the extension host). Refinements that arrive
- * while one is being shown are coalesced into the next.
+ * until the provider's answer (one round trip to the extension host). So while the in-place
+ * replacement is left, a refinement that is not the engine's last waits for the final one
+ * (RefineHold, at most FINAL_HOLD_MS), and the one replacement brings the final text.
+ * Refinements that arrive while one is being shown are coalesced into the next.
  */
 let reshowing: Promise<void> | undefined; // while a refinement is being shown
+// when a refinement is shown: the final text, or the newest after FINAL_HOLD_MS, spends the one
+// in-place replacement (tracker.RefineHold); a newer suggestion's answer drops an older one's
+const refineHold = new RefineHold((uri, completionId) => {
+  if (tracker.get(uri)?.completionId === completionId) {
+    scheduleRetrigger(uri);
+  }
+});
 let pendingReshow: string | undefined; // the uri of a refinement not shown yet
 function scheduleRetrigger(uri: string): void {
   pendingReshow = uri;
@@ -439,8 +448,10 @@ async function start(context: vscode.ExtensionContext): Promise<void> {
   const c = new LanguageClient("llada", "llada", command, clientOptions());
   client = c;
   client.onNotification("llada/refine", (p: RefineParams) => {
-    if (tracker.refine(p)) {
-      scheduleRetrigger(p.uri);
+    const changed = tracker.refine(p) !== undefined;
+    const s = tracker.get(p.uri);
+    if (s && s.completionId === String(p.completionId)) {
+      refineHold.refined(s, changed, tracker.replacesInPlace(p.uri));
     }
   });
   client.onNotification("llada/stats", (s: StatsParams) => {
@@ -574,6 +585,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     vscode.workspace.onDidCloseTextDocument((d) => {
       tracker.forget(d.uri.toString());
+      refineHold.forget(d.uri.toString());
       const uri = uriOf(d);
       if (uri) {
         nextEdits.forget(uri);

@@ -143,3 +143,74 @@ export class SuggestionTracker {
 export function answerFromTracker(known: Shown | undefined, invoked: boolean, ownRetrigger: boolean): boolean {
   return known !== undefined && (ownRetrigger || !invoked || known.others.length > 0);
 }
+
+/**
+ * How long a refinement waits for the engine's final text while VS Code can still replace the
+ * shown suggestion in place (once per automatic request: SuggestionTracker.replacesInPlace).
+ * Chosen from the engine's timings: on a CPU the medians of the first suggestion and the final
+ * refinement are 19-49 ms apart (BENCHMARKS.md "Alternatives", `bench/lsp_latency.py --mode
+ * quality`), so a few times that covers the common case and keeps a slow engine's progress visible.
+ */
+export const FINAL_HOLD_MS = 200;
+
+/** Timers as node and the extension host have them (a test passes its own). */
+export interface Timers {
+  set(fn: () => void, ms: number): unknown;
+  clear(handle: unknown): void;
+}
+
+const NODE_TIMERS: Timers = {
+  set: (fn, ms) => setTimeout(fn, ms),
+  clear: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
+};
+
+/**
+ * Decides when a refinement reaches the screen. VS Code replaces the shown suggestion in place
+ * (no blank frame) only once per automatic request, so while that one replacement is left, a
+ * refinement that is not the engine's last is held, and the final text spends it; if no final
+ * text comes within `holdMs`, the newest text is shown then. Otherwise (the in-place replacement
+ * spent, or the final text) a refinement is shown at once. `show(uri, completionId)` re-shows
+ * the suggestion (extension.ts reshow); it is called once per held run of refinements.
+ */
+export class RefineHold {
+  private readonly held = new Map<string, { completionId: string; handle: unknown }>();
+
+  constructor(private readonly show: (uri: string, completionId: string) => void,
+    private readonly holdMs = FINAL_HOLD_MS, private readonly timers: Timers = NODE_TIMERS) {}
+
+  /** A refinement of the shown suggestion `s` was applied (`changed`: its text changed);
+   * `inPlace`: VS Code would replace the shown text in place now. */
+  refined(s: Shown, changed: boolean, inPlace: boolean): void {
+    const h = this.held.get(s.uri);
+    const mine = h !== undefined && h.completionId === s.completionId;
+    if (!s.final && inPlace) {
+      if (changed && !mine) {
+        this.forget(s.uri); // another suggestion's
+        const handle = this.timers.set(() => {
+          this.held.delete(s.uri);
+          this.show(s.uri, s.completionId);
+        }, this.holdMs);
+        this.held.set(s.uri, { completionId: s.completionId, handle });
+      }
+      return; // held (a held one keeps its timer)
+    }
+    this.forget(s.uri);
+    if (changed || mine) {
+      this.show(s.uri, s.completionId);
+    }
+  }
+
+  /** Whether a refinement of the document's suggestion waits to be shown. */
+  holding(uri: string): boolean {
+    return this.held.has(uri);
+  }
+
+  /** Drop the document's held refinement (a new suggestion, or the document closed). */
+  forget(uri: string): void {
+    const h = this.held.get(uri);
+    if (h) {
+      this.timers.clear(h.handle);
+      this.held.delete(uri);
+    }
+  }
+}
