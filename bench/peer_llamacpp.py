@@ -20,7 +20,7 @@ computes differs, and that is what is compared:
              block only; its other steps feed the block alone and read the rest from the
              approximate KV cache (engine.decoding.decode_bidir).
 Both time the decode only (llama.cpp's own "total time", the engine's `complete` call; the
-model is loaded before); the engine is warmed up once, llama.cpp runs with --no-mmap so its
+model is loaded before); the engine is warmed up at each prompt length, llama.cpp runs with --no-mmap so its
 weights are in memory before its timer. llama.cpp samples with its CLI defaults (the
 README's LLaDA invocation, seed fixed); the engine takes the argmax. `llama_no_empty` is
 llama.cpp's time less its empty-block forwards (time per forward from its forward time). The
@@ -104,7 +104,8 @@ class EngineWorker:
 
 def worker(a: argparse.Namespace) -> int:
     """--worker T: load the engine at T threads, warm it up, then for each prompt length read
-    from stdin decode one completion and print its result as a JSON line."""
+    from stdin decode one completion and print its result as a JSON line (after an untimed one
+    at each new length)."""
     from engine.api import CompletionRequest, Plan
     from engine.service import TextEngine
 
@@ -113,7 +114,9 @@ def worker(a: argparse.Namespace) -> int:
     prompts: dict[int, str] = {}
     for line in sys.stdin:
         p = int(line)
-        prompts[p] = prompts.get(p) or engine_prompt(engine, p)
+        if p not in prompts:  # the first completion at a new length is not timed
+            prompts[p] = engine_prompt(engine, p)
+            run_engine(engine, prompts[p], a)
         print(json.dumps(run_engine(engine, prompts[p], a)), flush=True)
     return 0
 

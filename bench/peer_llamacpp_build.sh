@@ -36,7 +36,7 @@ fi
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$DEST/src"
-# peer_llamacpp_unity.cmake: libllama and common compile as unity builds (less compile work)
+# peer_llamacpp_unity.cmake: libllama compiles as a unity build (less compile work, same code)
 nice -n 10 cmake -B "$DEST/build" -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PROJECT_INCLUDE="$HERE/peer_llamacpp_unity.cmake"
 nice -n 10 cmake --build "$DEST/build" --target llama-diffusion-cli llama-tokenize -j"$JOBS"

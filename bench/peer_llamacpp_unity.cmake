@@ -1,12 +1,13 @@
 # CMAKE_PROJECT_INCLUDE for bench/peer_llamacpp_build.sh: once the tree is configured, the
-# libllama and common targets compile as unity builds (their .cpp files in batches), which
-# parses their shared headers once a batch instead of once a file: the same code, less compile
-# work on a small shared machine. Files with file-local helpers (`static ...` or an anonymous
-# namespace at file scope, whose names may clash in a batch) compile alone, as before.
+# libllama target (~180 .cpp files, most of them one model's graph) compiles as a unity build:
+# its files in batches of 12, so their shared headers are parsed once a batch instead of once a
+# file: the same code, less compile work on a small shared machine. Files with file-local
+# helpers (`static ...` or an anonymous namespace at file scope, whose names may clash in a
+# batch) compile alone, as before.
 # Nothing in ggml (the matmuls) changes.
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL peer_llamacpp_unity)
 function(peer_llamacpp_unity)
-    foreach(t llama common)
+    foreach(t llama)
         if(NOT TARGET ${t})
             continue()
         endif()
