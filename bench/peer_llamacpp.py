@@ -3,8 +3,9 @@ checkpoint (bench/peer_ckpt.py: the published config shrunk in depth and width, 
 the 126,464-row vocabulary, random bf16 weights; llama.cpp runs its own conversion of it).
 
     bash bench/peer_llamacpp_build.sh          # once: builds llama.cpp under ~/.cache/llada-lsp
-    python bench/peer_llamacpp.py [--prompts 32,224] [--gen 32] [--block 32] [--steps 8]
-                                  [--threads 1,2] [--reps 3] [--llama-cli PATH] [--ckpt DIR]
+    python bench/peer_llamacpp.py [--prompts 32,224] [--gen 32] [--block 32] [--steps 4]
+                                  [--threads 1,2] [--reps 2] [--llama-cli PATH] [--ckpt DIR]
+                                  [--engine-dtype auto|float32]
     python bench/peer_llamacpp.py --smoke      # the engine half only, smallest shape (tests/bench)
 
 Both decode `--gen` new tokens after a prompt of exactly P tokens (each checked: llama-tokenize
@@ -20,9 +21,11 @@ computes differs, and that is what is compared:
              block only; its other steps feed the block alone and read the rest from the
              approximate KV cache (engine.decoding.decode_bidir).
 Both time the decode only (llama.cpp's own "total time", the engine's `complete` call; the
-model is loaded before); the engine is warmed up at each prompt length, llama.cpp runs with --no-mmap so its
-weights are in memory before its timer. llama.cpp samples with its CLI defaults (the
-README's LLaDA invocation, seed fixed); the engine takes the argmax. `llama_no_empty` is
+model is loaded before); the engine is warmed up at each prompt length, llama.cpp runs with
+--no-mmap so its weights are in memory before its timer. llama.cpp samples with its CLI defaults (the
+README's LLaDA invocation, seed fixed); the engine takes the argmax. The engine loads the
+checkpoint as the product does (bf16); `--engine-dtype float32` upcasts it (a diagnosis: torch's
+bf16 matmuls are slow on a CPU without bf16 instructions, ggml's are not). `llama_no_empty` is
 llama.cpp's time less its empty-block forwards (time per forward from its forward time). The
 arms alternate within each rep; the 1-minute load average is recorded at each run. A table,
 then one JSON line. Without the binary: how to build it, exit 2.
@@ -84,7 +87,7 @@ class EngineWorker:
 
     def __init__(self, ckpt: Path, threads: int, a: argparse.Namespace) -> None:
         cmd = [sys.executable, __file__, "--worker", str(threads), "--ckpt", str(ckpt), "--gen", str(a.gen),
-               "--block", str(a.block), "--steps", str(a.steps)]
+               "--block", str(a.block), "--steps", str(a.steps), "--engine-dtype", a.engine_dtype]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, p: int) -> dict[str, Any]:
@@ -106,10 +109,13 @@ def worker(a: argparse.Namespace) -> int:
     """--worker T: load the engine at T threads, warm it up, then for each prompt length read
     from stdin decode one completion and print its result as a JSON line (after an untimed one
     at each new length)."""
+    import torch
+
     from engine.api import CompletionRequest, Plan
     from engine.service import TextEngine
 
-    engine = TextEngine(a.ckpt, threads=a.worker, max_len=1024, prompt_format="plain")
+    dtype = None if a.engine_dtype == "auto" else getattr(torch, a.engine_dtype)
+    engine = TextEngine(a.ckpt, threads=a.worker, max_len=1024, prompt_format="plain", dtype=dtype)
     list(engine.complete(CompletionRequest("warm", "warm", "x = ", "", Plan(max_tokens=a.block))))
     prompts: dict[int, str] = {}
     for line in sys.stdin:
@@ -196,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=4, help="forwards per block")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--engine-dtype", default="auto", choices=("auto", "float32"),
+                    help="auto: the checkpoint's bf16, as the product loads it; float32: upcast (a diagnosis)")
     ap.add_argument("--smoke", action="store_true", help="the engine half only, smallest shape, one rep")
     ap.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -232,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                       "llama_cpp": commit.read_text().strip() if commit and commit.exists() else None,
                       "shape": {k: shape[k] for k in ("d_model", "n_heads", "mlp_hidden_size", "n_layers",
                                                       "embedding_size")},
-                      "gen": a.gen, "block": a.block, "steps_per_block": a.steps, "rows": rows}))
+                      "engine_dtype": a.engine_dtype, "gen": a.gen, "block": a.block, "steps_per_block": a.steps, "rows": rows}))
     return 0
 
 
