@@ -9,8 +9,8 @@
 # The source: llama-cpp-python's sdist vendors llama.cpp whole (examples/diffusion and
 # convert_hf_to_gguf.py included); version 0.3.35 vendors llama.cpp commit LLAMA_CPP_COMMIT (its
 # git submodule pointer at tag v0.3.35; the sdist is checked by its sha256). PyPI is reachable
-# where GitHub is not. The build runs
-# under `nice -n 10` (the machine is shared) with GGML_NATIVE=ON: the binary is for this CPU.
+# where GitHub is not. The build runs under `nice -n 10` (the machine is shared) with
+# GGML_NATIVE=ON: the binary is for this CPU.
 set -euo pipefail
 
 SDIST_VERSION=0.3.35
