@@ -147,7 +147,7 @@ def server_contexts(cross: Sequence[CrossTask], max_context_tokens: int | None) 
     the target document open with the line removed and the cursor where the line starts."""
     from llada_lsp.context.workspace import WorkspaceContext, gather_limit
     from llada_lsp.context.workspace_index import WorkspaceIndex
-    from llada_lsp.lsp.options import Options
+    from llada_lsp.options import Options
     from llada_lsp.text.documents import DocumentStore
 
     paths = {f.key: f.path for f in all_files()}

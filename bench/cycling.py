@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.tasks import KINDS, Task, edit_similarity, exact_match, make_tasks  # noqa: E402
 from llada_lsp.completion.completions import CompletionService  # noqa: E402
 from llada_lsp.engines.engine_client import EngineClient, make_engine  # noqa: E402
-from llada_lsp.lsp.options import parse_options  # noqa: E402
+from llada_lsp.options import parse_options  # noqa: E402
 from llada_lsp.text.documents import DocumentStore  # noqa: E402
 from llada_lsp.text.positions import text_position  # noqa: E402
 

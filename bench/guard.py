@@ -3,7 +3,7 @@ longer parses, and how many requests get nothing, with the guard off and on. Sam
 same run.
 
     python bench/guard.py [--model DIR] [--per-kind 20] [--seed 0] [--threads 2]
-                          [--engines model,scripted]
+                          [--engines model,scripted] [--cost-lines 50000] [--cost-sites 4]
 
 Sites are cut from held-out Python files (`bench.tasks`: the stdlib files of
 engine/train/heldout.txt) and the HumanEval infilling prompts (/work/shared/eval, when
@@ -23,7 +23,16 @@ guard's tree-sitter) rejects the file after it. Arms: `off` (`syntaxCheck: false
 is checked) and `on` (the guard). Engines: `model` (the in-process engine with the model:
 the embedded tiny-code by default) and `scripted` (tests/fakes/scripted_engine.py answering
 every request with a fixed, deliberately bad candidate list, `BAD`). Reported per engine,
-arm and kind: sites, shown, broken share of shown, empty share. Ends with one JSON line.
+arm and kind: sites, shown, broken share of shown, empty share.
+
+The check's cost on a huge file (`cost`): the held-out files joined into one of
+`--cost-lines` lines (0: skipped), `--cost-sites` sites cut from it per kind, and at each the
+guard's judgement of every `BAD` candidate (`Guard.cut`, as a request asks it: the
+candidate, then its cuts). Per check (one `Guard.breaks`) p50, p99
+and max ms, per request (all candidates with their cuts) p50 and max ms, over the baseline in
+the same run: one tree-sitter parse of the whole file. `wrong`: texts the guard passed (the
+first per site) that Python's own parser rejects in the file (must be 0). Ends with one
+JSON line.
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from engine.train.corpus import heldout_files, read_text  # noqa: E402
 from llada_lsp.completion.completions import CompletionService  # noqa: E402
 from llada_lsp.completion.line_rest import fit, rest_of_line  # noqa: E402
 from llada_lsp.engines.engine_client import EngineClient, make_engine  # noqa: E402
-from llada_lsp.lsp.options import parse_options  # noqa: E402
+from llada_lsp.options import parse_options  # noqa: E402
 from llada_lsp.text.documents import DocumentStore  # noqa: E402
 from llada_lsp.text.positions import text_position  # noqa: E402
 from tests.fakes.scripted_engine import ScriptedEngine  # noqa: E402
@@ -210,6 +219,70 @@ async def arm(engine: EngineClient, sites: list[Site], opts: dict[str, Any]) -> 
     return rows
 
 
+def big_file(lines: int) -> str:
+    """The held-out files that parse, joined (each a statement sequence at column 0) until `lines`."""
+    parts: list[str] = []
+    n = 0
+    for _name, text in sources():
+        parts.append(text.rstrip("\n") + "\n\n\n")
+        n += parts[-1].count("\n")
+        if n >= lines:
+            break
+    return "".join(parts)
+
+
+def cost(lines: int, per_kind: int, seed: int) -> dict[str, Any]:
+    """The guard's check cost on one huge file (see the module docstring)."""
+    from llada_lsp.completion.guard import Guard
+    from llada_lsp.text.syntax import parser_for
+
+    text = big_file(lines)
+    parser = parser_for("python")
+    assert parser is not None
+    t0 = time.perf_counter()
+    parser.parse(text.encode())
+    parse_ms = (time.perf_counter() - t0) * 1000
+    rng = random.Random(seed)
+    checks: list[float] = []
+    requests: list[float] = []
+
+    @dataclass(frozen=True)
+    class Timed(Guard):
+        def breaks(self, suggestion: str) -> bool:  # each check timed
+            t = time.perf_counter()
+            try:
+                return super().breaks(suggestion)
+            finally:
+                checks.append((time.perf_counter() - t) * 1000)
+
+    wrong = sites = 0
+    for kind in KINDS:
+        got = 0
+        while got < per_kind:
+            cut = CUTTERS[kind](text, rng)
+            if cut is None:
+                continue
+            doc, at = cut
+            got += 1
+            sites += 1
+            rest = rest_of_line(doc, at)
+            guard = Timed("python", doc, at, rest, parser.parse(doc.encode()))  # the document's own tree
+            t1 = time.perf_counter()
+            passed = [c for c in (guard.cut(b) for b in BAD) if c]
+            requests.append((time.perf_counter() - t1) * 1000)
+            for c in passed[:1]:  # Python's own parser on the whole file: the costly part, once a site
+                wrong += not ast_parses(doc[:at] + fit(c, rest) + doc[at + len(rest):])
+    checks.sort()
+    requests.sort()
+
+    def q(xs: list[float], f: float) -> float:
+        return round(xs[min(len(xs) - 1, int(f * len(xs)))], 1) if xs else 0.0
+    return {"lines": text.count("\n"), "bytes": len(text.encode()), "sites": sites, "checks": len(checks),
+            "parse_ms": round(parse_ms, 1), "check_p50_ms": q(checks, 0.5), "check_p99_ms": q(checks, 0.99),
+            "check_max_ms": q(checks, 1.0), "request_p50_ms": q(requests, 0.5), "request_max_ms": q(requests, 1.0),
+            "check_p50_over_parse": round(q(checks, 0.5) / parse_ms, 3) if parse_ms else None, "wrong": wrong}
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     sites = make_sites(args.per_kind, args.seed)
     base = {"mode": "speedy", "speculative": False, "debounceMs": 0}
@@ -235,7 +308,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for kind, r in rows.items():
                 print(f"{name:9} {a:4} {kind:9} {r['sites']:5d} {r['shown']:5d} {r['broken']:6d} "
                       f"{100 * r['broken_share']:7.1f} {100 * r['empty_share']:6.1f}")
-    out = {"bench": "guard", "per_kind": args.per_kind, "seed": args.seed, "sites": len(sites),
+    if args.cost_lines:
+        c = cost(args.cost_lines, args.cost_sites, args.seed)
+        print(f"cost on {c['lines']} lines ({c['bytes']} B, one parse {c['parse_ms']} ms): {c['checks']} checks at "
+              f"{c['sites']} sites, p50 {c['check_p50_ms']} / p99 {c['check_p99_ms']} / max {c['check_max_ms']} ms; "
+              f"per request p50 {c['request_p50_ms']} / max {c['request_max_ms']} ms; wrong {c['wrong']}")
+        results_cost: dict[str, Any] | None = c
+    else:
+        results_cost = None
+    out = {"bench": "guard", "per_kind": args.per_kind, "seed": args.seed, "sites": len(sites), "cost": results_cost,
            "seconds": round(time.perf_counter() - t0, 1),
            "engines": {n: {a: {k: {f: round(v, 4) if isinstance(v, float) else v for f, v in r.items()}
                                for k, r in rows.items()} for a, rows in arms.items()}
@@ -251,6 +332,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--engines", default="model,scripted")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cost-lines", type=int, default=50_000, help="the huge file's lines for the cost (0: none)")
+    ap.add_argument("--cost-sites", type=int, default=4, help="sites per kind in the huge file")
     args = ap.parse_args()
     import torch
 

@@ -325,7 +325,7 @@ def main() -> None:
         print(json.dumps({"bench": "names_scope", **cost}))
         return
     from engine.service import TextEngine
-    from llada_lsp.lsp.options import Options
+    from llada_lsp.options import Options
 
     n = 8 if args.quick else args.per_kind
     t_start = time.perf_counter()

@@ -1,7 +1,7 @@
 """Next-edit under load: does one big `llada/nextEdit` request stall the server? (issue 49 §3)
 
     python bench/next_edit_load.py [--scale 1.0] [--status-every-ms 10] [--timeout 60]
-                                   [--python PY] [--cases params,rename,deep,answer] [--profile OUT]
+                                   [--python PY] [--cases params,rename,deep,answer,complete] [--profile OUT]
 
 The real server over stdio (this checkout's, or the one `--python` runs as `-m llada_lsp`
 from the temporary directory, e.g. another checkout's venv Python for its server), its default engine, next-edit on, fills off
@@ -13,7 +13,12 @@ request is sent and, until it is answered, a `llada/debugInfo` request (the stat
 - `rename`: a module-level name used 100,000 times renamed at its binding;
 - `deep`: a one-site rename in a 40 KB file whose one use lies under 20,000 nested parentheses;
 - `answer`: a parameter added to a function called 1,000 times among 99,000 other calls (the
-  same 500 KB, under the site limit: an answer with its suggestions).
+  same 500 KB, under the site limit: an answer with its suggestions);
+- `complete`: the same file and edit, then a `textDocument/inlineCompletion` (automatic) at
+  the end of the edited function's body instead of the next-edit request: the completion
+  path's parses and checks of a 500 KB file (its engine's decode included; the engine is
+  warmed first by a completion in a small document, so that the model's first decode is not
+  counted).
 The baseline in the same run: status requests with no next-edit running (`idle`). Reports
 per case the next-edit's answer time (and over one tree-sitter parse of the same text in the
 bench's process, the floor of any answer that reads the tree), its reason or suggestion count,
@@ -37,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from llada_lsp import client as lc  # noqa: E402 - after the path fix, for `python bench/next_edit_load.py`
 
-CASES = ("params", "rename", "deep", "answer")
+CASES = ("params", "rename", "deep", "answer", "complete")
 
 
 def case(name: str, scale: float) -> tuple[str, tuple[int, int, int, int, str], tuple[int, int]]:
@@ -53,7 +58,7 @@ def case(name: str, scale: float) -> tuple[str, tuple[int, int, int, int, str], 
         d = max(10, int(20_000 * scale))
         text = "def g(x):\n    return x\n\n\ny = " + "(" * d + "g(1)" + ")" * d + "\n"
         return text, (0, 4, 0, 5, "h"), (0, 5)
-    k = max(1, min(n // 100, 999))  # answer: f called once per 100 lines, 999 times at most (+ its def: 1,000)
+    k = max(1, min(n // 100, 999))  # answer, complete: f called once per 100 lines, 999 times at most (+ its def: 1,000)
     text = "def f(a):\n    return a\n\n\ndef g(a):\n    return a\n\n\n" + "".join(
         f"{'f' if i % 100 == 0 and i // 100 < k else 'g'}({i % 10})\n" for i in range(n))
     return text, (0, 7, 0, 7, ", b"), (0, 10)
@@ -178,7 +183,12 @@ async def run_case(w: Wire, name: str, scale: float, every: float, timeout: floa
     w.send("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [
         {"range": {"start": _pos(l1, c1), "end": _pos(l2, c2)}, "text": new}]}, request=False)
     t0 = time.perf_counter()
-    pending = w.send("llada/nextEdit", {"textDocument": {"uri": uri, "version": 2}, "position": _pos(line, ch)})
+    if name == "complete":  # the end of `    return a`, the edited function's body
+        pending = w.send("textDocument/inlineCompletion", {"textDocument": {"uri": uri}, "position": _pos(1, 12),
+                                                           "context": {"triggerKind": 2}})
+    else:
+        pending = w.send("llada/nextEdit", {"textDocument": {"uri": uri, "version": 2},
+                                            "position": _pos(line, ch)})
     assert pending is not None
     watch = asyncio.ensure_future(status_while(w, pending, every))
     row: dict[str, Any] = {"case": name, "bytes": len(text.encode())}
@@ -193,11 +203,29 @@ async def run_case(w: Wire, name: str, scale: float, every: float, timeout: floa
     lat = await watch
     row["parse_ms"] = round(parse_ms(text, (l1, c1, l2, c2, new)), 1)
     w.send("textDocument/didClose", {"textDocument": {"uri": uri}}, request=False)
+    if name == "complete":
+        if isinstance(ans, dict) and "code" in ans:
+            raise RuntimeError(f"the completion failed: {ans.get('message')}")
+        items = (ans or {}).get("items", []) if isinstance(ans, dict) else (ans or [])
+        info = await w.request("llada/debugInfo", {})
+        ans = {"kind": "completion", "suggestions": items,
+               "reason": "" if items else f"no item: {info.get('lastEmptyReason', '')}"}
     return {**row, "answer_ms": round(ms, 1), "answer_over_parse": round(ms / row["parse_ms"], 2),
             "answer": ans.get("reason") or ans.get("kind", ""),
             "limit": ans.get("limit", ""), "suggestions": len(ans.get("suggestions", [])), "status_n": len(lat),
             "status_p50_ms": round(pct(lat, 0.5), 1), "status_p99_ms": round(pct(lat, 0.99), 1),
             "status_max_ms": round(max(lat), 1)}
+
+
+async def warm(w: Wire) -> None:
+    """One completion in a small document: the engine's first decode (its warm-up) before the cases."""
+    uri = "file:///tmp/llada-bench-next-edit-load/warm.py"
+    w.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                     "text": "def add(a, b):\n    return a + b\n\n\nx = add(\n"}},
+           request=False)
+    await asyncio.wait_for(w.request("textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": _pos(4, 8), "context": {"triggerKind": 2}}), 600)
+    w.send("textDocument/didClose", {"textDocument": {"uri": uri}}, request=False)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -216,6 +244,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             await w.request("llada/debugInfo", {})
             idle.append((time.perf_counter() - t0) * 1000)
+        if "complete" in args.cases.split(","):
+            await warm(w)
         rows = [await run_case(w, name, args.scale, args.status_every_ms / 1000, args.timeout)
                 for name in args.cases.split(",")]
     finally:

@@ -12,6 +12,10 @@
   here as `two_pass_attention`); the logits are checked bit-identical.
 - `rss`: a fresh process's peak RSS after `import engine.service` (before any model), with
   Triton imported as before (`TRITON_INTERPRET=1` forces it) and without (a CPU machine now).
+- `cold_start`: a fresh process loads the embedded model (`TextEngine`, one thread): the load's
+  seconds and the RSS after it, with the embedding table's random init on the meta device as
+  before (its meta kernel imports torch._dynamo) and without it (`engine.model.native.embedding`
+  now), alternated `--cold-reps` times each.
 
 One torch thread (`--threads`), medians of `--reps`; the 1-minute load average is printed
 (the machine may be shared: compare the ratios, measured side by side). A table, then one
@@ -155,6 +159,36 @@ def rss_mib(triton: bool) -> float:
     return round(int(out.stdout.split()[-1]) / 1024, 1)
 
 
+COLD_CODE = """\
+import re, sys, time
+from torch import nn
+import engine.model.native as native
+if sys.argv[1] == "before":
+    native.embedding = lambda rows, dim: nn.Embedding(rows, dim)
+from engine.service import TextEngine
+t = time.perf_counter()
+TextEngine(threads=1)
+rss = re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1)
+print(time.perf_counter() - t, int(rss) / 1024, "torch._dynamo" in sys.modules)
+"""
+
+
+def bench_cold_start(reps: int) -> dict[str, Any]:
+    runs: dict[str, list[tuple[float, float, bool]]] = {"before": [], "after": []}
+    for _ in range(reps):
+        for arm in runs:
+            out = subprocess.run([sys.executable, "-c", COLD_CODE, arm], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split()
+            runs[arm].append((float(out[0]), float(out[1]), out[2] == "True"))
+    res: dict[str, Any] = {"reps": reps}
+    for arm, rs in runs.items():
+        res[f"{arm}_load_s"] = round(statistics.median(r[0] for r in rs), 3)
+        res[f"{arm}_rss_mib"] = round(statistics.median(r[1] for r in rs), 1)
+        res[f"{arm}_dynamo"] = any(r[2] for r in rs)
+    res["speedup"] = round(res["before_load_s"] / res["after_load_s"], 2)
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="3 reps, a 128-wide 1-layer model")
@@ -162,15 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=512)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--cold-reps", type=int, default=5, help="cold starts per arm")
     args = p.parse_args(argv)
     if args.quick:
-        args.reps, args.dim, args.layers = 3, 128, 1
+        args.reps, args.dim, args.layers, args.cold_reps = 3, 128, 1, 1
     torch.set_num_threads(args.threads)
     load = os.getloadavg()
     conf = bench_confidence(args.reps)
     share = bench_share(args.reps, args.dim, args.layers)
     rotary = bench_rotary(args.reps)
     rss = {"with_triton_mib": rss_mib(True), "without_triton_mib": rss_mib(False)}
+    cold = bench_cold_start(args.cold_reps)
     print(f"step work: {args.threads} torch thread(s), load {load[0]:.2f}, medians of {args.reps}")
     print(f"{'confidence 32 x 126,464':<28} {'before ms':>10} {'after ms':>9} {'ratio':>6} {'same':>5}")
     for r in conf:
@@ -181,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
           f"(x{rotary['speedup']}, bit-identical: {rotary['bit_identical']})")
     print(f"RSS after import engine.service: {rss['with_triton_mib']} MiB with Triton, "
           f"{rss['without_triton_mib']} MiB without")
+    print(f"cold start, embedded model: load {cold['before_load_s']} -> {cold['after_load_s']} s "
+          f"(x{cold['speedup']}), RSS {cold['before_rss_mib']} -> {cold['after_rss_mib']} MiB, "
+          f"torch._dynamo imported: {cold['before_dynamo']} -> {cold['after_dynamo']}")
     print(json.dumps({"bench": "step_work", "threads": args.threads, "load1": round(load[0], 2), "reps": args.reps,
-                      "confidence": conf, "share": share, "rotary": rotary, "rss": rss}))
+                      "confidence": conf, "share": share, "rotary": rotary, "rss": rss, "cold_start": cold}))
     return 0
 
 

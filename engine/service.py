@@ -40,7 +40,7 @@ from engine.model.native import Transformer
 from engine.model.threads import ThreadGovernor
 from engine.presets import DEFAULT_PRESET
 from engine.prompt.builder import PromptBuilder
-from engine.prompt.healing import HEALABLE, Healing
+from engine.prompt.healing import Healing
 from engine.prompt.name_trie import NamePaths
 from engine.prompt.prompt_cache import PromptCache
 from engine.prompt.tokenizer import load_prompt_format, load_tokenizer, special_id_set
@@ -106,12 +106,13 @@ class TextEngine:
             else default_prompt_budget(self.loaded.family, self.max_len)
         texts = [self.tok.decode([i]) for i in range(self.tok.get_vocab_size())]
         self.special_ids = frozenset(special_id_set(self.tok, special))
-        self.healing = Healing(texts, set(self.special_ids), rows=self.config.vocab_size)  # the logits' width
+        self.healing = Healing(texts, set(self.special_ids), rows=self.config.vocab_size,  # the logits' width
+                               decode=self.tok.decode)
         # known names as token paths (engine.prompt.name_trie); not for chat answers, which
         # need not start at the cursor
         self.name_paths = NamePaths(texts, self.special_ids, self.config.vocab_size, self.tok, special.mask,
                                     enabled=fmt.kind not in ("chat", "template"))
-        self.prompts = PromptBuilder(self.tok, special, fmt, self.max_prompt_tokens, self.bidirectional, self._heal)
+        self.prompts = PromptBuilder(self.tok, special, fmt, self.max_prompt_tokens, self.bidirectional, self.healing)
         self.format, self.fim, self.end_ids = fmt, self.prompts.fim, self.prompts.end_ids
         # the ids decoding stops at: the format's ends plus every end the checkpoint's files name
         # (engine.model.loader.end_id_sources; a real checkpoint's pad token too)
@@ -162,17 +163,6 @@ class TextEngine:
         (engine.prompt.builder)."""
         lay = self.prompts.layout(prefix, suffix, heal, doc_key, context)
         return lay.ids, lay.suffix, lay.partial, lay.allowed
-
-    def _heal(self, ids: list[int]) -> tuple[int, str, torch.Tensor | None]:
-        """Back off the trailing word fragment of `ids` (its last 1-3 tokens) when some token
-        extends it: (tokens backed off, their text, the first token's allowed set)."""
-        for k in range(min(3, len(ids)), 0, -1):
-            tail = self.tok.decode(ids[-k:])
-            if 0 < len(tail) <= 24 and HEALABLE.fullmatch(tail):
-                allowed = self.healing.allowed(tail)
-                if allowed is not None:
-                    return k, tail, allowed
-        return 0, "", None
 
     # -- decoding ---------------------------------------------------------------------------
     def prepare(self, req: CompletionRequest, row: int, policy: Policy | None = None) -> tuple[Sequence, str, int]:

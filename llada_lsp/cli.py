@@ -64,7 +64,7 @@ def options_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parsed_options(args: argparse.Namespace) -> Any:
-    from llada_lsp.lsp.options import OptionsError, parse_options
+    from llada_lsp.options import OptionsError, parse_options
 
     try:
         opts, warnings = parse_options(options_from(args))
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     defaults = parsed_options(args)
     setup_logging(args.verbose, args.log_file)
-    from llada_lsp.lsp.server import build
+    from llada_lsp.lsp.methods import build
     from llada_lsp.lsp.stdio import serve_stdio
 
     # The in-process engine thread holds the GIL between torch calls: a short switch

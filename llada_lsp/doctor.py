@@ -25,7 +25,7 @@ from llada_lsp.engines.sglang_servers import (
     check_family,
     local_description,
 )
-from llada_lsp.lsp.options import Options
+from llada_lsp.options import Options
 
 Print = Callable[[str], None]
 PROBE = "def add(a, b):\n    return "  # the round trip's prompt

@@ -245,11 +245,10 @@ class Rules:
                                "engine.**.server", "engine.**.connection", "engine.**.cli")
     training: tuple[str, ...] = ("engine.**.train",)
     # parts of the tree that import one way: no cycle between them, type-only imports counted.
-    # The server's groups are its packages (llada_lsp.text, .engines, ...; each top-level
-    # module, a command, is one of its own), but for the options: they live in lsp/ and every
-    # group reads them, so they are a group apart (issue 53 moves them below their readers;
-    # counted inside lsp/, the lsp, completion and nextedit groups would import each other).
-    parts: tuple[str, ...] = ("engine.*", "kernels", "llada_lsp.lsp.options", "llada_lsp.*")
+    # The server's groups are its packages (llada_lsp.text, .engines, ...); each top-level
+    # module is one of its own: a command, or the options (`llada_lsp.options`, the floor that
+    # every group reads), with no exception.
+    parts: tuple[str, ...] = ("engine.*", "kernels", "llada_lsp.*")
     # packages whose own modules import no cycle, type-only imports counted: within a part
     # (a group) too, so a cycle of two files of one group is reported
     acyclic: tuple[str, ...] = ("llada_lsp", "kernels", "engine")

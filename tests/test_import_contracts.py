@@ -2,9 +2,9 @@
 kernels import neither; the server reaches torch only lazily through its in-process engine
 client; a policy never imports the scheduler or the daemon; nothing the server or the daemon
 runs imports the training code; the engine's parts (engine.decoding, engine.service, ...,
-kernels) and the server's groups (llada_lsp.text, .engines, ..., the options apart) import one
-way, and no two modules of the server, the kernels or the engine import each other, within a
-part or group too, type-only imports counted (the step loop sees `engine.decoding.host.Host`,
+kernels) and the server's groups (llada_lsp.text, .engines, ..., and `llada_lsp.options` below
+them all) import one way, with no exception, and no two modules of the server, the kernels or
+the engine import each other, within a part or group too, type-only imports counted (the step loop sees `engine.decoding.host.Host`,
 not the text engine; a daemon connection sees `DaemonSide`, not the daemon). Then the checker itself, on a fake tree that breaks every rule, so that a silent
 checker cannot pass."""
 
@@ -40,11 +40,14 @@ COMPLETION = frozenset({"completions", "plans", "cache", "speculation", "postpro
                         "refining", "weighing", "line_rest", "context", "reporting", "settling"})
 NEXT_EDIT = frozenset({"next_edit", "edit_analysis", "edit_params", "edit_syntax", "edit_window",
                        "edit_fields"})
-OPTIONS = frozenset({"options"})
-PROTOCOL = frozenset({"server", "stdio", "framing", "protocol", "limits"})  # options apart: all read it
+OPTIONS = frozenset({"options"})  # llada_lsp/options.py: the floor every other group reads
+PROTOCOL = frozenset({"server", "stdio", "framing", "protocol", "limits", "methods", "session",
+                      "suggestions"})
 COMMANDS = frozenset({"cli", "demo", "doctor", "__main__"})
-GROUPS = [TEXT, ENGINES, CONTEXT, COMPLETION, NEXT_EDIT, OPTIONS | PROTOCOL, COMMANDS]
+GROUPS = [TEXT, ENGINES, CONTEXT, COMPLETION, NEXT_EDIT, OPTIONS, PROTOCOL, COMMANDS]
 GROUP_RULES: list[tuple[frozenset[str], frozenset[str], str]] = [
+    (OPTIONS, TEXT | ENGINES | CONTEXT | COMPLETION | NEXT_EDIT | PROTOCOL | COMMANDS,
+     "the options are the floor: they import no other group"),
     (TEXT, ENGINES | CONTEXT | COMPLETION | NEXT_EDIT | OPTIONS | PROTOCOL | COMMANDS,
      "the documents, trees and positions import no other group"),
     (ENGINES, TEXT | CONTEXT | COMPLETION | NEXT_EDIT | PROTOCOL | COMMANDS,
@@ -55,18 +58,18 @@ GROUP_RULES: list[tuple[frozenset[str], frozenset[str], str]] = [
      "a completion imports neither the next edit nor the protocol's server"),
     (NEXT_EDIT, COMPLETION | CONTEXT | PROTOCOL | COMMANDS,
      "the next edit imports neither the completion pipeline nor the protocol's server"),
-    (OPTIONS | PROTOCOL, COMMANDS, "the protocol never imports the commands"),
+    (PROTOCOL, COMMANDS, "the protocol never imports the commands"),
 ]
 
 
 # after the relayout a module's group is also its package (a module the table does not know yet)
 PACKAGES = {"text": TEXT, "engines": ENGINES, "context": CONTEXT, "completion": COMPLETION,
-            "nextedit": NEXT_EDIT, "lsp": OPTIONS | PROTOCOL}
+            "nextedit": NEXT_EDIT, "lsp": PROTOCOL}
 
 
 def _in(graph: dict, module: str, group: frozenset[str]) -> bool:
     """`module` is a module (not a package) of the server named as one of `group`, or one of
-    a group package's modules that no name set knows (`options` apart in lsp/)."""
+    a group package's modules that no name set knows."""
     if not module.startswith("llada_lsp.") or any(m.startswith(module + ".") for m in graph):
         return False
     parts = module.split(".")
@@ -74,7 +77,7 @@ def _in(graph: dict, module: str, group: frozenset[str]) -> bool:
     if any(name in g for g in GROUPS):
         return name in group
     home = PACKAGES.get(parts[1]) if len(parts) == 3 else None
-    return home is not None and (home == group or (home == OPTIONS | PROTOCOL and group == PROTOCOL))
+    return home is not None and home == group
 
 
 def group_violations(graph: dict) -> list[str]:
@@ -109,6 +112,7 @@ def test_the_group_rules_catch_a_crossing() -> None:
              "llada_lsp.context.names": [Edge("llada_lsp.context.names", "llada_lsp.text.syntax", 1)],
              "llada_lsp.engines.new_transport": [Edge("llada_lsp.engines.new_transport",
                                                       "llada_lsp.lsp.server", 2)],
+             "llada_lsp.options": [Edge("llada_lsp.options", "llada_lsp.text.syntax", 5)],
              "llada_lsp.lsp.server": [], "llada_lsp.text.syntax": []}
     assert group_violations(graph) == [
         "llada_lsp.completion.plans:4 imports llada_lsp.lsp.server: a completion imports neither "
@@ -116,7 +120,9 @@ def test_the_group_rules_catch_a_crossing() -> None:
         "llada_lsp.engines.new_transport:2 imports llada_lsp.lsp.server: an engine client only "
         "transports: it imports no other group",  # a module no name set knows: its package's
         "llada_lsp.engines.ws_engine:3 imports llada_lsp.completion.plans: an engine client only "
-        "transports: it imports no other group"]
+        "transports: it imports no other group",
+        "llada_lsp.options:5 imports llada_lsp.text.syntax: the options are the floor: they import "
+        "no other group"]
 
 
 def test_the_project_keeps_its_import_rules() -> None:
@@ -169,6 +175,17 @@ def test_the_step_loop_sees_the_host_not_the_text_engine() -> None:
     assert "engine.decoding.host" in graph and into_service == []
 
 
+def test_the_servers_groups_import_one_way() -> None:
+    """No two of the server's groups import each other (issue 53: lsp and nextedit did, through
+    the options that lived in lsp/), the options counted as a group like any other."""
+    parts = part_graph(scan(ROOT, ["llada_lsp"]), Rules().parts)
+    assert part_of("llada_lsp.options", Rules().parts) == "llada_lsp.options"
+    assert part_of("llada_lsp.lsp.server", Rules().parts) == "llada_lsp.lsp"
+    assert any(e.target == "llada_lsp.options" for e in parts["llada_lsp.nextedit"])  # it did scan
+    assert [e for e in parts["llada_lsp.options"] if e.target.startswith("llada_lsp")] == []  # the floor
+    assert cycles(parts, "llada_lsp") == []
+
+
 def test_the_servers_import_graph_has_no_cycle() -> None:
     graph = scan(ROOT, ["llada_lsp"])
     completions = _named(graph, "llada_lsp", "completions")
@@ -218,14 +235,14 @@ FAKE = {
     "llada_lsp/server.py": ("from typing import TYPE_CHECKING\nfrom llada_lsp import plans\n"
                             "if TYPE_CHECKING:\n    import torch\n"),
     "llada_lsp/plans.py": "from llada_lsp import server\nfrom engine.heavy import x\n",
-    # two server groups: lsp imports nextedit, which imports lsp's framing (a cycle) and its
-    # options (a group apart: no cycle)
+    # two server groups: lsp imports nextedit, which imports lsp's framing (a cycle) and the
+    # options (the floor below both: no cycle)
+    "llada_lsp/options.py": "",
     "llada_lsp/lsp/__init__.py": "",
-    "llada_lsp/lsp/options.py": "",
-    "llada_lsp/lsp/framing.py": "",
+    "llada_lsp/lsp/framing.py": "from llada_lsp.options import Options\n",
     "llada_lsp/lsp/limits.py": "from llada_lsp.nextedit import edits\n",
     "llada_lsp/nextedit/__init__.py": "",
-    "llada_lsp/nextedit/edits.py": "from llada_lsp.lsp.options import Options\nfrom llada_lsp.lsp import framing\n",
+    "llada_lsp/nextedit/edits.py": "from llada_lsp.options import Options\nfrom llada_lsp.lsp import framing\n",
     "llada_lsp/engine_client.py": ("import transformers\n\ndef load():\n"
                                    "    import torch\n    from engine import heavy\n"),
 }
@@ -275,7 +292,7 @@ def test_the_checker_reports_each_broken_rule(fake_tree: Path) -> None:
     # the server's modules importing each other
     assert hit("import cycle: llada_lsp.plans (llada_lsp.plans:1) -> llada_lsp.server "
                "(llada_lsp.server:2) -> llada_lsp.plans: modules of llada_lsp import one way"), text
-    # two server groups importing each other; the options, a group apart, close no cycle
+    # two server groups importing each other; the options, the floor both read, close no cycle
     assert hit("import cycle between parts: llada_lsp.lsp (llada_lsp.lsp.limits:1) -> llada_lsp.nextedit "
                "(llada_lsp.nextedit.edits:2) -> llada_lsp.lsp: parts import one way"), text
     assert "options" not in text, text

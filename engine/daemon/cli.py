@@ -203,7 +203,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     s = stats["stats"]
     print(f"  up {s['uptime_s']:.0f} s, {s['connections']} connections, {s['running']}/{s['max_batch']} running; "
-          f"{s['completed']:.0f} completed, {s['cancelled']:.0f} cancelled, {s['superseded']:.0f} superseded, "
+          f"{s['completed']:.0f} completed, {s['cancelled']:.0f} cancelled, "
           f"{s['busy']:.0f} busy, {s['errors']:.0f} errors; avg batch {s['avg_batch']:.2f}")
     return 0
 

@@ -228,7 +228,7 @@ class Daemon:
         c = self.cfg
         return {"type": "hello", "ref": ref, "protocol": P.PROTOCOL_VERSION, "server": SERVER_NAME,
                 **({"pid": os.getpid()} if trusted else {}), "model": self.model_info(trusted),
-                "capabilities": {"cancel": True, "remask": True, "supersede": "doc_per_connection",
+                "capabilities": {"cancel": True, "remask": True,
                                  "batching": True, "deadline": True, "presets": sorted(set(PRESETS) | set(POLICIES)),
                                  "alternatives": MAX_ALTERNATIVES},
                 "limits": {"max_batch": c.max_batch, "max_prompt_tokens": c.max_prompt_tokens,

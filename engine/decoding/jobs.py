@@ -49,7 +49,7 @@ class Job:
 
     @property
     def doc(self) -> str:
-        """The key it supersedes by and caches its prompt under."""
+        """The document key it caches its prompt under."""
         return self.req.doc_key
 
     @property

@@ -26,7 +26,7 @@ LOCAL_ROWS = max(1, *PRESET_ALTERNATIVES.values())
 
 def complete(loop: Scheduler, req: CompletionRequest, cancel: threading.Event | None = None,
              policy: Policy | None = None) -> Iterator[EngineEvent]:
-    """`req` decoded on `loop` (a request with the same document key supersedes it there)."""
+    """`req` decoded on `loop`."""
     return _drive(loop, req.request_id, cancel,
                   lambda emit: loop.submit(req, LOCAL_OWNER, emit, policy=policy))
 

@@ -1,5 +1,5 @@
 """The step loop's rows and endings: which request holds which KV-cache row, the running
-requests by key and by document, the finished ones a remask can reach, and how a request
+requests by key, the finished ones a remask can reach, and how a request
 leaves (done, failed, refused) or gives its row up (an alternative first, then another
 connection's newest request: fair rows). `engine.decoding.scheduler.Scheduler` is the loop around it.
 """
@@ -27,11 +27,10 @@ class Rows:
         self.engine, self.max_batch = engine, max_batch
         self.free_rows = list(range(max_batch - 1, -1, -1))
         self.running: dict[Key, Job] = {}
-        self.by_doc: dict[tuple[Hashable, str], Key] = {}
         self.finished: OrderedDict[Key, Job] = OrderedDict()  # kept for remask
         self.keep_finished = keep_finished
         self.counters: dict[str, float] = {
-            "submitted": 0, "completed": 0, "cancelled": 0, "superseded": 0, "deadline": 0,
+            "submitted": 0, "completed": 0, "cancelled": 0, "deadline": 0,
             "errors": 0, "busy": 0, "preempted": 0, "steps": 0, "forwards": 0, "batched_rows": 0,
             "max_batch_seen": 0, "forward_ms": 0.0}
 
@@ -90,8 +89,6 @@ class Rows:
     # -- endings -------------------------------------------------------------------------------
     def _release(self, job: Job) -> None:
         self.running.pop(job.key, None)
-        if self.by_doc.get((job.owner, job.doc)) == job.key:
-            del self.by_doc[(job.owner, job.doc)]
         if job.row >= 0:
             self.free_rows.append(job.row)
             self.free_rows.sort(reverse=True)  # the lowest free row is taken first
@@ -115,7 +112,7 @@ class Rows:
         done = job.stream.finish(tev, extra, forks if reason is None else None)
         if reason is None:
             self.counters["completed"] += 1
-        elif reason in ("cancelled", "superseded", "deadline"):
+        elif reason in ("cancelled", "deadline"):
             self.counters[reason] += 1
         self.finished[job.key] = job
         while len(self.finished) > self.keep_finished:

@@ -4,8 +4,9 @@ steps `TextEngine.loop()` in its torch thread, and `engine.decoding.local` drive
 
 One thread owns the model. Each iteration of its loop is
   schedule  - apply the inbox (new requests, cancels, remasks, dropped connections), in order,
-              between forwards: a new request supersedes the running one with the same document
-              key (per connection), expired deadlines end their requests;
+              between forwards; expired deadlines end their requests. The loop decides no
+              supersession: a client ends its older request of a document with a cancel
+              (`llada_lsp.engines.engine_base.EngineClient.supersede`, the one rule);
   execute   - one forward over every running sequence, each on its own KV-cache row
               (`engine.decoding.batch.execute` packs or pads the ragged feeds); a new arrival's prompt
               prefill runs as a forward of its own;
@@ -14,7 +15,7 @@ One thread owns the model. Each iteration of its loop is
 Rows are the concurrency limit: a request arriving with every row taken gets a "busy" error,
 unless an alternative (`engine.decoding.alternatives`: forks that take free rows after a request's
 first complete draft, its done event waiting for them) can give its row up. Work for a
-cancelled, superseded or disconnected request stops before the next forward; a failure inside
+cancelled or disconnected request stops before the next forward; a failure inside
 one request (prepare, forward, update) fails that request only.
 
 A request's `stats.forwards` counts every forward that carried any of its rows (its prefill,
@@ -234,9 +235,6 @@ class Scheduler(Rows):
         if job.policy is None and preset is not None and preset not in PRESETS and preset not in POLICIES:
             return self._reject(job, Rejection(RejectKind.BAD_REQUEST, f"unknown preset {preset!r}; known: "
                                                f"{sorted(set(PRESETS) | set(POLICIES))}"))
-        prev = self.by_doc.get((job.owner, job.doc))
-        if prev is not None and prev in self.running:
-            self._finish(self.running[prev], "superseded")
         if not self.free_rows:
             self._preempt_fork()
         if not self.free_rows:
@@ -267,7 +265,6 @@ class Scheduler(Rows):
         job.stream = TextStream(self.engine, job.req, seq, job.partial, job.submitted, reused, queue_ms)
         job.attrs = new_slot_attrs(self.engine.max_len, seq.clean_len)
         self.running[job.key] = job
-        self.by_doc[(job.owner, job.doc)] = job.key
         return None
 
     def _schedule(self) -> list[Job]:

@@ -115,6 +115,15 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return rot if r == x.shape[-1] else torch.cat([rot, x[..., r:]], dim=-1)
 
 
+def embedding(rows: int, dim: int) -> nn.Embedding:
+    """An embedding table. Built under `torch.device("meta")` (the loaders: the weights are
+    assigned afterwards) it skips the random init, whose meta kernel imports torch._dynamo:
+    1.3 s of every cold start (bench/step_work.py `cold_start`)."""
+    if torch.get_default_device().type == "meta":
+        return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
+    return nn.Embedding(rows, dim)
+
+
 class KVCache(nn.Module):
     """Static per-layer key/value storage, [batch, max_len, kv_heads, head_dim]."""
 
@@ -285,7 +294,7 @@ class Transformer(CachedModel):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.tok_embeddings = nn.Embedding(c.vocab_size, c.dim)
+        self.tok_embeddings = embedding(c.vocab_size, c.dim)
         self.layers = nn.ModuleList(Block(c) for _ in range(c.n_layer))
         self.norm = RMSNorm(c.dim, c.norm_eps)
         self.output = nn.Linear(c.dim, c.vocab_size, bias=False)

@@ -1,7 +1,7 @@
 """Prompt building without torch: one request's text (prefix, suffix, workspace context) becomes
 a checkpoint's prompt ids, and a middle's tokens become the answer's text.
 
-`TextEngine` builds its prompts here (with token healing plugged in as `heal`); so does the
+`TextEngine` builds its prompts here (handing down its token healing, a `Healer`); so does the
 SGLang backend of the language server (`llada_lsp.engines.sglang_engine`), which tokenizes locally
 and sends ids, so that both engines see the same prompt for the same request. Budgets:
 `max_prompt_tokens` in all; the suffix takes at most `SUFFIX_SHARE` of it, the workspace
@@ -21,10 +21,10 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tokenizers import Tokenizer
 
@@ -60,8 +60,13 @@ def valid_text(s: str) -> str:
     except UnicodeEncodeError:
         return s.encode("utf-8", "replace").decode("utf-8")
 
-# (ids backed off the prefix's end, their text, the first token's allowed set): token healing
-Heal = Callable[[list[int]], tuple[int, str, Any]]
+class Healer(Protocol):
+    """Token healing as the builder uses it (`engine.prompt.healing.Healing`, which needs torch:
+    the engine hands one down; the SGLang backend builds without)."""
+
+    def back_off(self, ids: list[int]) -> tuple[int, str, Any]:
+        """(ids backed off the prompt's end, their text, the first token's allowed set)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ class PromptBuilder:
     """Prompts for one checkpoint: its tokenizer, named specials and prompt format."""
 
     def __init__(self, tok: Tokenizer, special: SpecialTokens, fmt: PromptFormat, max_prompt_tokens: int,
-                 bidirectional: bool = False, heal: Heal | None = None) -> None:
+                 bidirectional: bool = False, heal: Healer | None = None) -> None:
         self.tok, self.sp, self.format = tok, special, fmt
         self.max_prompt_tokens = max_prompt_tokens
         self.bidirectional = bidirectional
@@ -228,7 +233,7 @@ class PromptBuilder:
         pre = token_window(pre, budget - len(suf) - len(ctx))
         partial, allowed = "", None
         if heal and pre and self.heal is not None:
-            k, partial, allowed = self.heal(pre)
+            k, partial, allowed = self.heal.back_off(pre)
             pre = pre[: len(pre) - k]
         pre = ctx + pre
         if self.bidirectional:
@@ -256,7 +261,7 @@ class PromptBuilder:
         head, tail = split_tail(pre_text)
         partial, allowed = "", None
         if heal and tail and self.heal is not None:
-            _k, partial, allowed = self.heal(self.encode(tail))
+            _k, partial, allowed = self.heal.back_off(self.encode(tail))
             if not tail.endswith(partial):
                 partial, allowed = "", None
             tail = tail[: len(tail) - len(partial)]

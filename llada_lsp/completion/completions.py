@@ -2,7 +2,8 @@
 arrive -> should_complete -> typed_through -> plan -> known_answer -> prepare -> engine_answer;
 each gives the next what it needs, or a `Verdict` (an answer, or none and why) that ends it.
 
-The newest request for a document wins: it cancels the older one's engine job. Engine jobs
+The newest request for a document wins: its arrival ends the older one's engine job, by the
+engine client's one rule (`EngineClient.supersede`; the service keeps no jobs). Engine jobs
 are settled in `llada_lsp.completion.settling` (the first complete draft that adds no parse error,
 alternatives weighed; an empty answer rescued with more candidates). An Invoked request
 waits for the candidates and answers all that fit (cycling). The engine's later edits go out
@@ -21,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from engine.api import CompletionRequest, ContextChunk, EngineEvent, Names, Plan
+from engine.api import CompletionRequest, ContextChunk, Names, Plan
 from llada_lsp.completion.answers import (
     Answer,
     Cursor,
@@ -44,7 +45,7 @@ from llada_lsp.context.name_hints import NameHints
 from llada_lsp.context.workspace import WorkspaceContext, gather_limit
 from llada_lsp.engines.capabilities import Capabilities
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
-from llada_lsp.lsp.options import Options
+from llada_lsp.options import Options
 from llada_lsp.text.documents import Document, DocumentStore
 from llada_lsp.text.positions import Encoding, selected_span
 
@@ -62,7 +63,6 @@ class CompletionService:
         self.shown: dict[str, Shown] = {}
         # cid -> (uri, what was shown, the texts answered: the first answer, then the others)
         self.recent: OrderedDict[str, tuple[str, Shown, tuple[str, ...]]] = OrderedDict()
-        self.jobs: dict[str, EngineJob] = {}
         self.latest: dict[str, int] = {}
         self.serial = itertools.count(1)
         self.counters: Counter[str] = Counter()
@@ -74,8 +74,8 @@ class CompletionService:
         self.workspace = WorkspaceContext(store)
         self.name_hints = NameHints(self.workspace.index)
         self.weigh = Weigher(self.counters)
-        self.refiner = Refiner(self.weigh, self.report, self.shown, self.finish)
-        self.settler = Settler(engine, options, self.weigh, self.counters, self.jobs)
+        self.refiner = Refiner(self.weigh, self.report, self.shown, self.cache)
+        self.settler = Settler(engine, options, self.weigh, self.counters)
         self.speculator = Speculator(store, self.cache, options, self.counters, self.recent,
                                      lambda: self.engine.ready, self.decode_ahead)
 
@@ -100,6 +100,7 @@ class CompletionService:
         at = self.should_complete(self.arrive(uri, line, character, t0, invoked, selected))
         if isinstance(at, Verdict):
             return self.end(at)
+        await at.doc.parsed()  # its tree brought up to date on a thread: a large file's parse never holds the loop
         typed = self.typed_through(at)
         if typed is not None:
             return self.end(typed)
@@ -116,8 +117,9 @@ class CompletionService:
 
     def arrive(self, uri: str, line: int, character: int, t0: float, invoked: bool,
                selected: Selected | None) -> Cursor:
-        """Number the request and cancel the older engine job of its document (the newest
-        wins). A position past the end, or a selected item's range past it, is an error
+        """Number the request; the older engine job of its document ends (the newest wins: the
+        engine client's rule; a speculation this request may be answered from goes on). A
+        position past the end, or a selected item's range past it, is an error
         (`PositionError`: Invalid Params)."""
         doc = self.store.get(uri)
         enc = self.encoding()
@@ -126,9 +128,7 @@ class CompletionService:
         serial = next(self.serial)
         self.latest[uri] = serial
         self.counters["requests"] += 1
-        older = self.jobs.pop(uri, None)
-        if older is not None:
-            older.cancel("superseded")
+        self.engine.supersede(uri, spare_ahead=True)
         return Cursor(uri, serial, t0, invoked, doc, offset, doc, offset, selected, span)
 
     def should_complete(self, at: Cursor) -> Cursor | Verdict:
@@ -226,7 +226,7 @@ class CompletionService:
         assert plan.engine_plan is not None
         engine_plan = replace(plan.engine_plan, alternatives=req.candidates)  # an Invoked one's more
         job = self.submit(at.cid, at.real, at.real_offset, plan, engine_plan, at.doc, at.offset, at.tree)
-        self.jobs[at.uri] = req.job = job
+        req.job = job
         try:
             return await self.first_answer(job, req, at.real, until_done=at.invoked or not self.caps.edits)
         except asyncio.CancelledError:
@@ -261,6 +261,7 @@ class CompletionService:
         assert ahead.plan.engine_plan is not None
         job = self.submit(ahead.cid, ahead.doc, ahead.offset, ahead.plan, ahead.plan.engine_plan,
                           ahead.doc, ahead.offset, ahead.tree)
+        job.ahead = True  # the next request's arrival spares it: it may be answered from it
         version, revision, doc = ahead.doc.version, ahead.doc.revision, ahead.doc
 
         def wanted() -> bool:
@@ -324,7 +325,7 @@ class CompletionService:
         total = (time.perf_counter() - req.t0) * 1000
         req.stats.update(firstMs=total, overheadMs=max(0.0, total - req.engine_ms))
         if ev.kind == "done":
-            self.finish(req, ev, text, out.others)
+            self.refiner.finish(req, ev, text, out.others)
             if not text:
                 self.report.stats(req, "engine")
                 return Verdict(None, f"empty after post-processing ({req.note or 'nothing left'})")
@@ -335,13 +336,6 @@ class CompletionService:
             task.add_done_callback(lambda t: self.refiner.start(t, job, req, text))
         return Verdict(Answer(req.cid, text, kind, req.offset, word_before(req.spec.left),
                               "engine", out.others, req.rest))
-
-    def finish(self, req: InFlight, ev: EngineEvent, final_text: str | None,
-                others: tuple[str, ...] = ()) -> None:
-        self.report.finished(req.stats, ev)
-        if final_text is not None and ev.reason not in ("cancelled", "superseded", "error"):
-            self.cache.put(req.key, final_text, tuple(o for o in others if o != final_text),
-                           req.candidates)
 
     # -- answers without the engine --------------------------------------------------------------
     def _show(self, uri: str, cid: str, doc_text: str, offset: int, text: str, kind: str,
@@ -387,9 +381,7 @@ class CompletionService:
         self.name_hints.forget(uri)
         self.workspace.closed(uri)
         self.speculator.document_changed(uri, closed=True)
-        job = self.jobs.pop(uri, None)
-        if job is not None:
-            job.cancel("closed")
+        self.engine.supersede(uri, "closed")
 
     def debug_info(self) -> dict[str, Any]:
         return {"counters": dict(self.counters), "engine": dict(self.engine.counters),

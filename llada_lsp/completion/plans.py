@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from engine.api import Plan, StopKind, decided
 from llada_lsp.completion.context import Context, indentation, trim_context
-from llada_lsp.lsp.options import Options
+from llada_lsp.options import Options
 from llada_lsp.text.positions import LineIndex
 from llada_lsp.text.syntax import BRACE_LANGUAGES, in_kind, node_at
 

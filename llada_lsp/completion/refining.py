@@ -3,35 +3,42 @@ notifications (cleaned and checked as the answer was: one that would add a parse
 not sent, the text shown stays), then one final refinement and the
 `llada/stats` of the completion. The done event's candidates are weighed again here: the
 one shown at the end is the first that fits, and all that fit go into the suggestion cache.
+`Refiner.finish` records a finished completion (its stats, the cache), for the service's
+first answer too.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from engine.api import EngineEvent
 from llada_lsp.completion.answers import InFlight
-from llada_lsp.completion.cache import Shown
+from llada_lsp.completion.cache import Shown, SuggestionCache
 from llada_lsp.completion.line_rest import fit
 from llada_lsp.completion.reporting import Reporter
 from llada_lsp.completion.weighing import Weigher
-from llada_lsp.engines.engine_base import EngineJob
-
-# (request, done event, final text or None when cancelled, other candidates): the service
-# records the finished completion (stats, suggestion cache)
-Finish = Callable[[InFlight, EngineEvent, str | None, tuple[str, ...]], None]
+from llada_lsp.engines.engine_base import STOPPED, EngineJob
 
 
 class Refiner:
-    """`shown`: uri -> the suggestion shown there (refined in place); `finish`: called once
-    per refined completion with its done event."""
+    """`shown`: uri -> the suggestion shown there (refined in place); `cache`: the
+    suggestion cache a finished completion's texts go into."""
 
     def __init__(self, weigh: Weigher, report: Reporter, shown: Mapping[str, Shown],
-                 finish: Finish) -> None:
-        self.weigh, self.report, self.shown, self.finish = weigh, report, shown, finish
+                 cache: SuggestionCache) -> None:
+        self.weigh, self.report, self.shown, self.cache = weigh, report, shown, cache
         self.tasks: set[asyncio.Task[None]] = set()
+
+    def finish(self, req: InFlight, ev: EngineEvent, final_text: str | None,
+               others: tuple[str, ...] = ()) -> None:
+        """Record a finished completion: its stats from the done event `ev`, and its final
+        text (None: it ended early) with the other candidates in the suggestion cache."""
+        self.report.finished(req.stats, ev)
+        if final_text is not None and ev.reason not in (*STOPPED, "error"):
+            self.cache.put(req.key, final_text, tuple(o for o in others if o != final_text),
+                           req.candidates)
 
     def start(self, handler: asyncio.Future[Any], job: EngineJob, req: InFlight, text: str) -> None:
         """Once the answer's handler is done: refine `text` (what was answered) unless the

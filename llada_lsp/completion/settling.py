@@ -25,20 +25,21 @@ from llada_lsp.completion.postprocess import raw_spans, remask_can_help
 from llada_lsp.completion.weighing import Weigher
 from llada_lsp.engines.capabilities import Capabilities
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
-from llada_lsp.lsp.options import Options
+from llada_lsp.options import Options
 from llada_lsp.text.documents import Document
 
 log = logging.getLogger(__name__)
 
 
 class Settler:
-    """Drives engine jobs to their answer; `jobs`: the service's running job per document (a
-    remask's job takes its request's place there, so a newer request cancels it)."""
+    """Drives engine jobs to their answer. A remask, rescue or header body is a newer job of the
+    request's document: the engine client's rule (`EngineClient.supersede`) lets a newer
+    request end it, as it would the first."""
 
     def __init__(self, engine: EngineClient, options: Options, weigh: Weigher,
-                 counters: Counter[str], jobs: dict[str, EngineJob]) -> None:
+                 counters: Counter[str]) -> None:
         self.engine, self.options, self.weigh = engine, options, weigh
-        self.counters, self.jobs = counters, jobs
+        self.counters = counters
 
     async def settle(self, job: EngineJob, req: InFlight, wanted: Callable[[], bool],
                      until_done: bool) -> Settled | str:
@@ -74,7 +75,7 @@ class Settler:
                 if not text and not done:
                     continue  # an empty draft: wait for the edits
                 if not wanted():
-                    job.cancel("superseded")
+                    job.cancel("document changed")  # its answer is stale
                     return "document changed while drafting"
                 spans = self.weigh.new_errors(req, text)
                 if spans and not done:
@@ -99,8 +100,6 @@ class Settler:
                 return Settled(text, job, ev, others, header, cut=bool(spans))
             if nxt is None:
                 return "engine stream ended"
-            if not req.speculative and self.jobs.get(req.uri) is job:
-                self.jobs[req.uri] = nxt  # a newer request cancels the remask
             job = req.job = nxt
 
     def caps(self) -> Capabilities:
@@ -119,8 +118,6 @@ class Settler:
         job = self.engine.submit(CompletionRequest(req.cid, req.uri, req.plan.prefix, req.plan.suffix,
                                                    replace(plan, alternatives=n), empty.job.request.context,
                                                    empty.job.completion.names))
-        if self.jobs.get(req.uri) is empty.job:
-            self.jobs[req.uri] = job  # a newer request cancels the rescue
         req.job = job
         out = await self.settle(job, req, wanted, until_done=True)
         if isinstance(out, str) or not out.text or (out.cut and empty.text):
@@ -145,8 +142,6 @@ class Settler:
                            syntax_check=self.options.syntax_check, speculative=req.speculative)
         job = self.engine.submit(CompletionRequest(req.cid, req.uri, plan.prefix, plan.suffix, plan.engine_plan,
                                                    out.job.request.context))
-        if self.jobs.get(req.uri) is out.job:
-            self.jobs[req.uri] = job  # a newer request cancels it
         req.job = job
         body = await self.settle(job, body_req, wanted, until_done=True)
         if isinstance(body, str) or not body.text.strip():

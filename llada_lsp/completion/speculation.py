@@ -22,7 +22,7 @@ from typing import Any
 
 from llada_lsp.completion.cache import TAIL, Shown, SuggestionCache, key_of
 from llada_lsp.completion.plans import InfillPlan, make_plan
-from llada_lsp.lsp.options import Options
+from llada_lsp.options import Options
 from llada_lsp.text.documents import Document, DocumentStore
 
 log = logging.getLogger(__name__)

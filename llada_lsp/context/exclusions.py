@@ -6,8 +6,9 @@
   for context, and a completion in it gets no answer (as Copilot does for `.env`).
 - gitignore (`llada_lsp.context.gitignore`): each workspace folder's repository's `.gitignore`
   files, its `.git/info/exclude` and the user's global excludes file (`core.excludesFile` of
-  the user's git config, else `$XDG_CONFIG_HOME/git/ignore` or `~/.config/git/ignore`): an
-  ignored file is not indexed and an open one is not used as context.
+  the user's git config and the files its `[include]`s name inside the home or config
+  folder, else `$XDG_CONFIG_HOME/git/ignore` or `~/.config/git/ignore`): an ignored file is
+  not indexed and an open one is not used as context.
 - Open documents are context only inside a workspace folder (the path as named and as
   resolved), neither secret nor ignored, and of a language the current one can use
   (`compatible`, over `workspace_index.family`).
@@ -71,16 +72,19 @@ def compatible(current: str, other: str) -> bool:
 
 def global_excludes_file(env: Mapping[str, str]) -> Path | None:
     """The user's global excludes file: `core.excludesFile` from the user's git config
-    ($GIT_CONFIG_GLOBAL, else ~/.gitconfig after $XDG_CONFIG_HOME/git/config; the repository's
-    own config is never read), else $XDG_CONFIG_HOME/git/ignore or ~/.config/git/ignore."""
+    ($GIT_CONFIG_GLOBAL, else ~/.gitconfig after $XDG_CONFIG_HOME/git/config, each with the
+    files its `[include]`s name, `_excludes_setting`; the repository's own config is never
+    read), else $XDG_CONFIG_HOME/git/ignore or ~/.config/git/ignore."""
     home = env.get("HOME", "")
     xdg = env.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
     configs = [env["GIT_CONFIG_GLOBAL"]] if env.get("GIT_CONFIG_GLOBAL") else \
         [p for p in (os.path.join(xdg, "git", "config") if xdg else "",
                      os.path.join(home, ".gitconfig") if home else "") if p]
+    # where an included file may lie: the user's home, config folder and the named config's own folder
+    places = [os.path.realpath(d) for d in (home, xdg, *(os.path.dirname(c) for c in configs)) if d]
     found: str | None = None
     for cfg in configs:
-        found = _excludes_setting(read_small(Path(cfg))) or found
+        found = _excludes_setting(Path(cfg), home, places) or found
     if found is not None:
         if found.startswith("~/") and home:
             found = os.path.join(home, found[2:])
@@ -89,18 +93,43 @@ def global_excludes_file(env: Mapping[str, str]) -> Path | None:
 
 
 _SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"[^"]*")?\s*\]\s*(.*)$')
+MAX_INCLUDE_DEPTH = 10  # git's own limit on nested includes
 
 
-def _excludes_setting(text: str) -> str | None:
-    """The last `core.excludesFile` value of a git config file's text (no includes)."""
+def _included(raw: str, config: Path, home: str, places: list[str]) -> Path | None:
+    """The file an `[include] path` value names: `~/` is the home, a relative path is relative
+    to the including file's folder (as git). None when it resolves outside `places` (the
+    user's home and config folders): a config reaching elsewhere is not followed."""
+    value = _config_value(raw)
+    if not value:
+        return None
+    if value.startswith("~/"):
+        if not home:
+            return None
+        value = os.path.join(home, value[2:])
+    path = os.path.realpath(os.path.join(config.parent, value))
+    if not any(path == d or path.startswith(d.rstrip("/") + "/") for d in places):
+        return None
+    return Path(path)
+
+
+def _excludes_setting(config: Path, home: str = "", places: list[str] | None = None, depth: int = 0) -> str | None:
+    """The last `core.excludesFile` value of a git config file, the files its `[include] path`s
+    name read where the include stands (`_included`; `[includeIf]` is not followed: its
+    conditions depend on the repository and its branch)."""
     section, value = "", None
-    for line in text.split("\n"):
+    for line in read_small(config).split("\n"):
         m = _SECTION.match(line)
         if m:
             section, line = m.group(1).lower(), m.group(2)
         key, eq, raw = line.partition("=")
-        if section == "core" and eq and key.strip().lower() == "excludesfile":
+        key = key.strip().lower()
+        if section == "core" and eq and key == "excludesfile":
             value = _config_value(raw)
+        elif section == "include" and eq and key == "path" and depth < MAX_INCLUDE_DEPTH:
+            inc = _included(raw, config, home, places or [])
+            got = _excludes_setting(inc, home, places, depth + 1) if inc is not None else None
+            value = got if got is not None else value
     return value
 
 

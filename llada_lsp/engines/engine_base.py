@@ -1,6 +1,6 @@
 """The engine interface the language server uses: `EngineClient.submit(request)` returns an
-`EngineJob` whose `events()` async-iterates the engine's text events. A newer job for the same
-`doc_key` cancels the older one (between forwards); `job.cancel()` does the same on demand.
+`EngineJob` whose `events()` async-iterates the engine's text events. `job.cancel()` ends it
+(between forwards).
 Implementations: `llada_lsp.engines.engine_client.InProcessEngine` (the engine in a worker thread),
 `llada_lsp.engines.ws_engine.WsEngineClient` (the resident daemon) and
 `llada_lsp.engines.sglang_engine.SglangEngineClient` (SGLang servers); `engine_client.make_engine`
@@ -11,6 +11,12 @@ the older job of its document superseded), `start_job` counts it into the engine
 hands it an event (its first done or error ends it: counted, no longer running), `release`
 forgets it. A client only transports: it sends a job, cancels it on the wire (`send_cancel`)
 and delivers what comes back.
+
+Supersession is decided here and nowhere else: `supersede` is the one rule. Per document key,
+the newest job of this client wins: a newer job (`new_job`) or a newer request announced before
+its job (the services, at a request's arrival) ends the document's live job, cancelled on the
+wire like any cancel. The engine below (the step loop, the daemon, SGLang) only cancels what it
+is told; the services keep no jobs of their own to end.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from engine.api import CompletionRequest, EngineEvent
@@ -61,6 +67,9 @@ class EngineJob:
     late_after_s: float | None = None  # no first event by then: `on_late` (the status says so)
     on_late: Callable[[EngineJob], None] | None = None
     on_cancel: Callable[[EngineJob], None] | None = None  # its client's cancel on the wire (on the loop)
+    # decoded ahead of the request it may answer (a speculation): that request's arrival spares
+    # it (`supersede(spare_ahead=True)`); a newer job of its document still ends it
+    ahead: bool = False
     counted: bool = False  # counted among its document's running requests
     ended: bool = False  # its done or error event was delivered (`EngineClient.deliver`)
     seen_first: bool = False  # an event arrived: only the end deadline is left
@@ -178,15 +187,11 @@ class EngineClient(ABC):
     """What the language server needs from an engine, wherever it runs, and the bookkeeping of
     its jobs, the same for every client (see the module docstring)."""
 
-    # the engine itself ends a document's older request when a newer one arrives (by document
-    # key); False: the client cancels the older one on the wire
-    engine_supersedes = True
-
     def __init__(self) -> None:
         self.state = "idle"  # idle | loading | ready | error
         self.error: str | None = None
         self._info: dict[str, Any] = {}
-        self._caps: Capabilities | None = None  # built from `_info` once, when first read after a change
+        self._caps: Capabilities | None = None  # built from `_info` when first read after a change
         self.counters: dict[str, int] = {"submitted": 0, "engine_calls": 0, "skipped": 0,
                                          "cancelled": 0, "max_running_per_doc": 0, "timeouts": 0}
         # the floors of every request's deadlines (options engineFirstEventMs, engineTimeoutMs),
@@ -200,25 +205,18 @@ class EngineClient(ABC):
         self._per_doc: dict[str, int] = {}  # jobs in the engine now, by document
         self._lock = threading.Lock()  # `deliver` may run on the engine's thread
 
-    # -- what the engine is and can do ---------------------------------------------------------
+    # -- what the engine is and can do: `info` (`llada/status`) is assigned, never changed in place
     @property
     def info(self) -> dict[str, Any]:
-        """What the engine says of itself (`llada/status` carries it to the editors). Assign it,
-        or add keys with `update_info`; never change it in place: `caps` is built from it once
-        per change."""
         return self._info
 
     @info.setter
     def info(self, info: dict[str, Any]) -> None:
         self._info, self._caps = info, None
 
-    def update_info(self, **fields: Any) -> None:
-        self.info = {**self._info, **fields}
-
     @property
     def caps(self) -> Capabilities:
-        """What the engine can do (`llada_lsp.engines.capabilities`), as `info` advertises it: built
-        once per `info`, read by the completion pipeline and the next edit."""
+        """What the engine can do (`llada_lsp.engines.capabilities`), as `info` says: built once per `info`."""
         if self._caps is None:
             self._caps = Capabilities.of(self._info)
         return self._caps
@@ -226,25 +224,28 @@ class EngineClient(ABC):
     # -- job bookkeeping ------------------------------------------------------------------------
     def new_job(self, request: CompletionRequest, job_type: type[J], **fields: Any) -> J:
         """A job of `request` on the running loop, with this client's deadlines and cancel
-        (`send_cancel`); the older unfinished job of its document is superseded."""
+        (`send_cancel`); the older live job of its document is superseded. A later job of the
+        same request (its remask, rescue or header body) continues it: ahead when it was."""
         job = job_type(request, asyncio.get_running_loop(), on_cancel=self.send_cancel, **fields)
         self.with_deadlines(job)
         older = self._latest.get(job.doc_key)
-        if older is not None and not older.finished:
-            self.supersede(older)
+        if older is not None and older.request.request_id == request.request_id:
+            job.ahead = older.ahead
+        self.supersede(job.doc_key)
         self._latest[job.doc_key] = job
         self._live[id(job)] = job
         self.counters["submitted"] += 1
         return job
 
-    def supersede(self, older: EngineJob) -> None:
-        """A newer job of its document arrived: `older` no longer counts as running; the engine
-        ends it by document key (`engine_supersedes`), else it is cancelled on the wire."""
-        if self.engine_supersedes:
-            older.cancel_reason = "superseded"
-            older.cancel_event.set()
-        else:
-            older.cancel("superseded")
+    def supersede(self, doc_key: str, reason: str = "superseded", spare_ahead: bool = False) -> None:
+        """The one supersession rule: a newer job or request of document `doc_key` arrived (or
+        the document went away: `reason`), so its live job ends: cancelled on the wire (the
+        engine stops it before its next forward) and no longer running. `spare_ahead`: a job
+        decoded ahead of the arriving request goes on (that request may be answered from it)."""
+        older = self._latest.get(doc_key)
+        if older is None or older.finished or (spare_ahead and older.ahead):
+            return
+        older.cancel(reason)
         self._count(older, False)
 
     def send_cancel(self, job: EngineJob) -> None:
@@ -266,6 +267,8 @@ class EngineClient(ABC):
         self._measure(job, ev)
         if ev.kind in END_KINDS:
             self._end(job, stopped=ev.reason in STOPPED)
+            if ev.kind == "done" and ev.reason in STOPPED and job.cancelled:  # the engine heard "cancel":
+                ev = replace(ev, reason=job.done_reason)  # type: ignore[arg-type]  # the client knows why
         job.push(ev)
 
     def _measure(self, job: EngineJob, ev: EngineEvent) -> None:

@@ -5,7 +5,8 @@
 The in-process client runs the engine's step loop in one worker thread (every torch op
 there) and imports torch lazily, in that thread: the only way from `llada_lsp` to torch.
 `submit(request)` returns an `EngineJob` whose `events()` async-iterates the engine's text
-events; a newer job for the same `doc_key` supersedes the older one between forwards.
+events; a newer job for the same `doc_key` supersedes the older one (`EngineClient.supersede`:
+it is cancelled in the loop between forwards).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class InProcessEngine(EngineClient):
     """engine.service.TextEngine's step loop (`TextEngine.loop()`, the daemon's scheduler with
     one owner) run in a worker thread of this process: the thread loads the model and runs
     every torch op. Jobs enter the loop's inbox from any thread and leave through an emit
-    callback; the loop applies supersession (same doc_key), cancels and deadlines between
+    callback; the loop applies cancels (a superseded job's too) and deadlines between
     forwards, as for the daemon's connections."""
 
     OWNER = "\0inprocess"
@@ -130,7 +131,7 @@ class InProcessEngine(EngineClient):
         return self._enqueue("remask", job.request, spans)
 
     def _enqueue(self, op: str, request: CompletionRequest, spans: Any) -> EngineJob:
-        job = self.new_job(request, EngineJob)  # the loop supersedes an older job by document key
+        job = self.new_job(request, EngineJob)  # an older job of the document: cancelled in the loop first
         if self.state != "ready" or self._stop.is_set():
             self.deliver(job, EngineEvent("error", request.request_id, "", error="engine not ready"))
             return job
@@ -178,8 +179,8 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
     runtime file's token when the URL is the user's own daemon) authenticates;
     "sglang": SGLang servers (`sglang`: the options' `SglangOptions`, urls per preset and/or a
     router), prompts tokenized here with the tokenizer of `model_dir` (`llada_lsp.engines.sglang_engine`).
-    `threads`: the in-process engine's torch threads (0: sized for the machine; a daemon
-    takes `--threads`).
+    `threads`: torch threads, fixed (0: sized for the machine and re-checked): the in-process
+    engine's, or those of a daemon that "auto" starts (a daemon already running keeps its own).
     The preset travels with each request (`Plan.preset`, the `mode` option then); `mode` here
     only routes SGLang requests whose preset no server serves (`SglangConfig.default_preset`).
     """
@@ -197,7 +198,7 @@ def make_engine(location: str, *, model_dir: str | None, mode: str, device: str,
     from llada_lsp.engines.ws_engine import WsEngineClient  # lazy: websockets only when used
 
     if location == "auto":
-        return WsEngineClient(None, token=token, model=model_dir, device=device)
+        return WsEngineClient(None, token=token, model=model_dir, device=device, threads=threads)
     if location.startswith(("ws://", "wss://")):
         return WsEngineClient(location, token=token)
     raise ValueError(f"unknown engine location {location!r}: 'inprocess', 'auto', 'sglang' or a ws:// URL")

@@ -7,14 +7,16 @@ of an exception deep in the stream reader (and a request that ends only at its d
 The shapes are those of `srt/managers/tokenizer_manager.py:_handle_batch_output` (`text`,
 `output_ids`, `meta_info` with `finish_reason`, `prompt_tokens`, `completion_tokens`,
 `cached_tokens`) and of `srt/entrypoints/http_server.py:serve_generate_request` for an error
-(`{"error": {"message": ...}}`). No torch here.
+(`{"error": {"message": ...}}`). `Answer` gathers one stream's chunks into its token ids
+and the done event's stats. No torch here.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MAX_TOKEN_ID = 1 << 31  # far above any vocabulary; an id outside [0, this) is not a token
@@ -86,3 +88,43 @@ def finish_reason(finish: dict[str, Any] | None, fired: bool, ids: list[int], en
     if fired:
         return "stop_rule"
     return "budget" if kind == "length" else "end_of_middle"
+
+
+@dataclass
+class Answer:
+    """One stream's answer so far: its token ids (chunks carry the cumulative ids, or deltas
+    under `--incremental-streaming-output`), the blocks committed, when the first one came, and
+    the last chunk (its counts go into the stats)."""
+
+    ids: list[int] = field(default_factory=list)
+    blocks: int = 0
+    first_at: float | None = None  # perf_counter of the first committed block
+    meta: Chunk | None = None
+
+    def add(self, c: Chunk) -> bool:
+        """Take a chunk; False when it commits nothing and does not finish (an empty FDFO delta)."""
+        self.meta = c
+        before = len(self.ids)
+        out, n = c.output_ids, c.completion_tokens
+        self.ids = self.ids + out if n is not None and self.ids and len(out) < n else out  # deltas or cumulative
+        if len(self.ids) <= before and c.finish is None:
+            return False
+        if len(self.ids) > before:
+            self.blocks += 1
+            self.first_at = self.first_at or time.perf_counter()
+        return True
+
+    def stats(self, prompt_len: int, submitted_at: float, started_at: float | None, server: str | None,
+              rid: str) -> dict[str, Any]:
+        """What the server reports and what was timed here; forwards and tokens-per-forward are
+        not reported by SGLang, so they are None (never estimated)."""
+        now = time.perf_counter()
+        sent = started_at or submitted_at
+        meta = self.meta
+        prompt_tokens = meta.prompt_tokens if meta and meta.prompt_tokens is not None else prompt_len
+        cached = meta.cached_tokens if meta else None
+        return {"tokens": len(self.ids), "blocks": self.blocks, "prompt_tokens": prompt_tokens,
+                "cached_tokens": cached, "prefill_tokens": prompt_tokens - (cached or 0), "reused_tokens": cached or 0,
+                "forwards": None, "tpf": None, "queue_ms": (sent - submitted_at) * 1000,
+                "first_draft_ms": (self.first_at - submitted_at) * 1000 if self.first_at else None,
+                "total_ms": (now - submitted_at) * 1000, "server": server, "rid": rid}

@@ -36,7 +36,7 @@ from engine.prompt.builder import PromptBuilder
 from llada_lsp.engines import http_client as http
 from llada_lsp.engines import sglang_models
 from llada_lsp.engines.engine_base import EngineClient, EngineJob, Progress
-from llada_lsp.engines.sglang_chunks import BadChunk, Chunk, finish_reason, parse_event
+from llada_lsp.engines.sglang_chunks import Answer, BadChunk, finish_reason, parse_event
 from llada_lsp.engines.sglang_servers import (
     ModelMismatch,
     NoServer,
@@ -78,8 +78,6 @@ class SglangJob(EngineJob):
 class SglangEngineClient(EngineClient):
     """EngineClient over SGLang servers (see the module docstring)."""
 
-    engine_supersedes = False  # SGLang knows no documents: an older request is aborted here
-
     def __init__(self, cfg: SglangConfig, builder_factory: BuilderFactory | None = None) -> None:
         super().__init__()
         self.cfg = cfg
@@ -111,8 +109,8 @@ class SglangEngineClient(EngineClient):
             return
         family, what = local_description(model_dir)
         self._config = sglang_models.local_config(model_dir)
-        self.update_info(tokenizer=str(model_dir),
-                         max_context_tokens=self.builder.max_context_tokens)  # the prompt's share for context
+        self.info = {**self.info, "tokenizer": str(model_dir),
+                     "max_context_tokens": self.builder.max_context_tokens}  # the prompt's share for context
         self.pool = ServerPool(self.cfg, family, what, self._pool_changed)
         if not self.pool.servers:
             self.state, self.error = "error", "no SGLang server configured (option sglang.urls or sglang.router)"
@@ -132,9 +130,9 @@ class SglangEngineClient(EngineClient):
         """A server was lost or came back: the state follows (each change is heard once)."""
         if self.pool is None or self._closing:
             return
-        self.update_info(servers=self.pool.status(),
-                         model=", ".join(sorted({s.served for s in self.pool.servers if s.served})),
-                         **sglang_models.capabilities([i for s in self.pool.servers for i in s.infos], self._config))
+        self.info = {**self.info, "servers": self.pool.status(),
+                     "model": ", ".join(sorted({s.served for s in self.pool.servers if s.served})),
+                     **sglang_models.capabilities([i for s in self.pool.servers for i in s.infos], self._config)}
         down = self.pool.down_presets()
         if down:
             lost = [s for s in self.pool.servers if not s.healthy]
@@ -340,9 +338,7 @@ class SglangEngineClient(EngineClient):
         assert self.builder is not None
         b, rid, plan = self.builder, job.request.request_id, job.completion.plan
         loose = replace(plan, stop="none", max_lines=0)  # the stop rule is applied below, to know it fired
-        ids: list[int] = []
-        text, blocks, first_at = "", 0, None
-        meta: Chunk | None = None
+        got, text = Answer(), ""
         async for data in resp.sse():
             if data.strip() == "[DONE]":
                 break
@@ -358,47 +354,25 @@ class SglangEngineClient(EngineClient):
                 self._abort(job)
                 self.end_cancelled(job, text)
                 return
-            meta = c
-            out, n = c.output_ids, c.completion_tokens
-            before = len(ids)
-            ids = ids + out if n is not None and ids and len(out) < n else out  # deltas or cumulative
-            finish = c.finish
-            if len(ids) <= before and finish is None:
+            if not got.add(c):
                 continue  # an empty FDFO delta: nothing committed this round
-            if len(ids) > before:
-                blocks += 1
-                first_at = first_at or time.perf_counter()
-            new, fired = cut_text(b.answer(ids, loose, "", tail), plan)
-            self.deliver(job, EngineEvent("draft", rid, new, step=blocks, draft_complete=True))
+            new, fired = cut_text(b.answer(got.ids, loose, "", tail), plan)
+            self.deliver(job, EngineEvent("draft", rid, new, step=got.blocks, draft_complete=True))
             text = new
-            if fired or finish is not None:
-                if finish is None:
+            if fired or c.finish is not None:
+                if c.finish is None:
                     self._abort(job)  # the server would go on to the budget
-                reason = finish_reason(finish, fired, ids, b.end_ids)
-                self.deliver(job, EngineEvent("done", rid, text, step=blocks, reason=reason,  # type: ignore[arg-type]
-                                              stats=self._stats(job, ids, prompt, meta, blocks, first_at)))
+                reason = finish_reason(c.finish, fired, got.ids, b.end_ids)
+                stats = got.stats(len(prompt), job.submitted_at, job.started_at,
+                                  job.server.url if job.server else None, job.rid)
+                self.deliver(job, EngineEvent("done", rid, text, step=got.blocks, reason=reason,  # type: ignore[arg-type]
+                                              stats=stats))
                 return
         if job.cancelled:
             self.end_cancelled(job, text)
             return
         self.fail(job, "the SGLang server ended the stream before the answer was complete (no finish "
                        "reason); ask again", text)
-
-    @staticmethod
-    def _stats(job: SglangJob, ids: list[int], prompt: list[int], meta: Chunk | None, blocks: int,
-               first_at: float | None) -> dict[str, Any]:
-        """What the server reports and what was timed here; forwards and tokens-per-forward are
-        not reported by SGLang, so they are None (never estimated)."""
-        now = time.perf_counter()
-        sent = job.started_at or job.submitted_at
-        prompt_tokens = meta.prompt_tokens if meta and meta.prompt_tokens is not None else len(prompt)
-        cached = meta.cached_tokens if meta else None
-        return {"tokens": len(ids), "blocks": blocks, "prompt_tokens": prompt_tokens, "cached_tokens": cached,
-                "prefill_tokens": prompt_tokens - (cached or 0), "reused_tokens": cached or 0,
-                "forwards": None, "tpf": None, "queue_ms": (sent - job.submitted_at) * 1000,
-                "first_draft_ms": (first_at - job.submitted_at) * 1000 if first_at else None,
-                "total_ms": (now - job.submitted_at) * 1000,
-                "server": job.server.url if job.server else None, "rid": job.rid}
 
     async def close(self) -> None:
         self._closing = True

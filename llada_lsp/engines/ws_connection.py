@@ -157,9 +157,11 @@ class WsConnection:
 
 
 async def connect_or_start(model: str | None = None, device: str | None = None,
-                           timeout: float = 180.0, explicit: bool = False) -> WsConnection:
+                           timeout: float = 180.0, explicit: bool = False, threads: int = 0) -> WsConnection:
     """The user's daemon (from the runtime file), started detached first when none runs (not
     after `llada-engine stop` unless `explicit`: runtime.DaemonHeld), with the engine's default
-    preset: each request names its own."""
-    info = await asyncio.to_thread(runtime.ensure_daemon, model, None, device, (), timeout, None, explicit)
+    preset: each request names its own. `threads` (the `threads` option; 0: measured) fixes the
+    torch threads of a daemon started here; a daemon already running keeps its own."""
+    extra = ("--threads", str(threads)) if threads else ()
+    info = await asyncio.to_thread(runtime.ensure_daemon, model, None, device, extra, timeout, None, explicit)
     return await WsConnection.open(str(info["url"]), info.get("token"))

@@ -4,7 +4,8 @@
 request id). `WsEngineClient` implements the language server's `EngineClient` interface on
 top of it: `engine = "ws://host:port"` connects to that daemon, `engine = "auto"` connects to
 the user's daemon named in the runtime file or starts one detached (`connect_or_start`).
-Supersession by document happens in the daemon; `job.cancel()` sends a cancel message.
+A superseded job (`EngineClient.supersede`, the one rule) is cancelled like any other:
+`job.cancel()` sends a cancel message.
 No torch is imported here.
 """
 
@@ -14,7 +15,6 @@ import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from engine.api import CompletionRequest, EngineEvent
 from engine.daemon import runtime
@@ -27,19 +27,15 @@ __all__ = ["WsConnection", "WsEngineClient", "connect_or_start"]
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class WsJob(EngineJob):
-    streaming: asyncio.Task[None] | None = None  # its task, while it streams from the daemon
-
-
 class WsEngineClient(EngineClient):
     """EngineClient over the daemon. `url=None` means "auto": find or start the user's daemon."""
 
     def __init__(self, url: str | None = None, *, token: str | None = None, model: str | None = None,
-                 device: str | None = None, start_timeout: float = 180.0) -> None:
+                 device: str | None = None, start_timeout: float = 180.0, threads: int = 0) -> None:
         super().__init__()
         # no preset: each request names its own; a daemon started here keeps the engine's default
         self.url, self.model, self.device = url, model, device
+        self.threads = threads  # a daemon started here: its torch threads (0: measured)
         self.token = token if token is not None else os.environ.get("LLADA_ENGINE_TOKEN")
         self.start_timeout = start_timeout
         # the editor restarted the server on the user's request: start the daemon even after
@@ -60,7 +56,7 @@ class WsEngineClient(EngineClient):
                 return self.conn
             if self.url is None:
                 self.conn = await connect_or_start(self.model, self.device, self.start_timeout,
-                                                   self.explicit)
+                                                   self.explicit, self.threads)
                 self.explicit = False
             else:
                 token = self.token
@@ -154,17 +150,12 @@ class WsEngineClient(EngineClient):
     def remask(self, job: EngineJob, spans: list[tuple[int, int]]) -> EngineJob | None:
         return self._spawn(job.request, spans)
 
-    def _spawn(self, request: CompletionRequest, spans: list[tuple[int, int]] | None) -> WsJob:
-        job = self.new_job(request, WsJob)  # the daemon supersedes an older job by document key
+    def _spawn(self, request: CompletionRequest, spans: list[tuple[int, int]] | None) -> EngineJob:
+        job = self.new_job(request, EngineJob)
         task = asyncio.get_running_loop().create_task(self._run(job, spans))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job
-
-    def supersede(self, older: EngineJob) -> None:
-        super().supersede(older)
-        if isinstance(older, WsJob) and older.streaming is not None:
-            older.streaming.cancel()  # ends here at once: one stream per document
 
     def send_cancel(self, job: EngineJob) -> None:
         """On the event loop: tell the daemon (it stops the request before its next forward)."""
@@ -173,7 +164,7 @@ class WsEngineClient(EngineClient):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, job: WsJob, spans: list[tuple[int, int]] | None) -> None:
+    async def _run(self, job: EngineJob, spans: list[tuple[int, int]] | None) -> None:
         try:
             if self._retry is not None:  # reconnecting: fail at once, the loop reports
                 self.fail(job, self.error or "engine unavailable")
@@ -194,21 +185,13 @@ class WsEngineClient(EngineClient):
         finally:
             self.release(job)
 
-    async def _stream(self, job: WsJob, conn: WsConnection, spans: list[tuple[int, int]] | None) -> None:
-        """Pass the daemon's events on; a newer request for the document ends it at once."""
-        job.streaming = asyncio.current_task()
-        try:
-            async for ev in self._events_of(job, conn, spans):
-                self.deliver(job, ev)
-        except asyncio.CancelledError:
-            if job.cancel_reason != "superseded":
-                raise
-            self.end_cancelled(job)
-        finally:
-            job.streaming = None
+    async def _stream(self, job: EngineJob, conn: WsConnection, spans: list[tuple[int, int]] | None) -> None:
+        """Pass the daemon's events on (a cancelled job's end: the daemon's answer to the cancel)."""
+        async for ev in self._events_of(job, conn, spans):
+            self.deliver(job, ev)
 
     @staticmethod
-    def _events_of(job: WsJob, conn: WsConnection, spans: list[tuple[int, int]] | None
+    def _events_of(job: EngineJob, conn: WsConnection, spans: list[tuple[int, int]] | None
                    ) -> AsyncIterator[EngineEvent]:
         if spans is not None:
             return conn.remask(job.request.request_id, spans)

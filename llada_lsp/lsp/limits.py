@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+# the protocol bounds next-edit's parameters: lsp imports nextedit (downward, as server.py does)
 from llada_lsp.nextedit.next_edit import NextEditParams
 
 MAX_LINE = 10_000_000  # a line number beyond this is refused (documents hold far fewer lines)

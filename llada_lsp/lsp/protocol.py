@@ -75,6 +75,10 @@ class LladaProtocol(LanguageServerProtocol):
         if fut is not None:
             fut.add_done_callback(lambda f: self._forget_future(msg_id, f))
 
+    def pending(self) -> int:
+        """The futures of the handlers still held: those not done (a leak would show here)."""
+        return len(self._request_futures)
+
     def _forget_future(self, msg_id: Any, fut: Any) -> None:
         if self._request_futures.get(msg_id) is fut:
             del self._request_futures[msg_id]

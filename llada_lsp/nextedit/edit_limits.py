@@ -1,8 +1,8 @@
 """The bounds of one `llada/nextEdit` analysis (docs/lsp.md "Next-edit suggestions", "Limits").
 
-The analysis runs on a worker thread, but tree-sitter's parser and the analysis' tree walks
-hold the GIL: unbounded, they would still starve the event loop. So every request's work is
-bounded, and cancellable, whatever the file:
+The analysis runs in a worker process (`llada_lsp.nextedit.edit_worker`: tree-sitter's parser
+holds the GIL, so no thread of the server could run it without stalling the event loop), and
+its work is bounded, and cancellable, whatever the file:
 - `MAX_SITES`: a name scanned for its uses or calls (`edit_syntax.word_nodes`) may occur at
   most this many times (whole words) in the scope scanned; past it the request is refused
   (`Refused`, limit "sites") before any walk, since each occurrence costs Python work.
@@ -11,11 +11,12 @@ bounded, and cancellable, whatever the file:
   (limit "depth"): tree-sitter finds a node's parent by descending from the root, so walks
   up a deep tree cost depth squared.
 - `Guard`: the request's cancel flag, set on the event loop by a newer request or an edit of
-  the document; the analysis checks it between steps, and `parse` reads the text in chunks
-  through a callback that checks it. A check also yields the GIL for `YIELD_S` after each
-  `YIELD_EVERY_S` of work: the event loop's thread releases the GIL at each read and write of
-  its pipe, and without a pause of the worker it would wait CPython's switch interval (5 ms)
-  to get it back each time, several times per request.
+  the document (its `on_cancel` calls end the server's wait at once) and in the worker by its
+  `cancel` message; the analysis checks it between steps, and `parse` reads the text in
+  chunks through a callback that checks it. On a thread of the server (the tests' direct calls)
+  a check also yields the GIL for `YIELD_S` after each `YIELD_EVERY_S` of work, so that the
+  event loop's thread gets it back at once; the worker process does not pause (under load a
+  pause costs a wait for the CPU; its cancel reader gets the GIL at the switch interval).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import tree_sitter as ts
@@ -53,11 +55,15 @@ class Guard:
     event: threading.Event = field(default_factory=threading.Event)
     reason: str = ""
     since: float = field(default_factory=time.perf_counter)  # the worker's last pause
+    on_cancel: list[Callable[[], None]] = field(default_factory=list)  # called once, where `cancel` is
+    pausing: bool = True  # off in the worker process: it has no event loop to let run
 
     def cancel(self, reason: str) -> None:
         if not self.event.is_set():
             self.reason = reason
             self.event.set()
+            for call in list(self.on_cancel):
+                call()
 
     @property
     def cancelled(self) -> bool:
@@ -71,7 +77,7 @@ class Guard:
 
     def pause(self) -> None:
         """A pause when the worker has run `YIELD_EVERY_S` since the last one."""
-        if time.perf_counter() - self.since >= YIELD_EVERY_S:
+        if self.pausing and time.perf_counter() - self.since >= YIELD_EVERY_S:
             time.sleep(YIELD_S)
             self.since = time.perf_counter()
 

@@ -180,9 +180,29 @@ def _error_rows(node: ts.Node, limit: int = 64) -> list[int]:
     return out
 
 
+def _edited(tree: ts.Tree | None, text: str, index: LineIndex, layer: list[Suggested]) -> ts.Tree | None:
+    """A copy of `tree` (the tree of `text`) edited as applying `layer` changes the text, last
+    suggestion first (the offsets before each one stay those of `text`): the parse of the
+    result is then incremental. None (a whole parse) without a tree or for a non-ASCII text
+    (its byte offsets would cost a pass over the text per suggestion)."""
+    if tree is None or not text.isascii():
+        return None
+    out = tree.copy()
+    for s in reversed(layer):
+        r1, r2 = index.line_of(s.start), index.line_of(s.end)
+        c1, c2 = s.start - index.start(r1), s.end - index.start(r2)
+        new = s.text.encode("utf-8", "surrogatepass")
+        rows = s.text.count("\n")
+        end = (r1 + rows, len(new) - new.rfind(b"\n") - 1) if rows else (r1, c1 + len(new))
+        out.edit(start_byte=s.start, old_end_byte=s.end, new_end_byte=s.start + len(new), start_point=(r1, c1),
+                 old_end_point=(r2, c2), new_end_point=end)
+    return out
+
+
 def _blamed(language: str, text: str, index: LineIndex, layer: list[Suggested], errors_now: int,
-            old_rows: set[int], guard: Guard | None) -> set[int] | None:
-    """One parse of `text` with `layer` applied: None when it adds no parse error, else the
+            old_rows: set[int], guard: Guard | None, tree: ts.Tree | None = None) -> set[int] | None:
+    """One parse of `text` with `layer` applied (incremental from `tree`, the tree of `text`,
+    when given): None when it adds no parse error, else the
     suggestions blamed: those on the first row of an error, else the nearest one before it
     (an error the text had, moved by the suggestions above it, blames none on other rows);
     all of them when no error can be placed."""
@@ -190,7 +210,7 @@ def _blamed(language: str, text: str, index: LineIndex, layer: list[Suggested], 
     if parser is None:
         return None
     after, spans = _applied(text, layer)
-    root = parse(parser, after.encode("utf-8", "surrogatepass"), None, guard).root_node
+    root = parse(parser, after.encode("utf-8", "surrogatepass"), _edited(tree, text, index, layer), guard).root_node
     if count_errors(root) <= errors_now:
         return None
     new_index = LineIndex.of(after)
@@ -231,7 +251,7 @@ def keep(language: str, text: str, index: LineIndex, found: list[Suggested], kep
     out: list[Suggested] = []
     for layer in _layers(cands):
         for _ in range(MAX_ROUNDS):
-            blamed = _blamed(language, text, index, layer, errors_now, old_rows, guard) if layer else None
+            blamed = _blamed(language, text, index, layer, errors_now, old_rows, guard, tree) if layer else None
             if blamed is None:
                 out += layer
                 break

@@ -16,8 +16,9 @@ error), and model fills below `nextEdit.threshold` (the weakest token's confiden
 dropped. The base moves to the current text when a request finds nothing left to do and the
 text parses with no more errors than the base (so a half-typed name keeps the old base).
 
-The parses, the analysis and the checks run on one worker thread (`next_edit_work`), on a
-snapshot of the document, bounded by the limits of `edit_limits` (a refusal answers with its
+The parses, the analysis and the checks (`next_edit_work`) run in a worker process
+(`edit_process`, `edit_worker`: tree-sitter holds the GIL while it parses), on the texts of the
+document and its base, bounded by the limits of `edit_limits` (a refusal answers with its
 `limit` and reason): the event loop answers other requests meanwhile.
 
 The newest request for a document wins: it cancels the older one's engine jobs (and its
@@ -35,14 +36,13 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
-from llada_lsp.lsp.options import Options
 from llada_lsp.nextedit.edit_analysis import Analysis, Site
 from llada_lsp.nextedit.edit_limits import Cancelled, Guard
+from llada_lsp.nextedit.edit_process import EditProcess
 from llada_lsp.nextedit.edit_window import (
     FILL_PREFIX_CHARS,
     FILL_ROWS,
@@ -55,11 +55,10 @@ from llada_lsp.nextedit.next_edit_work import (
     TYPING_HOLD_S,
     Base,
     Snapshot,
-    analyse,
     base_of,
-    checked,
     typing_word,
 )
+from llada_lsp.options import Options
 from llada_lsp.text.documents import Document, DocumentStore
 from llada_lsp.text.positions import Encoding
 from llada_lsp.text.syntax import parser_for
@@ -156,6 +155,12 @@ def model_name(model: str | None) -> str:
     return (model or os.environ.get("LLADA_MODEL") or "tiny-code").rstrip("/").rsplit("/", 1)[-1]
 
 
+def fill_key(uri: str, row: int) -> str:
+    """The document key of the fill in `row` of a wave (each its own: the rows of one wave must
+    not supersede each other), so that a newer request of `uri` ends the older one's fills."""
+    return f"{uri}\0next-edit\0{row}"
+
+
 def gated_on(model: str | None) -> bool:
     return model_name(model) in GATED
 
@@ -164,12 +169,11 @@ class NextEditService:
     def __init__(self, store: DocumentStore, engine: EngineClient, options: Options,
                  encoding: Callable[[], Encoding]) -> None:
         self.store, self.engine, self.options, self.encoding = store, engine, options, encoding
-        self.jobs: dict[str, list[EngineJob]] = {}
         self.guards: dict[str, Guard] = {}  # the running request's, per document
         self.wakers: dict[str, asyncio.Event] = {}  # a request held mid-word, woken by the next edit
         self.changed_at: dict[str, float] = {}  # time.monotonic() of each document's last change
         self.typing_hold_s = TYPING_HOLD_S
-        self.worker = ThreadPoolExecutor(1, thread_name_prefix="next-edit")  # parses and tree walks
+        self.worker = EditProcess()  # parses and tree walks, in a process of their own
         self.bases: dict[str, Base] = {}
         self.latest: dict[str, int] = {}
         self.serial = itertools.count(1)
@@ -215,13 +219,12 @@ class NextEditService:
 
     async def _suggest(self, p: NextEditParams, doc: Document, snap: Snapshot, base: Base, guard: Guard,
                        serial: int, enc: Encoding, cursor: int) -> Answer:
-        loop = asyncio.get_running_loop()
-        got = await loop.run_in_executor(self.worker, analyse, snap, base, guard)
+        got = await self.worker.analyse(p.uri, snap, base, guard)
         guard.check()
         analysis, version = got.analysis, snap.version
         if not analysis.sites:
             if got.settles:
-                self.bases[p.uri] = Base(snap.text, got.tree, got.errors)  # settled: the next edit starts here
+                self.bases[p.uri] = Base(snap.text, None, got.errors)  # settled: the next edit starts here
             if analysis.limit:
                 self.counters[f"limit_{analysis.limit}"] += 1
                 return self._empty(version, analysis.detail, analysis.limit)
@@ -245,11 +248,10 @@ class NextEditService:
         kept = (p.line, p.line)
         if p.edited is not None:
             kept = (min(p.line, p.edited[0]), max(p.line, p.edited[1]))
-        out = await loop.run_in_executor(self.worker, checked, snap, base, got, fills,
-                                         self.options.next_edit.placeholders, kept, enc, guard)
+        out = await self.worker.checked(got, fills, self.options.next_edit.placeholders, kept, enc, guard)
         guard.check()
         if got.settles:
-            self.bases[p.uri] = Base(snap.text, got.tree, got.errors)  # nothing to follow: settled
+            self.bases[p.uri] = Base(snap.text, None, got.errors)  # nothing to follow: settled
         self.counters["answered"] += 1
         self.counters["suggestions"] += len(out)
         return Answer(version, out, "", analysis.kind, analysis.detail)
@@ -263,10 +265,9 @@ class NextEditService:
         done: list[tuple[str, float] | str] = []
         for w in range(0, len(sites), FILL_ROWS):  # waves of the step loop's rows
             jobs = [self.engine.submit(fill_request(
-                f"ne{serial}.{k}", f"{doc.uri}\0next-edit\0{k - w}", doc.uri.rsplit("/", 1)[-1], doc.text, site,
+                f"ne{serial}.{k}", fill_key(doc.uri, k - w), doc.uri.rsplit("/", 1)[-1], doc.text, site,
                 definition, FILL_PREFIX_CHARS, FILL_SUFFIX_CHARS, o.site_tokens, self.options.mode))
                 for k, site in enumerate(sites[w:w + FILL_ROWS], start=w)]
-            self.jobs[doc.uri] = jobs
             try:
                 done.extend(await asyncio.gather(*(self._done(j) for j in jobs)))
             except asyncio.CancelledError:
@@ -274,9 +275,6 @@ class NextEditService:
                     j.cancel("cancelled")  # $/cancelRequest: the client gets RequestCancelled
                 self.counters["client_cancelled"] += 1
                 raise
-            finally:
-                if self.jobs.get(doc.uri) is jobs:
-                    del self.jobs[doc.uri]
             if self.latest.get(doc.uri) != serial:
                 return "superseded"
         out: list[Suggested | None] = []
@@ -357,8 +355,8 @@ class NextEditService:
         woken = self.wakers.pop(uri, None)
         if woken is not None:
             woken.set()  # a request held while a word is typed ends now
-        for job in self.jobs.pop(uri, []):
-            job.cancel(reason)
+        for row in range(FILL_ROWS):  # its fills: the engine client's one rule ends them
+            self.engine.supersede(fill_key(uri, row), reason)
 
     def _empty(self, version: int | None, why: str, limit: str = "") -> Answer:
         self.counters["empty"] += 1
@@ -370,7 +368,8 @@ class NextEditService:
         """Before an edit is applied: the text as it stands becomes the base when there is none."""
         if doc.uri in self.bases or not self.enabled or doc.tree is None or doc.unservable_reason() is not None:
             return
-        self.bases[doc.uri] = base_of(doc)  # no parse on the loop: the worker parses it if asked
+        self.bases[doc.uri] = base_of(doc)  # no parse on the loop: the worker parses it now
+        self.worker.prime(doc.uri, doc.language_id, doc.text)
 
     def document_changed(self, uri: str) -> None:
         """An edit makes a running request's answer stale: stop its engine work now."""
@@ -381,8 +380,10 @@ class NextEditService:
         self._cancel(uri, "closed")
         self.latest.pop(uri, None)
         self.bases.pop(uri, None)
+        self.worker.closed(uri)
 
     def debug_info(self) -> dict[str, Any]:
         return {"counters": dict(self.counters), "available": self.enabled, "fills": self.fills,
-                "running": len(self.guards),  # requests being analysed or checked on the worker now
+                "running": len(self.guards),  # requests being analysed or checked by the worker now
+                "workerStarts": self.worker.starts,
                 "emptyReasons": [{"reason": r, "count": n} for r, n in self.empty_reasons.most_common()]}

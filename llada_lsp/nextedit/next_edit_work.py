@@ -1,6 +1,7 @@
-"""The worker-thread half of `llada/nextEdit` (`llada_lsp.nextedit.next_edit`): what parses or walks
-a tree runs here, off the event loop, on a snapshot the loop took, under the request's
-`Guard` (`llada_lsp.nextedit.edit_limits`: bounded, cancelled by a newer request or an edit).
+"""The worker's half of `llada/nextEdit` (`llada_lsp.nextedit.next_edit`): what parses or walks
+a tree runs here, in the worker process (`llada_lsp.nextedit.edit_worker`), on the texts the
+loop sent, under the request's `Guard` (`llada_lsp.nextedit.edit_limits`: bounded, cancelled
+by a newer request or an edit).
 
 - `analyse`: the text's tree (incrementally from the document's edited tree when the loop has
   not parsed it yet), the base's tree only when the analysis asks for it, the analysis, the
@@ -69,10 +70,8 @@ class Snapshot:
 
 
 def base_of(doc: Document) -> Base:
-    """The document before an edit: its tree copied when the loop has it parsed, no parse here."""
-    st = doc.tree
-    if st is not None and st.tree is not None and not st.dirty:
-        return Base(doc.text, st.tree.copy(), count_errors(st.tree.root_node))
+    """The document before an edit: its text (the worker process keeps the trees, no parse
+    or walk here on the loop)."""
     return Base(doc.text)
 
 

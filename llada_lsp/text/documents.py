@@ -11,6 +11,7 @@ content a request was computed on (a client may send a change without a new vers
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,8 @@ from llada_lsp.text.positions import Encoding, LineIndex, PositionError
 from llada_lsp.text.syntax import SyntaxTree, normalize_language
 
 log = logging.getLogger(__name__)
+
+OFF_LOOP_CHARS = 100_000  # a document this large is parsed on a thread before a completion reads its tree
 
 
 class DocumentError(ValueError):
@@ -140,6 +143,30 @@ class Document:
             copy.tree = st
         return copy
 
+    async def parsed(self) -> None:
+        """The tree of a document of `OFF_LOOP_CHARS` or more brought up to date on a thread
+        (`SyntaxTree.parse_job`) while the event loop serves other requests, so that
+        `syntax_tree` then costs the loop little: its first parse, or a reparse, never holds
+        the loop whole. One parse at a time per document (a second caller waits for the
+        first's)."""
+        st = self.tree
+        if st is None or not st.dirty or (st.job is None and len(self.text) < OFF_LOOP_CHARS):
+            return  # a small document's reparse stays on the loop (`syntax_tree`): no thread hop
+        if st.job is None:
+            data, work = st.parse_job(self.text)
+
+            async def run() -> None:
+                try:
+                    tree = await asyncio.to_thread(work)
+                except BaseException:
+                    st.pending = None
+                    raise
+                finally:
+                    st.job = None
+                st.take(data, tree)
+            st.job = asyncio.ensure_future(run())
+        await asyncio.shield(st.job)
+
     def syntax_tree(self) -> Any:
         """The current tree-sitter Tree, or None (no grammar, too large, binary)."""
         if self.tree is None:
@@ -154,6 +181,7 @@ class DocumentStore:
 
     def open(self, uri: str, language_id: str, version: int, text: str) -> Document:
         doc = Document(uri, language_id, version, text, self.max_bytes)
+        doc.index  # noqa: B018 - built with the open (its own pass over the text), not at the first keystroke
         self.docs[uri] = doc
         return doc
 

@@ -23,8 +23,56 @@ from llada_lsp.text.syntax import (
 _STRICT_BLOCKS: dict[str, frozenset[str]] = {"python": frozenset({"block", "module"})}
 
 
+def _touching(node: ts.Node, lo: int, hi: int) -> list[ts.Node]:
+    """`node`'s children that touch bytes [lo, hi], found from `lo` by a cursor (tree-sitter's
+    own scan; zero-width ones, an empty block, included): never a Python pass over all the
+    children of a module of thousands of statements."""
+    out: list[ts.Node] = []
+    cursor = node.walk()
+    if cursor.goto_first_child_for_byte(max(0, lo - 1)) is None:
+        return out
+    while True:
+        c = cursor.node
+        if c is None or c.start_byte > hi:
+            return out
+        if c.end_byte >= lo:
+            out.append(c)
+        if not cursor.goto_next_sibling():
+            return out
+
+
+def _child_from(node: ts.Node, b: int) -> ts.Node | None:
+    """`node`'s child that holds byte `b`, else the first after it, else its last child."""
+    cursor = node.walk()
+    if cursor.goto_first_child_for_byte(b) is None:
+        return node.child(node.child_count - 1) if node.child_count else None
+    return cursor.node
+
+
+def _columns(node: ts.Node, near: list[ts.Node]) -> set[int]:
+    """The columns of `node`'s statements among `near` (its children by the edit) and the
+    named ones just before and after them (comments aside): more than one is a ragged block
+    there. Far statements do not count: the edit did not place them."""
+    named = [c for c in near if c.is_named]
+    if named:
+        named = [x for x in (named[0].prev_named_sibling, *named, named[-1].next_named_sibling) if x is not None]
+    elif near:
+        named = [x for x in (near[0].prev_named_sibling, near[-1].next_named_sibling) if x is not None]
+    return {c.start_point[1] for c in named if c.type != "comment"}
+
+
+def _empty_block(node: ts.Node) -> bool:
+    """A block with no statement (comments aside), its first statement sought from the start."""
+    for i in range(node.named_child_count):
+        c = node.named_child(i)
+        if c is not None and c.type != "comment":
+            return False
+    return True
+
+
 def _bad_blocks(language_id: str, root: ts.Node, lo: int, hi: int) -> int:
-    """Blocks that are empty or ragged among the nodes that touch bytes [lo, hi]."""
+    """Blocks that are empty, or ragged by the edit (`_columns`), among the nodes that touch
+    bytes [lo, hi]; a descent along the edit, whatever the size of the file."""
     kinds = _STRICT_BLOCKS.get(language_id)
     if not kinds:
         return 0
@@ -32,10 +80,10 @@ def _bad_blocks(language_id: str, root: ts.Node, lo: int, hi: int) -> int:
     stack = [root]
     while stack:
         cur = stack.pop()
+        near = _touching(cur, lo, hi)
         if cur.type in kinds:
-            cols = {c.start_point[1] for c in cur.named_children if c.type != "comment"}
-            n += (not cols and cur.type == "block") or len(cols) > 1
-        stack.extend(c for c in cur.children if c.start_byte <= hi and c.end_byte >= lo)
+            n += (cur.type == "block" and _empty_block(cur)) or len(_columns(cur, near)) > 1
+        stack.extend(near)
     return n
 
 
@@ -144,6 +192,44 @@ def _units(before: str, middle: str, after: str) -> list[tuple[str, str, str]]:
     return out
 
 
+WINDOW_CHARS = 64 * 1024  # a document this large is judged on a window around the edit (`windowed`)
+
+
+def _char(text: str, data: bytes, b: int) -> int:
+    """The character offset of byte `b` of `data` (`text` encoded)."""
+    return b if len(data) == len(text) else len(data[:b].decode("utf-8", "surrogatepass"))
+
+
+def windowed(base_tree: ts.Tree | None, before: str, removed: str, after: str
+             ) -> tuple[ts.Tree | None, str, str]:
+    """(tree, before, after) to judge an edit on: for a document of `WINDOW_CHARS` or more
+    with its tree, the top-level statements the edit touches with the one before and the one
+    after them, whole lines from column 0, as a document of their own (its tree is then
+    parsed, small); else the whole document. A parse of the whole document costs about its
+    size after the edit, whatever the edit (tree-sitter re-reduces every statement after
+    it); the window costs about its own size. An error the edit makes cannot leave the
+    window unseen: what it leaves open (a bracket, a string, a block) shows at the window's
+    end, and an error from above that runs into the edit is a top-level node of the old tree
+    the window starts with."""
+    if base_tree is None or len(before) + len(after) < WINDOW_CHARS:
+        return base_tree, before, after
+    bb, ab = before.encode("utf-8", "surrogatepass"), after.encode("utf-8", "surrogatepass")
+    sb = len(bb)
+    oe = sb + len(removed.encode("utf-8", "surrogatepass"))
+    root = base_tree.root_node
+    at, to = _child_from(root, sb), _child_from(root, oe)
+    if at is None or to is None:
+        return base_tree, before, after
+    first, last = at.prev_named_sibling or at, to.next_named_sibling or to
+    if first.start_point[1] != 0:
+        return base_tree, before, after  # not at a line's start (a ragged file): the whole document
+    a = min(first.start_byte, bb.rfind(b"\n") + 1)
+    z = max(last.end_byte, oe)
+    end = ab.find(b"\n", z - oe)  # the window's last line whole
+    z_after = len(ab) if end < 0 else end
+    return None, before[_char(before, bb, a):], after[:_char(after, ab, z_after)]
+
+
 def edit_adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle: str,
                     after: str, removed: str = "") -> bool:
     """Whether replacing `removed` by `middle` between `before` and `after` adds a parse
@@ -152,8 +238,9 @@ def edit_adds_error(language_id: str, base_tree: ts.Tree | None, before: str, mi
     unexpected indent), or any error on the edited lines or the next line of code (a line
     being typed must come out whole). Errors elsewhere in the file do not count; where one
     from above runs into the edit (an unclosed bracket, a string being typed), the
-    statements that hold the cursor are judged alone (`_units`). `base_tree`: the current tree of before+removed+after (copied, not
-    changed); False without a grammar."""
+    statements that hold the cursor are judged alone (`_units`). `base_tree`: the current
+    tree of before+removed+after (copied, not changed); False without a grammar. A large document is judged on a window (`windowed`)."""
+    base_tree, before, after = windowed(base_tree, before, removed, after)
     res = reparse_with(language_id, base_tree, before, middle, after, removed)
     if res is None:
         return False
@@ -175,6 +262,7 @@ def edit_error_spans(language_id: str, base_tree: ts.Tree | None, before: str, m
                      after: str, removed: str = "") -> list[tuple[int, int]]:
     """Character spans of `middle` inside the parse errors that putting it in place of
     `removed` adds (`syntax.middle_error_spans`); [] when it adds none (`edit_adds_error`)."""
+    base_tree, before, after = windowed(base_tree, before, removed, after)
     res = reparse_with(language_id, base_tree, before, middle, after, removed)
     if res is None or not middle or not edit_adds_error(language_id, res[0], before, middle, after, removed):
         return []

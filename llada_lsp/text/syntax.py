@@ -103,15 +103,23 @@ def count_errors(node: ts.Node, limit: int = 1000) -> int:
     return n
 
 
+CHUNK = 1024  # bytes a parse off the event loop reads per callback (the loop may take the GIL there)
+
+
 @dataclass
 class SyntaxTree:
-    """One document's tree, edited incrementally and reparsed lazily."""
+    """One document's tree, edited incrementally and reparsed lazily: on the event loop when a
+    request needs it (`current`), or on a thread (`parse_job`, `Document.parsed`) while the
+    loop serves other requests; the edits that come meanwhile are kept (`pending`) and
+    applied to the thread's tree when it is taken."""
 
     language_id: str
     parser: ts.Parser
     tree: ts.Tree | None = None
     dirty: bool = True
     data: bytes = field(default=b"", repr=False)
+    pending: list[dict[str, Any]] | None = field(default=None, repr=False)  # edits during a thread's parse
+    job: Any = field(default=None, repr=False)  # that parse's future (Document.parsed)
 
     @classmethod
     def create(cls, language_id: str, text: str) -> SyntaxTree | None:
@@ -126,8 +134,8 @@ class SyntaxTree:
              index: LineIndex | None = None) -> None:
         """Record that old_text[start:end] became new_fragment (string offsets); `index`,
         the line index of `old_text`, spares a pass over the text before the edit."""
-        if self.tree is None:
-            self.dirty = True
+        self.dirty = True
+        if self.tree is None and self.pending is None:
             return
         sb, sp = _byte_and_point(old_text, start, index)
         eb, ep = _byte_and_point(old_text, end, index)
@@ -137,9 +145,43 @@ class SyntaxTree:
             np_ = (sp[0] + rows, len(frag) - frag.rfind(b"\n") - 1)
         else:
             np_ = (sp[0], sp[1] + len(frag))
-        self.tree.edit(start_byte=sb, old_end_byte=eb, new_end_byte=sb + len(frag),
-                       start_point=sp, old_end_point=ep, new_end_point=np_)
-        self.dirty = True
+        edit: dict[str, Any] = {"start_byte": sb, "old_end_byte": eb, "new_end_byte": sb + len(frag),
+                                "start_point": sp, "old_end_point": ep, "new_end_point": np_}
+        if self.pending is not None:
+            self.pending.append(edit)
+        if self.tree is not None:
+            self.tree.edit(**edit)
+
+    def parse_job(self, text: str) -> tuple[bytes, Any]:
+        """(the text's bytes, a function that parses them) for a thread: incremental from a
+        copy of the tree as edited, with a parser of its own and the text read in `CHUNK`s,
+        and a progress callback that tree-sitter calls all through the parse, its long last
+        phase included: at each call into Python the GIL can change hands, so the event
+        loop's thread waits at most CPython's switch interval for it. The edits from now on
+        are kept for `take`."""
+        data = text.encode("utf-8", "surrogatepass")
+        old = self.tree.copy() if self.tree is not None else None
+        parser = parser_for(self.language_id)
+        assert parser is not None  # this tree was made for a grammar
+
+        def read(b: int, _point: tuple[int, int]) -> bytes:
+            return data[b:b + CHUNK]
+
+        def progress(_offset: int, _has_error: bool) -> bool:
+            return False  # never cancels; a Python call: the loop's thread can take the GIL here
+
+        self.pending = []
+        if old is None:
+            return data, (lambda: parser.parse(read, progress_callback=progress))
+        return data, (lambda: parser.parse(read, old, progress_callback=progress))
+
+    def take(self, data: bytes, tree: ts.Tree) -> None:
+        """On the loop: the tree a `parse_job` made, with the edits made since applied to it
+        (then dirty: the next `current` reparses them, incrementally)."""
+        edits, self.pending = self.pending or [], None
+        for e in edits:
+            tree.edit(**e)
+        self.tree, self.data, self.dirty = tree, data, bool(edits)
 
     def current(self, text: str) -> ts.Tree:
         """The tree of `text` (reparsed incrementally if edits were recorded)."""
@@ -231,8 +273,10 @@ def adds_error(language_id: str, base_tree: ts.Tree | None, before: str, middle:
 
 
 def error_nodes(node: ts.Node, limit: int = 64) -> list[ts.Node]:
+    """The ERROR and MISSING nodes under `node` (none inside an ERROR; only subtrees with
+    errors are entered, so a tree without any costs nothing)."""
     out: list[ts.Node] = []
-    stack = [node]
+    stack = [node] if node.has_error or node.is_missing else []
     while stack and len(out) < limit:
         cur = stack.pop()
         if cur.is_error or cur.is_missing:

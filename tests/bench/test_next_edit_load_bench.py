@@ -17,9 +17,10 @@ def test_smallest_scale_reports_every_case() -> None:
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "next_edit_load" and res["idle_status_p99_ms"] > 0
     rows = {r["case"]: r for r in res["rows"]}
-    assert set(rows) == {"params", "rename", "deep", "answer"}
+    assert set(rows) == {"params", "rename", "deep", "answer", "complete"}
     for r in rows.values():
         assert r["status_n"] >= 1 and r["answer_ms"] > 0 and r["status_max_ms"] >= r["status_p50_ms"]
     # at this scale every case is under the limits: each gets its follow-ups
     assert rows["params"]["suggestions"] == 100 and rows["rename"]["suggestions"] == 100
     assert rows["deep"]["suggestions"] == 1 and rows["answer"]["suggestions"] == 1
+    assert rows["complete"]["answer"] == "completion"  # answered (its items are the model's)

@@ -23,3 +23,5 @@ def test_step_work_quick_runs_every_arm_and_they_agree() -> None:
     assert res["rotary"]["bit_identical"] is True
     assert 0 < res["share"]["share_after"] < 1 and 0 < res["share"]["share_before"] < 1
     assert res["rss"]["without_triton_mib"] > 0 and res["rss"]["with_triton_mib"] > 0
+    cold = res["cold_start"]  # the old init path imports torch._dynamo; loading now does not
+    assert cold["before_dynamo"] is True and cold["after_dynamo"] is False, cold

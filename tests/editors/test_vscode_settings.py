@@ -1,4 +1,4 @@
-"""Every server option in docs/lsp.md (and llada_lsp/lsp/options.py) has a VS Code setting in
+"""Every server option in docs/lsp.md (and llada_lsp/options.py) has a VS Code setting in
 editors/vscode/package.json, and the machine-scoped ones are `"scope": "machine"` there and
 restricted in untrusted workspaces."""
 
@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from llada_lsp.lsp.options import MACHINE_SCOPED, Options
+from llada_lsp.options import MACHINE_SCOPED, Options
 from tests.editors.conftest import ROOT
 
 DOC = (ROOT / "docs" / "lsp.md").read_text()

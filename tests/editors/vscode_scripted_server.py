@@ -5,7 +5,8 @@ complete draft, then two refinements (engine "edit" events the server turns into
 directory ($LLADA_SCRIPT_DIR), and the engine writes `pushed-<k>` there (the wall-clock time,
 in ms, when the event left the engine), so the test can time each refinement's way to the
 screen. An explicitly invoked request (cycling) gets the other candidates on its done event.
-The server writes `sent-<k>` (ms) once it has written the `llada/refine` of refinement k.
+The server writes `sent-<k>` (ms) once it has written the `llada/refine` of refinement k, and
+`sent-final` once it has written a finished request's final one.
 Differences from the real engine: no model; texts fixed; `step` counts script steps.
 
 `llada/nextEdit` is the real server's (its edit analysis needs no model). A scripted answer
@@ -20,7 +21,6 @@ send one yet.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -51,8 +51,7 @@ class ScriptedEngine(EngineClient):
         self.set_state("ready")
 
     def submit(self, request: CompletionRequest) -> EngineJob:
-        job = self.with_deadlines(EngineJob(request, asyncio.get_running_loop()))
-        self.counters["submitted"] += 1
+        job = self.new_job(request, EngineJob)  # its deadlines; a newer request's arrival cancels it
         threading.Thread(target=self._complete, args=(job,), daemon=True).start()
         return job
 
@@ -92,6 +91,8 @@ def timed_notify(ls: server.LladaServer, method: str, params: dict[str, Any]) ->
     ls.protocol.notify(method, params)
     if method == "llada/refine" and not params.get("final") and 1 <= params.get("step", 0) - 1 < len(STEPS):
         (Path(os.environ["LLADA_SCRIPT_DIR"]) / f"sent-{params['step'] - 1}").write_text(f"{time.time() * 1000:.3f}")
+    if method == "llada/refine" and params.get("final") and not params.get("reason") and params.get("step", 0) >= len(STEPS):
+        (Path(os.environ["LLADA_SCRIPT_DIR"]) / "sent-final").write_text(f"{time.time() * 1000:.3f}")
 
 
 _suggest = NextEditService.suggest

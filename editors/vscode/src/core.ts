@@ -1,5 +1,6 @@
-// Protocol and refinement logic of the extension, free of the `vscode` module so that node's
-// test runner can drive it against the real server (test/server.test.ts).
+// Protocol logic of the extension (the shown suggestion's tracker is ./tracker), free of the
+// `vscode` module so that node's test runner can drive it against the real server
+// (test/server.test.ts).
 
 /** A position or range as LSP sends them (characters in UTF-16 code units, as JS strings). */
 export interface LspPosition {
@@ -104,114 +105,6 @@ export function completionIdOf(item: Pick<LspInlineItem, "command">): string | u
 
 export function insertTextOf(item: LspInlineItem): string {
   return typeof item.insertText === "string" ? item.insertText : item.insertText.value;
-}
-
-/** The suggestion shown for a document, kept current by `llada/refine`. */
-export interface Shown {
-  completionId: string;
-  uri: string;
-  version: number;
-  position: LspPosition;
-  text: string;
-  step: number;
-  final: boolean;
-  /** The other candidates the server answered (items after the first), for cycling. */
-  others: string[];
-  /** The text of the completion widget's selected item the request carried (LSP 3.18
-   * `selectedCompletionInfo`): the suggestion extends it and replaces `range`. */
-  selected?: string;
-  range?: LspRange;
-}
-
-/**
- * Which suggestion is shown per document, and its text after the refinements so far.
- * When a refinement arrives for the shown completion, `refine` returns it so that the editor
- * can re-trigger the inline suggestion; the provider then answers from `lookup` without a new
- * server request (same document version and position).
- */
-export class SuggestionTracker {
-  private readonly shown = new Map<string, Shown>();
-  /** Refinements of completions not answered yet, by completion id: the server sends them
-   * right after its answer, and they can reach the extension before the answer has passed
-   * through the client. `remember` applies them. The newest few completions only. */
-  private readonly early = new Map<string, RefineParams[]>();
-
-  remember(uri: string, version: number, position: LspPosition, items: readonly LspInlineItem[],
-    selected?: string): Shown | undefined {
-    const item = items[0];
-    const id = item ? completionIdOf(item) : undefined;
-    if (!item || id === undefined) {
-      this.shown.delete(uri);
-      return undefined;
-    }
-    const s: Shown = {
-      completionId: id, uri, version, position, text: insertTextOf(item), step: -1, final: false,
-      others: items.slice(1).map(insertTextOf), selected, range: item.range,
-    };
-    this.shown.set(uri, s);
-    for (const p of this.early.get(id) ?? []) {
-      this.refine(p);
-    }
-    this.early.delete(id);
-    return s;
-  }
-
-  /** Apply a refinement; returns the updated suggestion when it changed the shown one. */
-  refine(p: RefineParams): Shown | undefined {
-    const s = this.shown.get(p.uri);
-    if (!s || s.completionId !== String(p.completionId)) {
-      const id = String(p.completionId);
-      this.early.set(id, [...(this.early.get(id) ?? []), p]);
-      for (const old of this.early.keys()) {
-        if (this.early.size <= 8) {
-          break;
-        }
-        this.early.delete(old);
-      }
-      return undefined;
-    }
-    if (p.step < s.step) {
-      return undefined;
-    }
-    let text = applyEdits(s.text, p.edits ?? []);
-    if (typeof p.text === "string" && text !== p.text) {
-      text = p.text; // the full text wins over edits that do not reproduce it
-    }
-    const changed = text !== s.text;
-    s.text = text;
-    s.step = p.step;
-    s.final = p.final;
-    return changed ? s : undefined;
-  }
-
-  /** The shown suggestion if the document is still where it was requested, with the same
-   * completion widget item selected (or none, both times). */
-  lookup(uri: string, version: number, position: LspPosition, selected?: string): Shown | undefined {
-    const s = this.shown.get(uri);
-    if (!s || s.version !== version || s.position.line !== position.line || s.position.character !== position.character
-      || s.selected !== selected) {
-      return undefined;
-    }
-    return s;
-  }
-
-  get(uri: string): Shown | undefined {
-    return this.shown.get(uri);
-  }
-
-  forget(uri: string): void {
-    this.shown.delete(uri);
-  }
-}
-
-/**
- * Whether the provider answers from the tracked suggestion instead of asking the server:
- * the extension's own re-trigger after a refinement, or an automatic request at the same
- * document state. A request the user invoked (e.g. to cycle through suggestions) goes to the
- * server, which then decodes and returns every candidate, unless the tracked one has them.
- */
-export function answerFromTracker(known: Shown | undefined, invoked: boolean, ownRetrigger: boolean): boolean {
-  return known !== undefined && (ownRetrigger || !invoked || known.others.length > 0);
 }
 
 /** The status bar text for the latest stats, e.g. "llada 42ms" or "llada 42ms → 120ms". */

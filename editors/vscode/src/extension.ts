@@ -1,8 +1,8 @@
 // The VS Code side: starts llada-lsp through vscode-languageclient, shows its inline
-// completions, re-shows the inline suggestion when `llada/refine` changes the shown one (hide,
-// then trigger: VS Code skips a trigger while a suggestion is shown), shows the server's state
+// completions, re-shows the inline suggestion when `llada/refine` changes the shown one (a
+// trigger, after a hide where VS Code would skip the trigger: see reshow), shows the server's state
 // and timings in the status bar (./status), and draws next-edit suggestions as decorations
-// (llada.nextEdit.jump / accept / dismiss). The protocol logic lives in ./core and ./nextEdit.
+// (llada.nextEdit.jump / accept / dismiss). The protocol logic lives in ./core, ./tracker and ./nextEdit.
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
@@ -14,8 +14,6 @@ import {
 } from "vscode-languageclient/node";
 import {
   DEFAULT_SETTINGS,
-  SuggestionTracker,
-  answerFromTracker,
   machineValue,
   parseSettingsJson,
   withUserFile,
@@ -29,6 +27,7 @@ import {
 } from "./core";
 import { RESTART_SETTINGS, mergeOptions, passThroughOptions } from "./settings";
 import { StatusModel, type StatusView } from "./status";
+import { RefineHold, SuggestionTracker, answerFromTracker } from "./tracker";
 import { NEXT_EDIT_METHOD, NextEditController, type NextEditDecoration, type NextEditResult } from "./nextEdit";
 
 let client: LanguageClient | undefined;
@@ -136,12 +135,25 @@ function showStatus(v: StatusView): void {
 }
 
 /**
- * Show the refined suggestion. VS Code (1.100) skips `editor.action.inlineSuggest.trigger`
- * while a suggestion is shown, so the shown one is hidden first and the trigger then asks the
- * provider again, which answers from the tracker with the newest text at once. Refinements
- * that arrive while one is being shown are coalesced into the next.
+ * Show the refined suggestion: an explicit trigger asks the provider again, which answers from
+ * the tracker with the newest text at once. VS Code 1.100 asks again only while the suggestion
+ * it shows came from an automatic request at this document state (tracker.replacesInPlace),
+ * and then keeps the old text on screen until the new one replaces it: no blank frame. Once it
+ * shows an explicit request's answer (an earlier refinement's, or cycling's), it answers every
+ * trigger there from its own state, so the suggestion is hidden first, and the screen is blank
+ * until the provider's answer (one round trip to the extension host). So while the in-place
+ * replacement is left, a refinement that is not the engine's last waits for the final one
+ * (RefineHold, at most FINAL_HOLD_MS), and the one replacement brings the final text.
+ * Refinements that arrive while one is being shown are coalesced into the next.
  */
 let reshowing: Promise<void> | undefined; // while a refinement is being shown
+// when a refinement is shown: the final text, or the newest after FINAL_HOLD_MS, spends the one
+// in-place replacement (tracker.RefineHold); a newer suggestion's answer drops an older one's
+const refineHold = new RefineHold((uri, completionId) => {
+  if (tracker.get(uri)?.completionId === completionId) {
+    scheduleRetrigger(uri);
+  }
+});
 let pendingReshow: string | undefined; // the uri of a refinement not shown yet
 function scheduleRetrigger(uri: string): void {
   pendingReshow = uri;
@@ -168,9 +180,17 @@ async function reshow(): Promise<void> {
       output.debug(`refinement of ${shown?.completionId ?? "?"} not shown: the document changed`);
       continue;
     }
+    ownRetrigger = true;
+    if (tracker.replacesInPlace(uri)) {
+      // the command returns once VS Code has taken the provider's answer (or has not asked)
+      await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+      if (!ownRetrigger) {
+        continue; // the provider was asked: the newer text replaced the old one in place
+      }
+      output.debug(`refinement of ${shown.completionId}: the trigger did not ask again; hiding first`);
+    }
     // sent together: the window runs them in order, and the trigger's provider call is then
     // the only round trip between the extension host and the window
-    ownRetrigger = true;
     await Promise.all([
       vscode.commands.executeCommand("editor.action.inlineSuggest.hide"),
       vscode.commands.executeCommand("editor.action.inlineSuggest.trigger"),
@@ -259,6 +279,7 @@ function clientOptions(): LanguageClientOptions {
           const r = known.range;
           const range = r ? new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character)
             : new vscode.Range(position, position);
+          tracker.noteAnswer(uri, version, pos, invoked);
           return [known.text, ...known.others].map(
             (text, i) => new vscode.InlineCompletionItem(text, range, lastItems[Math.min(i, lastItems.length - 1)].command));
         }
@@ -276,6 +297,7 @@ function clientOptions(): LanguageClientOptions {
           return result;
         }
         const items = toLspItems(result);
+        tracker.noteAnswer(uri, version, pos, invoked);
         const shown = tracker.remember(uri, version, pos, items, selected);
         if (invoked && shown) {
           statusModel.noteCycled(shown.completionId);
@@ -426,8 +448,10 @@ async function start(context: vscode.ExtensionContext): Promise<void> {
   const c = new LanguageClient("llada", "llada", command, clientOptions());
   client = c;
   client.onNotification("llada/refine", (p: RefineParams) => {
-    if (tracker.refine(p)) {
-      scheduleRetrigger(p.uri);
+    const changed = tracker.refine(p) !== undefined;
+    const s = tracker.get(p.uri);
+    if (s && s.completionId === String(p.completionId)) {
+      refineHold.refined(s, changed, tracker.replacesInPlace(p.uri));
     }
   });
   client.onNotification("llada/stats", (s: StatsParams) => {
@@ -561,6 +585,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     vscode.workspace.onDidCloseTextDocument((d) => {
       tracker.forget(d.uri.toString());
+      refineHold.forget(d.uri.toString());
       const uri = uriOf(d);
       if (uri) {
         nextEdits.forget(uri);

@@ -5,8 +5,6 @@ import * as path from "node:path";
 import { describe, it } from "node:test";
 import {
   DEFAULT_SETTINGS,
-  SuggestionTracker,
-  answerFromTracker,
   applyEdits,
   MACHINE_SETTINGS,
   formatStats,
@@ -20,6 +18,7 @@ import {
   withUserFile,
 } from "../src/core";
 import { PASS_THROUGH, RESTART_SETTINGS, mergeOptions, passThroughOptions, type InspectedValue } from "../src/settings";
+import { FINAL_HOLD_MS, RefineHold, SuggestionTracker, answerFromTracker, type Timers } from "../src/tracker";
 
 const edit = (l1: number, c1: number, l2: number, c2: number, newText: string): LspTextEdit => ({
   range: { start: { line: l1, character: c1 }, end: { line: l2, character: c2 } },
@@ -104,10 +103,114 @@ describe("SuggestionTracker", () => {
     assert.equal(answerFromTracker(many, true, false), true, "the candidates are known");
   });
 
+  it("replaces in place only while VS Code shows an automatic request's answer at the shown state", () => {
+    const t = new SuggestionTracker();
+    const at = { line: 3, character: 4 };
+    t.remember("u", 1, at, [item("1", "a")]);
+    assert.equal(t.replacesInPlace("u"), false, "no answer noted");
+    t.noteAnswer("u", 1, at, false);
+    assert.equal(t.replacesInPlace("u"), true, "automatic: an explicit trigger asks again");
+    t.noteAnswer("u", 1, at, true);
+    assert.equal(t.replacesInPlace("u"), false, "explicit: VS Code answers the trigger itself");
+    t.noteAnswer("u", 1, { line: 3, character: 5 }, false);
+    assert.equal(t.replacesInPlace("u"), false, "another position");
+    t.noteAnswer("u", 2, at, false);
+    assert.equal(t.replacesInPlace("u"), false, "another version");
+    t.noteAnswer("u", 1, at, false);
+    t.forget("u");
+    assert.equal(t.replacesInPlace("u"), false, "forgotten");
+  });
+
   it("prefers the full text when the edits do not reproduce it", () => {
     const t = new SuggestionTracker();
     t.remember("u", 1, { line: 0, character: 0 }, [item("1", "abc")]);
     assert.equal(t.refine({ completionId: "1", uri: "u", version: 1, edits: [edit(0, 0, 0, 1, "z")], text: "xyz", step: 1, final: true })?.text, "xyz");
+  });
+});
+
+describe("RefineHold", () => {
+  const item = (id: string, text: string): LspInlineItem => ({ insertText: text, command: { title: "Accept", command: "llada.acceptCompletion", arguments: [id] } });
+  /** Timers run by hand: `fire()` runs the pending ones as if their time had come. */
+  const manual = (): Timers & { pending: Map<number, () => void>; fire(): void; delays: number[] } => {
+    let n = 0;
+    const pending = new Map<number, () => void>();
+    const delays: number[] = [];
+    return {
+      pending, delays,
+      set: (fn, ms) => { pending.set(++n, fn); delays.push(ms); return n; },
+      clear: (h) => { pending.delete(h as number); },
+      fire: () => { const fns = [...pending.values()]; pending.clear(); fns.forEach((f) => f()); },
+    };
+  };
+  interface Setup {
+    t: SuggestionTracker;
+    timers: ReturnType<typeof manual>;
+    shown: string[];
+    hold: RefineHold;
+    refine: (text: string, step: number, final: boolean) => void;
+    at: { line: number; character: number };
+  }
+  const setup = (): Setup => {
+    const t = new SuggestionTracker();
+    const timers = manual();
+    const shown: string[] = [];
+    const hold = new RefineHold((uri, id) => shown.push(`${uri} ${id} ${t.get(uri)?.text}`), FINAL_HOLD_MS, timers);
+    const at = { line: 0, character: 4 };
+    t.remember("u", 1, at, [item("1", "draft")]);
+    t.noteAnswer("u", 1, at, false);
+    const refine = (text: string, step: number, final: boolean): void => {
+      const changed = t.refine({ completionId: "1", uri: "u", version: 1, edits: [], text, step, final }) !== undefined;
+      hold.refined(t.get("u")!, changed, t.replacesInPlace("u"));
+    };
+    return { t, timers, shown, hold, refine, at };
+  };
+
+  it("holds the refinements while the in-place replacement is left, and shows the final text once", () => {
+    const { timers, shown, hold, refine } = setup();
+    refine("one", 1, false);
+    refine("two", 2, false);
+    assert.deepEqual(shown, [], "held for the final text");
+    assert.equal(hold.holding("u"), true);
+    assert.equal(timers.pending.size, 1, "one timer for the held run");
+    refine("two", 3, true); // the final refinement, text unchanged
+    assert.deepEqual(shown, ["u 1 two"], "the final text at once");
+    assert.equal(timers.pending.size, 0, "the timer stopped");
+    timers.fire();
+    assert.deepEqual(shown, ["u 1 two"]);
+  });
+
+  it("shows the newest text when no final comes within the hold, and later ones at once", () => {
+    const { t, timers, shown, refine, at } = setup();
+    refine("one", 1, false);
+    assert.deepEqual(timers.delays, [FINAL_HOLD_MS]);
+    timers.fire();
+    assert.deepEqual(shown, ["u 1 one"], "the newest text when the hold ends");
+    t.noteAnswer("u", 1, at, true); // VS Code took the re-trigger's (explicit) answer
+    refine("two", 2, false);
+    assert.deepEqual(shown, ["u 1 one", "u 1 two"], "no in-place replacement left: at once");
+    refine("two", 3, true);
+    assert.deepEqual(shown, ["u 1 one", "u 1 two"], "an unchanged final text: nothing to show");
+  });
+
+  it("shows a final text that changed at once, and holds nothing that did not change", () => {
+    const { shown, hold, refine } = setup();
+    refine("draft", 1, false);
+    assert.equal(hold.holding("u"), false, "no change: nothing held");
+    refine("done", 2, true);
+    assert.deepEqual(shown, ["u 1 done"]);
+  });
+
+  it("drops a held refinement when the document is forgotten or another suggestion is refined", () => {
+    const { t, timers, shown, hold, refine, at } = setup();
+    refine("one", 1, false);
+    hold.forget("u");
+    assert.equal(timers.pending.size, 0);
+    refine("two", 2, false);
+    t.remember("u", 1, at, [item("2", "other")]);
+    hold.refined(t.get("u")!, t.refine({ completionId: "2", uri: "u", version: 1, edits: [], text: "other!", step: 1, final: false }) !== undefined, true);
+    assert.equal(timers.pending.size, 1, "the older suggestion's timer replaced");
+    timers.fire();
+    assert.deepEqual(shown, ["u 2 other!"]);
   });
 });
 

@@ -9,7 +9,6 @@ import { after, before, describe, it } from "node:test";
 import type { MessageConnection } from "vscode-jsonrpc/node";
 import {
   DEFAULT_SETTINGS,
-  SuggestionTracker,
   applyEdits,
   completionIdOf,
   formatStats,
@@ -22,6 +21,7 @@ import {
   type StatusParams,
 } from "../src/core";
 import { ROOT, modelDir, startServer, stopServer, type RealServer } from "./realServer";
+import { SuggestionTracker } from "../src/tracker";
 
 const DATA = path.join(ROOT, "tests/llada_lsp/data"); // the language server tests' real files
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from engine.model import native
 from engine.model.adapters import common
 from engine.model.adapters.common import CacheAt, HeadedModel, RMSNorm, Rope, apply_rope, attend
 from engine.model.native import KVCache, SpecialTokens
@@ -93,7 +94,7 @@ class DecoderLayer(nn.Module):
 class DreamBackbone(nn.Module):
     def __init__(self, c: DreamConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.embed_tokens = native.embedding(c.vocab_size, c.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engine.model import native
 from engine.model.adapters.common import (
     AdapterModel,
     CacheAt,
@@ -142,7 +143,7 @@ class LLaDABackbone(nn.Module):
     def __init__(self, c: LLaDAConfig) -> None:
         super().__init__()
         parts: dict[str, nn.Module] = {
-            "wte": nn.Embedding(c.vocab_out, c.d_model),
+            "wte": native.embedding(c.vocab_out, c.d_model),
             "blocks": nn.ModuleList(Block(c) for _ in range(c.n_layers)),
             "ln_f": RMSNorm(c.d_model, c.rms_norm_eps),
         }

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import kernels
+from engine.model import native
 from engine.model.adapters import common
 from engine.model.adapters.common import CacheAt, HeadedModel, RMSNorm, Rope, apply_rope, attend
 from engine.model.native import KVCache, SpecialTokens
@@ -317,7 +318,7 @@ class DecoderLayer(nn.Module):
 class Backbone(nn.Module):
     def __init__(self, c: LLaDA2Config) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.word_embeddings = native.embedding(c.vocab_size, c.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(c, i) for i in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 

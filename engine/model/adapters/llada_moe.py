@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from engine.model import native
 from engine.model.adapters import common
 from engine.model.adapters.common import CacheAt, HeadedModel, RMSNorm, Rope, apply_rope, attend
 from engine.model.native import KVCache, SpecialTokens
@@ -179,7 +180,7 @@ class DecoderLayer(nn.Module):
 class LLaDAMoEBackbone(nn.Module):
     def __init__(self, c: LLaDAMoEConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.embed_tokens = native.embedding(c.vocab_size, c.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(c, i) for i in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 

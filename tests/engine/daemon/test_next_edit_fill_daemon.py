@@ -13,7 +13,6 @@ import pytest
 
 from engine.service import TextEngine
 from llada_lsp.engines.ws_engine import WsEngineClient
-from llada_lsp.lsp.options import parse_options
 from llada_lsp.nextedit.edit_analysis import analyze
 from llada_lsp.nextedit.edit_window import (
     FILL_PREFIX_CHARS,
@@ -23,6 +22,7 @@ from llada_lsp.nextedit.edit_window import (
     from_fill,
 )
 from llada_lsp.nextedit.next_edit import NextEditParams, NextEditService
+from llada_lsp.options import parse_options
 from llada_lsp.text.documents import DocumentStore
 from llada_lsp.text.syntax import parser_for
 from tests.engine.daemon.daemon_helpers import serve_in_thread, stop_served

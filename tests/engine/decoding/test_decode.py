@@ -212,7 +212,7 @@ def test_mask_id_is_never_committed(tiny: Transformer) -> None:
 def test_the_preset_names_are_one_list() -> None:
     """The engine's presets are the torch-free list's names, in its order; the language server's
     `mode` option offers its MODES (not the *_multi variants nor the baselines) and the default."""
-    from llada_lsp.lsp import options
+    from llada_lsp import options
 
     assert tuple(PRESETS) == PRESET_NAMES
     assert options.MODES is MODES and set(MODES) < set(PRESET_NAMES) and DEFAULT_PRESET in MODES

@@ -146,7 +146,7 @@ def long_req(rid: str, doc: str) -> CompletionRequest:
     return CompletionRequest(rid, doc, PREFIX, "", Plan(max_tokens=64, preset="one_per_step"))
 
 
-def test_cancel_and_supersede_within_one_step(engine: TextEngine) -> None:
+def test_cancel_within_one_step_and_no_supersession_of_its_own(engine: TextEngine) -> None:
     s, sink = Scheduler(engine, max_batch=4), Sink()
     emit = sink.emit_for("o")
     s.submit(long_req("a", "d1"), "o", emit)
@@ -158,11 +158,17 @@ def test_cancel_and_supersede_within_one_step(engine: TextEngine) -> None:
     ev = sink.last("a")
     assert ev.kind == "done" and ev.reason == "cancelled" and ev.step == 2
     assert s.running[("o", "x")].seq.forwards == 3  # the other request went on
-    s.submit(long_req("x2", "d2"), "o", emit)  # same document: supersedes x
+    # same document: the loop decides no supersession (the client's rule cancels the older one)
+    s.submit(long_req("x2", "d2"), "o", emit)
+    s.step()
+    x, x2 = s.running[("o", "x")].seq, s.running[("o", "x2")].seq
+    assert x is not None and x2 is not None and (x.forwards, x2.forwards) == (4, 1)
+    assert not sink.done("x")
+    s.cancel("x", "o")  # what it is told
     s.step()
     ev = sink.last("x")
-    assert ev.kind == "done" and ev.reason == "superseded" and ev.step == 3
-    assert s.running[("o", "x2")].seq.forwards == 1
+    assert ev.kind == "done" and ev.reason == "cancelled" and ev.step == 4
+    assert x2.forwards == 2 and ("o", "x") not in s.running and "superseded" not in s.snapshot()
     s.cancel("unknown", "o")  # cancelling an unknown id is a no-op
     s.step()
     assert len(s.free_rows) == 3

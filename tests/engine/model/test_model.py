@@ -10,7 +10,7 @@ from engine.decoding.batch import execute, new_slot_attrs
 from engine.decoding.decode import Sequence
 from engine.decoding.policies import make_policy
 from engine.model.checkpoint import load_checkpoint, save_checkpoint
-from engine.model.native import CLEAN, NOISY, Transformer, layout_mask, row_runs
+from engine.model.native import CLEAN, NOISY, Transformer, embedding, layout_mask, row_runs
 from tests.engine.conftest import prompt_of
 
 # fp32 on the CPU: cached and uncached paths sum in different orders, nothing more
@@ -138,3 +138,20 @@ def test_multi_block_edit_pass_matches_uncached_forwards(tiny: Transformer) -> N
         rows.append(ref[list(range(s, s + b - 1))] if k == 0 else ref[list(range(s - 1, s + b - 1))])
     want = torch.cat(rows, 0)
     assert torch.allclose(got, want, atol=ATOL), (got - want).abs().max()
+
+
+def test_an_embedding_built_on_meta_skips_the_init_that_imports_dynamo() -> None:
+    """The loaders build on the meta device and assign the weights: the table's random init
+    there would only import torch._dynamo (1.3 s and ~140 MiB of every cold start:
+    bench/step_work.py `cold_start`). Anywhere else the table is initialised as nn.Embedding."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom engine.model.native import embedding\n"
+            "with torch.device('meta'):\n    e = embedding(64, 8)\n"
+            "assert e.weight.is_meta and e.weight.shape == (64, 8) and e.weight.requires_grad\n"
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+    real = embedding(64, 8)
+    assert not real.weight.is_meta and real.weight.std().item() > 0.5  # N(0, 1) as nn.Embedding's

@@ -26,21 +26,22 @@ def _no_adapter(tmp: Path) -> tuple[Path, str]:
     return d, "model_type 'mamba' has no native adapter"
 
 
-def _missing_shard(tmp: Path) -> tuple[Path, str]:
-    src, d = fixture("dream-instruct"), tmp / "partial"
+def _dream_without(d: Path, name: str) -> Path:
+    """The Dream fixture linked file by file into `d`, all but `name`."""
     d.mkdir()
-    for f in src.iterdir():
-        if f.name != "model-00002-of-00002.safetensors":
+    for f in fixture("dream-instruct").iterdir():
+        if f.name != name:
             (d / f.name).symlink_to(f)
+    return d
+
+
+def _missing_shard(tmp: Path) -> tuple[Path, str]:
+    d = _dream_without(tmp / "partial", "model-00002-of-00002.safetensors")
     return d, "names 1 weight file(s) that are missing, e.g. model-00002-of-00002.safetensors"
 
 
 def _bad_tokenizer(tmp: Path) -> tuple[Path, str]:
-    src, d = fixture("dream-instruct"), tmp / "badtok"
-    d.mkdir()
-    for f in src.iterdir():
-        if f.name != "tokenizer.json":
-            (d / f.name).symlink_to(f)
+    d = _dream_without(tmp / "badtok", "tokenizer.json")
     (d / "tokenizer.json").write_text('{"version": "1.0", "added_tokens": [{"id": 1, "content": "x"}]}')
     return d, "not a tokenizer this engine reads"
 

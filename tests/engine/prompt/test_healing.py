@@ -6,6 +6,7 @@ from __future__ import annotations
 from tokenizers import Tokenizer, models
 
 from engine.model.native import SpecialTokens
+from engine.prompt.builder import Healer
 from engine.prompt.healing import Healing
 from engine.prompt.tokenizer import special_id_set
 from engine.prompt.window import char_quantum, char_window
@@ -38,6 +39,20 @@ def test_healing_offers_the_text_tokens_of_a_vocabulary_whose_specials_sit_at_th
     assert {texts[i] for i in allowed.nonzero().flatten().tolist()} == {" re", " ret", " return"}
     assert heal.allowed("<") is None  # specials are never offered, `<role>` included
     assert heal.allowed(" return") is None  # nothing longer: nothing to heal
+
+
+def test_healing_backs_off_the_partial_word_as_the_builders_healer() -> None:
+    """`Healing` is the `Healer` the text engine hands its prompt builder (no callback up into
+    the engine): it backs off the prompt's trailing word fragment when a token extends it."""
+    tok = _tokenizer()
+    texts = [tok.id_to_token(i) or "" for i in range(tok.get_vocab_size())]
+    heal: Healer = Healing(texts, special_id_set(tok, SP), decode=tok.decode)
+    ids = [WORDS.index("a"), WORDS.index(" re")]
+    k, partial, allowed = heal.back_off(ids)
+    assert (k, partial) == (1, " re") and allowed is not None
+    assert {texts[i] for i in allowed.nonzero().flatten().tolist()} == {" re", " ret", " return"}
+    assert heal.back_off([WORDS.index(" return")]) == (0, "", None)  # nothing extends it
+    assert heal.back_off([]) == (0, "", None)
 
 
 def test_a_4k_prompt_window_keeps_its_start_for_thousands_of_typed_characters() -> None:

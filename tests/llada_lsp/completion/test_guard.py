@@ -180,7 +180,7 @@ def test_cached_and_typed_through_answers_pass_the_guard() -> None:
     from llada_lsp.completion.cache import key_of, remember
     from llada_lsp.completion.completions import CompletionService
     from llada_lsp.completion.plans import make_plan
-    from llada_lsp.lsp.options import parse_options
+    from llada_lsp.options import parse_options
     from llada_lsp.text.documents import DocumentStore
 
     async def scenario() -> tuple[Any, Any, list[str]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llada_lsp.completion.postprocess import Spec, clean
-from llada_lsp.lsp.options import OptionsError, parse_options
+from llada_lsp.options import OptionsError, parse_options
 from tests.engine.model.adapters.tiny_ckpts import write_llada2_chat
 from tests.llada_lsp.lsp_helpers import (
     debug_info,

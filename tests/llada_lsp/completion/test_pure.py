@@ -16,7 +16,7 @@ from llada_lsp.completion.context import trim_context
 from llada_lsp.completion.plans import choose_kind, indent_unit, make_plan
 from llada_lsp.completion.postprocess import Spec, clean, first_fitting, open_brackets, syntax_trim
 from llada_lsp.completion.reporting import edits_between
-from llada_lsp.lsp.options import OptionsError, parse_options
+from llada_lsp.options import OptionsError, parse_options
 from llada_lsp.text.documents import Document
 from llada_lsp.text.positions import text_position
 from llada_lsp.text.syntax import adds_error
@@ -100,7 +100,7 @@ def test_plan_kinds_braces() -> None:
 
 
 def test_plan_maps_onto_engine_plan() -> None:
-    from llada_lsp.lsp.options import Options
+    from llada_lsp.options import Options
 
     src = (DATA / "queue.ts").read_text()
     i = src.index("size(): number {\n    ") + len("size(): number {\n    ")
@@ -332,7 +332,7 @@ def test_type_through_a_version_the_editor_still_shows() -> None:
 
 # -- packaging -----------------------------------------------------------------------------------
 def test_import_does_not_load_torch() -> None:
-    code = ("import sys, llada_lsp.lsp.server, llada_lsp.cli, llada_lsp.demo; "
+    code = ("import sys, llada_lsp.lsp.methods, llada_lsp.cli, llada_lsp.demo; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True)

@@ -53,7 +53,7 @@ def test_plans_send_the_stop_rule_the_engine_applies() -> None:
     language at a blank line only (the scope's closer is post-processing's): the plan says so,
     and the engine applies it."""
     from llada_lsp.completion.plans import make_plan
-    from llada_lsp.lsp.options import parse_options
+    from llada_lsp.options import parse_options
 
     options = parse_options({})[0]
     for marked, language, indent in [(CASES[0][0], "python", "    "), (CASES[2][0], "javascript", "")]:

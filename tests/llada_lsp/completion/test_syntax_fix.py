@@ -23,7 +23,7 @@ from llada_lsp.engines.engine_client import (
     make_engine,
 )
 from llada_lsp.engines.ws_engine import WsEngineClient
-from llada_lsp.lsp.options import Options, OptionsError, parse_options
+from llada_lsp.options import Options, OptionsError, parse_options
 from llada_lsp.text.documents import DocumentStore
 from llada_lsp.text.syntax import error_spans
 

@@ -155,3 +155,36 @@ def test_a_folder_opened_inside_an_ignored_one_and_linked_ignore_files(tmp_path:
     ex.set_roots([folder], [folder.resolve()])
     assert not ex.ignored(str(folder / "a.py")) and ex.ignored(str(folder / "x.tmp"))
     assert ex.usable(str(folder / "a.py")) and not ex.usable(str(tmp_path / "other" / "a.py"))
+
+
+def test_the_excludes_file_set_in_an_included_config_is_followed(tmp_path: Path) -> None:
+    """`core.excludesFile` set in a file that `~/.gitconfig` includes (a path relative to the
+    including file, and one with `~/`, nested) counts, as git's own `check-ignore` says; an
+    include that leaves the home is not followed (SECURITY.md)."""
+    if shutil.which("git") is None:
+        pytest.fail("git is needed to compute the expected answers")
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    (home / ".config" / "git").mkdir(parents=True)
+    ws.mkdir()
+    (home / "inc-ignore").write_text("*.inc_secret\n")
+    (home / ".gitconfig").write_text("[user]\n\tname = t\n[include]\n\tpath = .config/git/first.inc\n")
+    (home / ".config" / "git" / "first.inc").write_text("[include]\n\tpath = ~/second.inc\n")
+    (home / "second.inc").write_text("[core]\n\texcludesFile = ~/inc-ignore\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
+    assert _git("init", "-q", cwd=ws, env=env).returncode == 0
+    files = ["a.inc_secret", "b.txt"]
+    for f in files:
+        (ws / f).write_text("x\n")
+    out = _git("check-ignore", "--stdin", cwd=ws, env=env, stdin="\n".join(files) + "\n")
+    assert set(out.stdout.split()) == {"a.inc_secret"}, out.stderr  # git follows both includes
+    assert global_excludes_file(env) == home / "inc-ignore"
+    ex = Exclusions(env=env)
+    ex.set_roots([ws], [ws.resolve()])
+    assert [f for f in files if ex.ignored(str(ws / f))] == ["a.inc_secret"]
+
+    outside = tmp_path / "outside.inc"  # outside the home: git follows it, the server does not
+    outside.write_text("[core]\n\texcludesFile = ~/inc-ignore\n")
+    (home / "second.inc").write_text(f"[include]\n\tpath = {outside}\n")
+    assert global_excludes_file(env) == home / ".config" / "git" / "ignore"  # the default, not the outside one
+    (home / "second.inc").write_text("[include]\n\tpath = ../outside.inc\n")  # relative, leaving the home
+    assert global_excludes_file(env) == home / ".config" / "git" / "ignore"

@@ -26,8 +26,8 @@ from llada_lsp.context.safe_files import read_regular, resolved_roots
 from llada_lsp.context.workspace import WorkspaceContext
 from llada_lsp.context.workspace_index import DEF_COST, WorkspaceIndex
 from llada_lsp.lsp.limits import MAX_EDITED_LINES, LimitError, folder_uri, next_edit_params
-from llada_lsp.lsp.options import RANGES, parse_options, workspace_settings
 from llada_lsp.nextedit.next_edit import parse_params
+from llada_lsp.options import RANGES, parse_options, workspace_settings
 from llada_lsp.text.documents import DocumentStore
 from tests.fakes.raw_lsp import initialized, msg, notification, request, stop
 from tests.llada_lsp.lsp_helpers import EMBEDDED, ROOT

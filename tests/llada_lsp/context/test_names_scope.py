@@ -169,10 +169,29 @@ def test_top_level_names_are_reused_while_typing_inside_a_function() -> None:
 
 
 def test_options_of_the_constraint() -> None:
-    from llada_lsp.lsp.options import OptionsError, parse_options
+    from llada_lsp.options import OptionsError, parse_options
 
     opts = parse_options({"namesConstraint": False, "namesKeepOwnAbove": 1})[0]
     assert opts.names_constraint is False and opts.names_keep_own_above == 1.0
     for bad in ({"namesKeepOwnAbove": 3}, {"namesKeepOwnAbove": "high"}, {"namesConstraint": "yes"}):
         with pytest.raises(OptionsError, match="names"):
             parse_options(bad)
+
+
+def test_a_huge_files_top_level_names_are_read_from_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of more top-level statements than `MAX_TOP_STATEMENTS`: the names bound in its
+    first statements are hinted, those past the bound are not (the walk stops there), and
+    the cursor's own statement still counts."""
+    from llada_lsp.context import names
+
+    monkeypatch.setattr(names, "MAX_TOP_STATEMENTS", 40)  # the early ones
+    body = "".join(f"early_{i} = {i}\n" for i in range(40)) + "".join(f"late_{i} = {i}\n" for i in range(40))
+    src = body + "def user(late_local):\n    x = late_\n"
+    got = hint(src, "    x = late_\n", "    x = late_")
+    assert got is not None and not any(n.startswith("late_") and n[5:].isdigit() for n in got[1]), got
+    assert "late_local" in got[1]  # the cursor's own statement
+    got = hint(src, "    x = late_\n", "    x = early_1")
+    assert got is not None and {"early_1", "early_10"} <= set(got[1])
+    monkeypatch.setattr(names, "MAX_TOP_STATEMENTS", 5000)
+    got = hint(src, "    x = late_\n", "    x = late_")
+    assert got is not None and "late_39" in got[1]  # under the bound: every name

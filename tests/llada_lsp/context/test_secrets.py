@@ -16,8 +16,8 @@ from llada_lsp.context.exclusions import DEFAULT_EXCLUDES, compatible
 from llada_lsp.context.safe_files import utf8_name
 from llada_lsp.context.workspace import WorkspaceContext
 from llada_lsp.context.workspace_index import WorkspaceIndex
-from llada_lsp.lsp.options import Options
 from llada_lsp.lsp.server import LladaServer
+from llada_lsp.options import Options
 from llada_lsp.text.documents import DocumentStore
 
 MARKER = "CANARY-49b-d41d8"

@@ -24,7 +24,7 @@ from llada_lsp.context.workspace import (
     names_near,
 )
 from llada_lsp.context.workspace_index import WorkspaceIndex
-from llada_lsp.lsp.options import OptionsError, parse_options
+from llada_lsp.options import OptionsError, parse_options
 from llada_lsp.text.documents import DocumentStore
 
 ROOT = Path(__file__).resolve().parents[3]

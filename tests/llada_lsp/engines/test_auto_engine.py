@@ -28,7 +28,7 @@ from tests.llada_lsp.lsp_helpers import (
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), needs_model]
 
 INIT = {"engine": "auto", "maxTokens": {"line": 12, "statements": 16, "block": 24},
-        "speculative": False}
+        "speculative": False, "threads": 1}  # the `threads` option reaches the daemon it starts
 NEEDLES = ["        return math.", "        b = ", "    name = ", "    print("]
 
 
@@ -59,7 +59,9 @@ async def test_two_servers_share_one_auto_started_daemon(tmp_path: Path) -> None
         assert len(pids) == 1 and None not in pids, infos
         registered = runtime.read_runtime(run)
         assert registered is not None and registered["pid"] in pids
-        assert (run / runtime.LOG_NAME).read_text().count("serving ") == 1  # one daemon
+        log = (run / runtime.LOG_NAME).read_text()
+        assert log.count("serving ") == 1  # one daemon
+        assert ", 1 threads" in log and "measured, re-checked" not in log, log  # fixed by the option
         answers: list[str] = []
         for needle in NEEDLES:  # the first position where the model suggests something
             res = await asyncio.gather(*(complete_after(c, needle, f"auto{k}-{len(needle)}.py")

@@ -34,7 +34,7 @@ def test_caps_are_built_once_per_info(builds: list[dict[str, Any]]) -> None:
     assert [eng.caps for _ in range(5)] == [Capabilities(remask=False)] * 5 and len(builds) == 1
     eng.info = {"backend": "sglang", "edits": False, "alternatives": 1, "next_edit": False, "names": False}
     assert eng.caps == Capabilities(edits=False, remask=True, alternatives=1, next_edit=False, names=False)
-    eng.update_info(servers=[], remask=False)  # a key added: built again, once
+    eng.info = {**eng.info, "servers": [], "remask": False}  # keys added: built again, once
     assert eng.caps.remask is False and eng.caps is eng.caps and len(builds) == 3
     assert eng.info["backend"] == "sglang" and eng.info["servers"] == []
 
@@ -43,7 +43,7 @@ def test_completions_read_the_engines_caps_without_rebuilding_them(builds: list[
     """Three completions through the pipeline (plan, settle, rescue, refine) build the
     capabilities once: the engine's info did not change."""
     from llada_lsp.completion.completions import CompletionService
-    from llada_lsp.lsp.options import parse_options
+    from llada_lsp.options import parse_options
     from llada_lsp.text.documents import DocumentStore
 
     async def scenario() -> list[Any]:

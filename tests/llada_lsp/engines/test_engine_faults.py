@@ -152,30 +152,55 @@ async def test_one_bookkeeping_supersedes_counts_and_ends_a_job_once() -> None:
     eng = Unwired()
     old = eng.submit(_req("a"))
     new = eng.submit(_req("b"))
-    # the engine supersedes by document: nothing on the wire, the older no longer runs
-    assert old.cancel_reason == "superseded" and eng.wire == [] and eng.running() == 1
-    eng.deliver(old, EngineEvent("done", "a", "", reason="superseded"))
-    eng.deliver(old, EngineEvent("done", "a", "", reason="superseded"))  # a second end is dropped
+    # the one rule: the older job of the document is cancelled on the wire (every client: the
+    # engine below decides no supersession) and no longer runs
+    assert old.cancel_reason == "superseded" and eng.wire == ["a"] and eng.running() == 1
+    eng.deliver(old, EngineEvent("done", "a", "", reason="cancelled"))  # the engine's answer to the cancel
+    eng.deliver(old, EngineEvent("done", "a", "", reason="cancelled"))  # a second end is dropped
+    # its reader hears why: superseded
     assert [ev.reason async for ev, _ in old.events()] == ["superseded"] and eng.counters["cancelled"] == 1
     new.cancel()
     new.cancel()  # once on the wire
     eng.end_cancelled(new, "a = 1")
-    assert eng.wire == ["b"] and [(ev.reason, ev.text) async for ev, _ in new.events()] == [("cancelled", "a = 1")]
+    assert eng.wire == ["a", "b"] and [(ev.reason, ev.text) async for ev, _ in new.events()] == [("cancelled", "a = 1")]
     assert eng.running() == 0 and eng.counters["max_running_per_doc"] == 1
     assert (eng.counters["submitted"], eng.counters["engine_calls"], eng.counters["cancelled"]) == (2, 2, 2)
-    # a transport whose engine knows no documents (SGLang) cancels the older job on the wire
-    eng.engine_supersedes = False
-    eng.submit(_req("c"))
-    eng.submit(_req("d"))
-    assert eng.wire == ["b", "c"]
+    # a request of another document ends nothing
+    eng.submit(_req("c", "file:///y.py"))
+    eng.submit(_req("d", "file:///z.py"))
+    assert eng.wire == ["a", "b"] and eng.running() == 2
     # a job cancelled before it reached the engine ends at once, skipped and not cancelled
-    early = eng.new_job(_req("e", "file:///y.py"), EngineJob)
+    early = eng.new_job(_req("e", "file:///w.py"), EngineJob)
     early.cancel()
     eng.skip(early)
     assert [ev.reason async for ev, _ in early.events()] == ["cancelled"]
     assert (eng.counters["skipped"], eng.counters["cancelled"]) == (1, 2)
     await eng.close()
-    assert eng.wire == ["b", "c", "e", "d"]  # shutdown cancels what is still live, on the wire
+    assert eng.wire == ["a", "b", "e", "c", "d"]  # shutdown cancels what is still live, on the wire
+
+
+async def test_a_job_decoded_ahead_is_spared_by_the_arrival_only() -> None:
+    """A speculation (`ahead`) may answer the request whose arrival would end it: that arrival
+    spares it, and its later jobs (a rescue: the same request id); a newer job of the document,
+    or the document's close, ends it."""
+    eng = Unwired()
+    ahead = eng.submit(_req("s1"))
+    ahead.ahead = True
+    eng.supersede("file:///x.py", spare_ahead=True)  # the next request arrives
+    assert not ahead.cancelled and eng.wire == [] and eng.running() == 1
+    eng.deliver(ahead, EngineEvent("done", "s1", "", reason="end_of_middle"))
+    rescue = eng.submit(_req("s1"))  # decoded again with more candidates: the same request
+    assert rescue.ahead
+    eng.supersede("file:///x.py", spare_ahead=True)
+    assert not rescue.cancelled
+    newer = eng.submit(_req("7"))  # the request's own job
+    assert rescue.cancel_reason == "superseded" and eng.wire == ["s1"] and not newer.ahead
+    eng.supersede("file:///x.py", spare_ahead=True)  # a newer request's arrival ends a request's job
+    assert newer.cancel_reason == "superseded" and eng.wire == ["s1", "7"]
+    last = eng.submit(_req("8"))
+    eng.supersede("file:///x.py", "closed")
+    assert last.cancel_reason == "closed" and eng.wire == ["s1", "7", "8"] and eng.running() == 0
+    await eng.close()
 
 
 async def test_a_timed_out_job_no_longer_runs_for_its_document() -> None:

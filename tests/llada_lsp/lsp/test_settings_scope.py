@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types as t
 
-from llada_lsp.lsp.options import MACHINE_SCOPED, workspace_settings
+from llada_lsp.options import MACHINE_SCOPED, workspace_settings
 from tests.llada_lsp.lsp_helpers import (
     complete_after,
     debug_info,

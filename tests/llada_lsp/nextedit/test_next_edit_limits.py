@@ -1,24 +1,26 @@
 """`llada/nextEdit`'s bounds (llada_lsp.nextedit.edit_limits, docs/lsp.md "Next-edit suggestions"):
 the site limit and the depth guard answer with their reason, the parse check is a few parses
-whatever the number of sites, and a request is cancelled by a newer edit, on the service's
-worker thread. Nothing here depends on wall-clock speed."""
+whatever the number of sites, and a request is cancelled by a newer edit, in the service's
+worker process (which a crash only costs its request). Nothing here depends on wall-clock speed."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import os
+import signal
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from llada_lsp.lsp.options import parse_options
 from llada_lsp.nextedit import edit_window
 from llada_lsp.nextedit.edit_analysis import analyze
 from llada_lsp.nextedit.edit_limits import MAX_DEPTH, MAX_SITES, Cancelled, Guard, parse
 from llada_lsp.nextedit.edit_window import Suggested, keep
 from llada_lsp.nextedit.next_edit import NextEditParams, NextEditService
 from llada_lsp.nextedit.next_edit_work import Base, Snapshot, old_around
+from llada_lsp.options import parse_options
 from llada_lsp.text.documents import DocumentStore
 from llada_lsp.text.positions import LineIndex
 from llada_lsp.text.syntax import parser_for
@@ -95,28 +97,74 @@ def test_the_depth_guard_holds_at_the_edit_itself() -> None:
 
 
 async def test_a_newer_edit_cancels_the_running_analysis() -> None:
+    """The request is answered at the next edit while its worker process is stopped (SIGSTOP):
+    the server never waits for an analysis; continued, the worker drops the cancelled request
+    and answers the next one."""
     svc, store, _ = service(calls(50))
+    svc.typing_hold_s = 0.0
+    edit(svc, store, "def f(a)", "def f(a, b)", 2)  # the worker starts here (warm)
+    proc = svc.worker.proc
+    assert proc is not None and proc.poll() is None
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        pending = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 10)))
+        for _ in range(1000):  # the request is sent (its guard is registered)
+            if URI in svc.guards:
+                break
+            await asyncio.sleep(0)
+        guard = svc.guards[URI]
+        edit(svc, store, "def f(a, b)", "def f(a, bc)", 3)  # the next edit
+        assert guard.cancelled and guard.reason == "document changed"
+        ans = (await asyncio.wait_for(pending, 60)).to_json()
+        assert ans == {"version": 2, "suggestions": [], "reason": "document changed"}
+        assert URI not in svc.guards
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    ans = (await asyncio.wait_for(svc.suggest(NextEditParams(URI, 3, 0, 11)), 120)).to_json()
+    assert ans["kind"] == "param_added" and len(ans["suggestions"]) == 50, ans
+    assert svc.worker.proc is proc and svc.worker.starts == 1  # the same worker
+
+
+async def test_a_worker_that_dies_answers_with_the_reason_and_the_next_request_starts_another() -> None:
+    svc, store, _ = service(calls(5))
+    svc.typing_hold_s = 0.0
     edit(svc, store, "def f(a)", "def f(a, b)", 2)
-    started, release = threading.Event(), threading.Event()
-
-    def hold() -> None:  # the worker is busy: the request's analysis waits behind this
-        started.set()
-        release.wait(60)
-
-    svc.worker.submit(hold)
-    assert started.wait(60)
+    proc = svc.worker.proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGSTOP)
     pending = asyncio.ensure_future(svc.suggest(NextEditParams(URI, 2, 0, 10)))
-    for _ in range(1000):  # the request reaches the worker's queue (its guard is registered)
+    for _ in range(1000):
         if URI in svc.guards:
             break
         await asyncio.sleep(0)
-    guard = svc.guards[URI]
-    edit(svc, store, "f(1)\n", "f(2)\n", 3)  # the next edit
-    assert guard.cancelled and guard.reason == "document changed"
-    release.set()
-    ans = (await pending).to_json()
-    assert ans == {"version": 2, "suggestions": [], "reason": "document changed"}
-    assert URI not in svc.guards
+    proc.kill()  # a crash (a grammar's bug on a hostile file) mid-request
+    ans = (await asyncio.wait_for(pending, 60)).to_json()
+    assert ans["suggestions"] == [] and ans["reason"].startswith("next-edit worker failed: the next-edit worker ended")
+    ans = (await asyncio.wait_for(svc.suggest(NextEditParams(URI, 2, 0, 10)), 120)).to_json()
+    assert ans["kind"] == "param_added" and len(ans["suggestions"]) == 5, ans
+    assert svc.worker.starts == 2
+
+
+async def test_no_file_of_the_working_directory_runs_in_the_worker(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker starts as every child Python (engine.daemon.child): from a directory holding
+    `llada_lsp/` and `tree_sitter/` packages that write a canary, with a relative PYTHONPATH,
+    none of them runs and the request is answered."""
+    canary = tmp_path / "canary"
+    for pkg in ("llada_lsp", "tree_sitter", "tree_sitter_python"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text(f"open({str(canary)!r}, 'a').write({pkg!r})\n")
+    (tmp_path / "llada_lsp" / "nextedit").mkdir()
+    (tmp_path / "llada_lsp" / "nextedit" / "__init__.py").write_text("")
+    (tmp_path / "llada_lsp" / "nextedit" / "edit_worker.py").write_text(f"open({str(canary)!r}, 'a').write('w')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", ".")
+    svc, store, _ = service(calls(3))
+    svc.typing_hold_s = 0.0
+    edit(svc, store, "def f(a)", "def f(a, b)", 2)
+    ans = (await asyncio.wait_for(svc.suggest(NextEditParams(URI, 2, 0, 10)), 120)).to_json()
+    assert ans["kind"] == "param_added" and len(ans["suggestions"]) == 3, ans
+    assert not canary.exists()
 
 
 def test_a_cancelled_parse_stops_reading() -> None:

@@ -11,7 +11,6 @@ import pytest
 
 from engine.api import CompletionRequest, EngineEvent
 from llada_lsp.engines.engine_base import EngineClient, EngineJob, Progress
-from llada_lsp.lsp.options import parse_options
 from llada_lsp.nextedit.edit_analysis import Site
 from llada_lsp.nextedit.edit_window import (
     Suggested,
@@ -29,6 +28,7 @@ from llada_lsp.nextedit.next_edit import (
     NextEditService,
     parse_params,
 )
+from llada_lsp.options import parse_options
 from llada_lsp.text.documents import DocumentStore
 from llada_lsp.text.positions import LineIndex
 
@@ -135,7 +135,7 @@ class ScriptedEngine(EngineClient):
         self.state = "ready"
 
     def submit(self, request: CompletionRequest) -> EngineJob:
-        job = EngineJob(request, asyncio.get_running_loop())
+        job = self.new_job(request, EngineJob)  # the bookkeeping every client shares (supersession)
         self.jobs.append(job)
         return job
 

@@ -4,6 +4,7 @@ the parse-error check."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from types import SimpleNamespace as NS
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lsprotocol import types as t
 
-from llada_lsp.text.documents import Document, looks_binary
+from llada_lsp.text.documents import OFF_LOOP_CHARS, Document, looks_binary
 from llada_lsp.text.positions import LineIndex, chars_for_units, units
 from llada_lsp.text.syntax import adds_error, grammar, normalize_language
 
@@ -81,6 +82,39 @@ def test_incremental_tree_matches_full_parse() -> None:
     assert full is not None
     assert str(inc.root_node) == str(full.syntax_tree().root_node)
     assert "n = len(points)" in doc.text and "def zoom(" in doc.text
+
+
+@pytest.mark.parametrize("parsed_first", [False, True])
+async def test_a_parse_off_the_loop_keeps_the_edits_made_meanwhile(parsed_first: bool) -> None:
+    """`Document.parsed` parses a large document on a thread; edits applied on the loop while
+    it runs (typed character by character, and a deletion across lines) are applied to its
+    tree when it is taken: the tree then equals a fresh parse of the text."""
+    text = (DATA / "shapes.py.txt").read_text()
+    big = text * (OFF_LOOP_CHARS // len(text) + 1)
+    doc = Document("file:///s.py", "python", 1, big, 10**7)
+    if parsed_first:  # a reparse (incremental from the edited tree), not the first parse
+        doc.syntax_tree()
+        doc.apply_change(t.TextDocumentContentChangePartial(range=t.Range(t.Position(0, 0), t.Position(0, 0)),
+                                                            text="import os\n"), "utf-16")
+    running = asyncio.ensure_future(doc.parsed())
+    await asyncio.sleep(0)  # the thread's parse has started (its job is set)
+    assert doc.tree is not None and doc.tree.job is not None
+    i = doc.text.index("    return Point(0.0, 0.0)")
+    for ch in "    n = len(points)\n":
+        line, col = doc.index.position(i, "utf-16")
+        doc.apply_change(t.TextDocumentContentChangePartial(range=t.Range(t.Position(line, col), t.Position(line, col)),
+                                                            text=ch), "utf-16")
+        i += 1
+    start = doc.text.index("def scale")
+    a, b = doc.index.position(start, "utf-16"), doc.index.position(start + 30, "utf-16")
+    doc.apply_change(t.TextDocumentContentChangePartial(range=t.Range(t.Position(*a), t.Position(*b)),
+                                                        text="def zoom("), "utf-16")
+    await running
+    assert doc.tree.job is None and doc.tree.pending is None and doc.tree.dirty  # the edits wait for a reparse
+    fresh = Document("file:///t.py", "python", 1, doc.text, 10**7)
+    assert str(doc.syntax_tree().root_node) == str(fresh.syntax_tree().root_node)
+    await doc.parsed()  # current now: nothing to do
+    assert not doc.tree.dirty
 
 
 def test_a_replaced_copy_edits_its_own_tree_and_leaves_the_document() -> None:

@@ -188,7 +188,7 @@ def test_dtype_and_prompt_format_options_reach_the_in_process_engine() -> None:
     import asyncio
 
     from llada_lsp.engines.engine_client import make_engine
-    from llada_lsp.lsp.options import MACHINE_SCOPED, OptionsError, parse_options
+    from llada_lsp.options import MACHINE_SCOPED, OptionsError, parse_options
 
     opts, _ = parse_options({"dtype": "bfloat16", "promptFormat": "plain"})
     assert (opts.dtype, opts.prompt_format) == ("bfloat16", "plain") and {"dtype", "prompt_format"} <= MACHINE_SCOPED

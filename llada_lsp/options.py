@@ -127,8 +127,8 @@ class Options:
     prompt_template: str | None = None  # a Jinja prompt template file (docs/models.md); None = the model's
     dtype: str = "auto"  # in-process engine: auto (the checkpoint's own) | bfloat16 | float32 | float16
     prompt_format: str = "auto"  # auto (the checkpoint's files decide) | chat | plain (base vs instruct)
-    # the in-process engine's torch CPU threads; 0 = sized for the machine (measured) and re-checked
-    # while it runs (engine.model.threads)
+    # torch CPU threads of the in-process engine, or of a daemon "auto" starts; 0 = sized for the
+    # machine (measured) and re-checked while it runs (engine.model.threads)
     threads: int = 0
     languages: list[str] = field(default_factory=lambda: ["*"])  # languageIds, "*" = all
     debounce_ms: int = 0
