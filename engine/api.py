@@ -29,7 +29,10 @@ class Plan:
       "brace"      - cut after the brace that closes the scope opened before the cursor
                      (the line holding it is kept only if `keep_closer`), or when
                      brackets opened in the completion are closed and a dedent follows;
-      "blank_line" - cut at the first blank line (statements).
+      "blank_line" - cut at the first blank line, or (with an `indent`) before the first
+                     non-blank line indented less than `indent` (statements: their body ended).
+    Indentation is compared in columns (a tab to the next multiple of 4); a dedent inside
+    brackets the completion opened does not cut.
     max_lines: 0 for unlimited, else cut after this many lines.
     """
 

@@ -167,8 +167,15 @@ class TextEngine:
     # -- decoding ---------------------------------------------------------------------------
     def prepare(self, req: CompletionRequest, row: int, policy: Policy | None = None) -> tuple[Sequence, str, int]:
         """Encode `req`, restore its longest cached prompt prefix into cache `row` and build
-        its decoding state; returns (sequence, healed partial token text, reused tokens)."""
+        its decoding state; returns (sequence, healed partial token text, reused tokens). The
+        plan's preset is decided before (`engine.api.decided`, by `Scheduler.submit`): an
+        undecided plan without a `policy` is refused, never given a default here."""
         plan = req.plan
+        if policy is None:
+            if plan.preset is None:
+                raise ValueError("the plan names no preset: decide it once with engine.api.decided "
+                                 "(the step loop does, Scheduler.submit)")
+            policy = policy_for(self.model, plan.preset)
         ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, doc_key=req.doc_key,
                                                     context=req.context)
         names = self._names(req, partial) if req.names is not None and req.names.names else None
@@ -180,7 +187,6 @@ class TextEngine:
                 ids, suffix, partial, allowed = self.layout(req.prefix, req.suffix, heal=False, doc_key=req.doc_key,
                                                             context=req.context)
                 names = plain
-        policy = policy or policy_for(self.model, plan.preset or self.preset)
         reused = self.prompt_cache.restore(self.model, row, req.doc_key, ids) if self.exact_cache else 0
         max_new = max(1, min(plan.max_tokens, (self.max_len - len(ids) - len(suffix) - 2) // 2))
         seq = make_sequence(self.model, ids, policy, max_new, suffix=suffix, row=row, reused=reused,

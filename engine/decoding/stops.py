@@ -1,4 +1,11 @@
-"""Text-level stop rules of a plan: where a completion's text ends (pure functions)."""
+"""Text-level stop rules of a plan: where a completion's text ends (pure functions).
+
+The one place the stop rule is applied: the engine ends decoding where `stop_index` fires and
+cuts every text it sends there (`engine.prompt.builder.PromptBuilder.answer`); the SGLang client,
+whose servers know no such rule, cuts their text with `cut_text` (`llada_lsp.engines.sglang_engine`).
+The language server's post-processing (`llada_lsp.completion.postprocess`) trusts that cut and
+applies no stop rule of its own.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,13 @@ from engine.api import Plan
 OPENERS, CLOSERS = "([{", ")]}"
 
 
+def _width(indent: str) -> int:
+    """The columns of leading whitespace (a tab to the next multiple of 4)."""
+    return len(indent.expandtabs(4))
+
+
 def _indent_of(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
+    return _width(line[: len(line) - len(line.lstrip(" \t"))])
 
 
 def stop_index(text: str, plan: Plan) -> int | None:
@@ -38,7 +50,9 @@ def stop_index(text: str, plan: Plan) -> int | None:
 
 
 def _structural_cut(text: str, plan: Plan) -> int | None:
-    base = len(plan.indent)
+    base = _width(plan.indent)
+    # "blank_line" with an indent: statements also end where their body does (a dedent)
+    dedents = plan.stop in ("dedent", "brace") or (plan.stop == "blank_line" and base > 0)
     depth = 0
     pos = 0
     lines = text.split("\n")
@@ -50,7 +64,7 @@ def _structural_cut(text: str, plan: Plan) -> int | None:
             stripped = line.strip()
             if plan.stop == "blank_line" and not stripped and complete:
                 return start - 1
-            if stripped and plan.stop in ("dedent", "brace") and depth <= 0 and _indent_of(line) < base:
+            if stripped and dedents and depth <= 0 and _indent_of(line) < base:
                 if plan.stop == "brace" and stripped[0] in CLOSERS and plan.keep_closer:
                     # keep the closing line itself, cut after it
                     end = text.find("\n", start)

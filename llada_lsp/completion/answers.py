@@ -138,8 +138,7 @@ def capture(doc: Document, offset: int, cid: str, plan: InfillPlan, key: str, tr
         above, above_end = text[s:above_end], s - 1
     assert plan.engine_plan is not None
     spec = Spec(kind=plan.kind, left=text[ls:offset], suffix=text[offset: offset + 4000],
-                line_above=above, indent=plan.indent, brace=plan.brace,
-                keep_closer=plan.engine_plan.keep_closer, max_lines=plan.engine_plan.max_lines,
+                line_above=above, brace=plan.brace, keep_closer=plan.engine_plan.keep_closer,
                 prefix_open=open_brackets(text[max(0, offset - 400): offset]))
     base_tree = tree.copy() if tree is not None and syntax_check else None
     return InFlight(cid, doc.uri, doc.version, text, offset, plan, spec, doc.language_id,

@@ -47,7 +47,7 @@ from llada_lsp.engines.capabilities import Capabilities
 from llada_lsp.engines.engine_base import EngineClient, EngineJob
 from llada_lsp.options import Options
 from llada_lsp.text.documents import Document, DocumentStore
-from llada_lsp.text.positions import Encoding, PositionError, selected_span
+from llada_lsp.text.positions import Encoding, selected_span
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,10 @@ class CompletionService:
 
     @property
     def caps(self) -> Capabilities:
-        """What the engine can do (`llada_lsp.engines.capabilities`): without edit events the answer
-        is the finished text and no `llada/refine` follows; without remask or alternatives
-        none is asked for."""
-        return Capabilities.of(self.engine.info)
+        """What the engine can do (`llada_lsp.engines.capabilities`, the engine's, built once per
+        info): without edit events the answer is the finished text and no `llada/refine`
+        follows; without remask or alternatives none is asked for."""
+        return self.engine.caps
 
     # -- the request: one linear recipe ------------------------------------------------------
     async def complete(self, uri: str, line: int, character: int,
@@ -123,28 +123,23 @@ class CompletionService:
         (`PositionError`: Invalid Params)."""
         doc = self.store.get(uri)
         enc = self.encoding()
-        if not doc.index.is_valid(line, character, enc):
-            raise PositionError(f"position {line}:{character} is past the end of {uri} "
-                                f"({doc.index.line_count} lines)")
+        offset = doc.request_offset(line, character, enc)
         span = selected_span(doc.index, selected.start, selected.end, enc) if selected is not None else None
         serial = next(self.serial)
         self.latest[uri] = serial
         self.counters["requests"] += 1
         self.engine.supersede(uri, spare_ahead=True)
-        offset = doc.offset_at(line, character, enc)
         return Cursor(uri, serial, t0, invoked, doc, offset, doc, offset, selected, span)
 
     def should_complete(self, at: Cursor) -> Cursor | Verdict:
         """Whether this document is served here, and where to complete: with a selected item,
         on the document as it would be with the item accepted (the cursor after its text)."""
         doc = at.real
-        if not self.options.language_enabled(doc.language_id):
-            return Verdict(None, "language disabled")
-        if self.workspace.secret(doc.uri):  # llada_lsp.context.exclusions: a .env, a key, the user's `exclude`
-            return Verdict(None, "excluded: a secret file (its text is never sent)")
-        why = doc.unservable_reason()
+        why = doc.refusal(self.options.language_enabled(doc.language_id))  # next edits make the same check
         if why is not None:
             return Verdict(None, why)
+        if self.workspace.secret(doc.uri):  # llada_lsp.context.exclusions: a .env, a key, the user's `exclude`
+            return Verdict(None, "excluded: a secret file (its text is never sent)")
         item, span = at.selected, at.span
         if item is None or span is None:
             return replace(at, tail=rest_of_line(doc.text, at.offset))

@@ -9,8 +9,9 @@ Kinds (docs/lsp.md, "Behaviour", Plans):
 Token healing (a cursor inside a word or after indentation) is the engine's: it backs off
 the prompt's partial last token itself and returns only the text after the cursor.
 
-Each kind maps onto an engine `Plan` (token budget, stop rule, indentation) and the
-post-processing rules (llada_lsp.completion.postprocess) applied to what the engine returns.
+Each kind maps onto an engine `Plan` (token budget, stop rule, indentation: the engine applies
+the stop rule, `engine.decoding.stops`) and the post-processing rules
+(llada_lsp.completion.postprocess) applied to what the engine returns.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ class InfillPlan:
     reason: str
     engine_plan: Plan | None = None  # what the engine is asked for (None for kind "none")
     context: Context | None = None
-    indent: str = ""  # lines of the result indented less than this end it (dedent)
     brace: bool = False  # the language delimits blocks with braces
     # how many candidates the engine decodes for `engine_plan` (engine.api.decided: decided once
     # here with the preset and sent explicit in `engine_plan`, so neither side derives them again)
@@ -194,6 +194,8 @@ def make_plan(text: str, offset: int, language_id: str, options: Options, *, tre
     elif kind == "statements":
         stop, budget = "blank_line", options.max_tokens.statements
         max_lines = max_lines or 8
+        if brace:
+            indent = ""  # braces end a body there: statements end at a blank line only (a closer: postprocess)
     else:
         stop, budget = ("brace" if brace else "dedent"), options.max_tokens.block
     keep_closer = False
@@ -202,7 +204,7 @@ def make_plan(text: str, offset: int, language_id: str, options: Options, *, tre
         keep_closer = not nxt.startswith("}")
     plan = decided(Plan(max_tokens=budget, stop=stop, indent=indent, max_lines=max_lines, keep_closer=keep_closer,
                         preset=options.mode, alternatives=options.alternatives or None), options.mode)
-    return InfillPlan(kind, reason, plan, ctx, indent, brace, plan.alternatives or 1)  # the one place the server asks
+    return InfillPlan(kind, reason, plan, ctx, brace, plan.alternatives or 1)  # the one place the server asks
 
 
 def only_header(left: str, text: str, language_id: str) -> bool:

@@ -1,6 +1,9 @@
-"""Post-processing of engine text (pure): stop rules, duplicate and junk filters, brackets.
+"""Post-processing of engine text (pure): duplicate and junk filters, brackets.
 
 `clean(raw, spec)` returns the suggestion to show ("" to show nothing) and why it changed.
+The stop rule is not applied here: every engine text arrives cut at its plan's stop rule, by
+the engine (`engine.decoding.stops`, the one place; the SGLang client applies it for servers
+that cannot).
 """
 
 from __future__ import annotations
@@ -27,10 +30,8 @@ class Spec:
     left: str  # text of the cursor's line before the cursor
     suffix: str  # document text after the cursor
     line_above: str = ""  # the nearest non-blank line above the cursor's line
-    indent: str = ""  # dedent limit for multi-line kinds
     brace: bool = False
     keep_closer: bool = False
-    max_lines: int = 0
     prefix_open: str = ""  # brackets open at the cursor (innermost last), e.g. "({"
 
 
@@ -44,26 +45,6 @@ def open_brackets(text: str) -> str:
             if stack and stack[-1] == CLOSE_TO_OPEN[ch]:
                 stack.pop()
     return "".join(stack)
-
-
-def cut_at_stop(text: str, spec: Spec) -> str:
-    lines = text.split("\n")
-    if spec.kind == "line":
-        return lines[0]
-    out: list[str] = []
-    seen_content = False
-    for i, line in enumerate(lines):
-        if i > 0 and line.strip():
-            if spec.indent and len(indentation(line).expandtabs(4)) < len(spec.indent.expandtabs(4)) \
-                    and not spec.brace:
-                break
-        if spec.kind == "statements" and i > 0 and not line.strip() and seen_content:
-            break
-        out.append(line)
-        seen_content = seen_content or bool(line.strip())
-        if spec.max_lines and sum(1 for x in out if x.strip()) >= spec.max_lines:
-            break
-    return "\n".join(out)
 
 
 def balance_brackets(text: str, spec: Spec) -> str:
@@ -198,7 +179,6 @@ def clean(raw: str, spec: Spec) -> tuple[str, str]:
         text = text.lstrip(" \t")
     text = _drop_echoed_closer(text, spec)
     text = _cut_echoed_suffix(text, spec.suffix)
-    text = cut_at_stop(text, spec)
     text = balance_brackets(text, spec)
     text = _cut_repetition(text)
     text = _cut_unreachable(text, spec)

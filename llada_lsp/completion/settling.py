@@ -103,7 +103,7 @@ class Settler:
             job = req.job = nxt
 
     def caps(self) -> Capabilities:
-        return Capabilities.of(self.engine.info)
+        return self.engine.caps  # built once per engine info (EngineClient.caps)
 
     async def rescue(self, empty: Settled, req: InFlight, wanted: Callable[[], bool]) -> Settled:
         """An answer that came out empty (or that the guard cut), from fewer than

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from engine.api import CompletionRequest, EngineEvent
+from llada_lsp.engines.capabilities import Capabilities
 from llada_lsp.engines.pace import Pace
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,8 @@ class EngineClient(ABC):
     def __init__(self) -> None:
         self.state = "idle"  # idle | loading | ready | error
         self.error: str | None = None
-        self.info: dict[str, Any] = {}
+        self._info: dict[str, Any] = {}
+        self._caps: Capabilities | None = None  # built from `_info` when first read after a change
         self.counters: dict[str, int] = {"submitted": 0, "engine_calls": 0, "skipped": 0,
                                          "cancelled": 0, "max_running_per_doc": 0, "timeouts": 0}
         # the floors of every request's deadlines (options engineFirstEventMs, engineTimeoutMs),
@@ -202,6 +204,22 @@ class EngineClient(ABC):
         self._live: dict[int, EngineJob] = {}  # jobs not released yet, by id() (unhashable)
         self._per_doc: dict[str, int] = {}  # jobs in the engine now, by document
         self._lock = threading.Lock()  # `deliver` may run on the engine's thread
+
+    # -- what the engine is and can do: `info` (`llada/status`) is assigned, never changed in place
+    @property
+    def info(self) -> dict[str, Any]:
+        return self._info
+
+    @info.setter
+    def info(self, info: dict[str, Any]) -> None:
+        self._info, self._caps = info, None
+
+    @property
+    def caps(self) -> Capabilities:
+        """What the engine can do (`llada_lsp.engines.capabilities`), as `info` says: built once per `info`."""
+        if self._caps is None:
+            self._caps = Capabilities.of(self._info)
+        return self._caps
 
     # -- job bookkeeping ------------------------------------------------------------------------
     def new_job(self, request: CompletionRequest, job_type: type[J], **fields: Any) -> J:

@@ -109,8 +109,8 @@ class SglangEngineClient(EngineClient):
             return
         family, what = local_description(model_dir)
         self._config = sglang_models.local_config(model_dir)
-        self.info["tokenizer"] = str(model_dir)
-        self.info["max_context_tokens"] = self.builder.max_context_tokens  # the prompt's share for context
+        self.info = {**self.info, "tokenizer": str(model_dir),
+                     "max_context_tokens": self.builder.max_context_tokens}  # the prompt's share for context
         self.pool = ServerPool(self.cfg, family, what, self._pool_changed)
         if not self.pool.servers:
             self.state, self.error = "error", "no SGLang server configured (option sglang.urls or sglang.router)"
@@ -130,9 +130,9 @@ class SglangEngineClient(EngineClient):
         """A server was lost or came back: the state follows (each change is heard once)."""
         if self.pool is None or self._closing:
             return
-        self.info["servers"] = self.pool.status()
-        self.info["model"] = ", ".join(sorted({s.served for s in self.pool.servers if s.served}))
-        self.info.update(sglang_models.capabilities([i for s in self.pool.servers for i in s.infos], self._config))
+        self.info = {**self.info, "servers": self.pool.status(),
+                     "model": ", ".join(sorted({s.served for s in self.pool.servers if s.served})),
+                     **sglang_models.capabilities([i for s in self.pool.servers for i in s.infos], self._config)}
         down = self.pool.down_presets()
         if down:
             lost = [s for s in self.pool.servers if not s.healthy]

@@ -65,8 +65,7 @@ class WsEngineClient(EngineClient):
                     token = info.get("token") if info is not None and info.get("url") == self.url else None
                 self.conn = await WsConnection.open(self.url, token, self.connect_timeout)
             self.conn.on_lost = self._lost
-            self.info = dict(self.conn.hello.get("model") or {})
-            self.info["daemon_pid"] = self.conn.hello.get("pid")
+            self.info = {**(self.conn.hello.get("model") or {}), "daemon_pid": self.conn.hello.get("pid")}
             self.set_state("ready")
             return self.conn
 

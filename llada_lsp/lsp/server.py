@@ -79,7 +79,7 @@ class LladaServer(LanguageServer):
     def _features(self) -> dict[str, Any]:
         """What `llada/status` says the client may ask for beyond completions, and the engine's
         pace: "" (fast), "warming", "slow: 3.1 s/step" or "stuck: <why>" (llada_lsp.engines.pace)."""
-        return {"nextEdit": self.next_edits is not None and self.next_edits.available,
+        return {"nextEdit": self.next_edits is not None and self.next_edits.enabled,
                 "pace": self.engine.pace.text if self.engine is not None and self.engine.ready else ""}
 
     def apply_workspace_options(self, settings: Any) -> None:

@@ -1,13 +1,16 @@
 """`llada/nextEdit`: next-edit suggestions after an edit (docs/lsp.md "Next-edit suggestions").
 
 The service keeps, per document, a *base*: the text (and tree) before the edit being made.
-A request compares the base with the current text (`llada_lsp.nextedit.edit_analysis`): the edit's kind
-and its follow-up sites. Sites whose content the edit decides become suggestions at once; the
-others (an added parameter's argument at each call) are masked infills, one completion request
-per site, submitted together (the daemon's step loop decodes them as rows of one batch; the
-in-process engine one after another), with the edited definition as context; a site no fill
-reaches (fills off, or below the threshold) gets a placeholder, its name to type over
-(`nextEdit.placeholders`). Every suggestion
+A request passes the completion's own checks (`Document.request_offset`, `Document.refusal`),
+then compares the base with the current text (`llada_lsp.nextedit.edit_analysis`): the edit's
+kind and its follow-up sites. Sites whose content the edit decides become suggestions at once;
+the others (an added parameter's argument at each call) are masked infills, one completion
+request per site with the edited definition as context, submitted in waves of `FILL_ROWS` (4):
+a wave decodes as rows of one step loop (in process and in the daemon), the next goes when it
+is done. Fills run only when they are on (`fills`: the threshold at most 1, which the gated
+default is not, and an engine that can fill, `Capabilities.next_edit`); with the defaults no
+request reaches the engine. A site no fill reaches (fills off, or below the threshold) gets a
+placeholder, its name to type over (`nextEdit.placeholders`). Every suggestion
 is checked (`llada_lsp.nextedit.edit_window.keep`: off the kept lines, changes something, adds no parse
 error), and model fills below `nextEdit.threshold` (the weakest token's confidence) are
 dropped. The base moves to the current text when a request finds nothing left to do and the
@@ -57,7 +60,7 @@ from llada_lsp.nextedit.next_edit_work import (
 )
 from llada_lsp.options import Options
 from llada_lsp.text.documents import Document, DocumentStore
-from llada_lsp.text.positions import Encoding, PositionError
+from llada_lsp.text.positions import Encoding
 from llada_lsp.text.syntax import parser_for
 
 log = logging.getLogger(__name__)
@@ -179,22 +182,18 @@ class NextEditService:
 
     @property
     def enabled(self) -> bool:
-        """The option, or when unset the precision gate of the model."""
+        """Whether requests get suggestions (`llada/status` nextEdit): the option, or when unset
+        the precision gate of the model. The analysis' suggestions need no model; fills also
+        need fills on (`_threshold`) and an engine that can fill (`Capabilities.next_edit`),
+        checked per request."""
         on = self.options.next_edit.enabled
         return gated_on(self.options.model) if on is None else on
-
-    @property
-    def available(self) -> bool:
-        """Whether requests can get suggestions: on (and an engine ready to fill masks)."""
-        return self.enabled
 
     async def suggest(self, p: NextEditParams) -> Answer:
         """The suggestions after an edit at `p` (the document's current state)."""
         doc = self.store.get(p.uri)
         enc = self.encoding()
-        if not doc.index.is_valid(p.line, p.character, enc):
-            raise PositionError(f"position {p.line}:{p.character} is past the end of {p.uri} "
-                                f"({doc.index.line_count} lines)")
+        cursor = doc.request_offset(p.line, p.character, enc)  # past the end: PositionError, as completions
         serial = next(self.serial)
         self.latest[p.uri] = serial
         self.counters["requests"] += 1
@@ -206,7 +205,6 @@ class NextEditService:
         if base is None:
             return self._empty(doc.version, "no edit since the document was opened")
         snap, guard = Snapshot.of(doc), Guard()
-        cursor = doc.index.offset(p.line, p.character, enc)
         self.guards[p.uri] = guard
         try:
             return await self._suggest(p, doc, snap, base, guard, serial, enc, cursor)
@@ -237,7 +235,7 @@ class NextEditService:
         self.counters[f"kind_{analysis.kind}"] += 1
         masked = [site for site in analysis.sites if site.prior is None]
         fills: list[Suggested | None] = [None] * len(masked)
-        if masked and self._threshold() <= 1.0:  # fills off (the gate's default): the engine is not asked
+        if masked and self.fills:  # fills off (the gate's default), or an engine that cannot: not asked
             filled = await self._fill(doc, analysis, masked, serial)
             if isinstance(filled, str):
                 return self._empty(version, filled)
@@ -315,15 +313,20 @@ class NextEditService:
             return "next-edit suggestions are off (option nextEdit.enabled; the model is below the precision gate)"
         if p.version is not None and p.version != doc.version:
             return f"stale: the request is for version {p.version}, the document is at {doc.version}"
-        if not self.options.language_enabled(doc.language_id):
-            return "language disabled"
-        if (why := doc.unservable_reason()) is not None:
-            return why
+        if (why := doc.refusal(self.options.language_enabled(doc.language_id))) is not None:
+            return why  # the completion's own check
         if parser_for(doc.language_id) is None:
             return "no grammar for the language"
         if not self.engine.ready:
             return f"engine {self.engine.state}"
         return None
+
+    @property
+    def fills(self) -> bool:
+        """Whether masked sites go to the engine: fills are on (a threshold at most 1) and the
+        engine can fill them (`Capabilities.next_edit`: its done event reports the fill's
+        confidence; SGLang's does not, so its fills could never pass the threshold)."""
+        return self._threshold() <= 1.0 and self.engine.caps.next_edit
 
     def _threshold(self) -> float:
         """The fill threshold: the option's, else the model's gated one (0.9 unmeasured)."""
@@ -380,7 +383,7 @@ class NextEditService:
         self.worker.closed(uri)
 
     def debug_info(self) -> dict[str, Any]:
-        return {"counters": dict(self.counters), "available": self.available,
+        return {"counters": dict(self.counters), "available": self.enabled, "fills": self.fills,
                 "running": len(self.guards),  # requests being analysed or checked by the worker now
                 "workerStarts": self.worker.starts,
                 "emptyReasons": [{"reason": r, "count": n} for r, n in self.empty_reasons.most_common()]}

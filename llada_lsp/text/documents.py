@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from llada_lsp.text.positions import Encoding, LineIndex
+from llada_lsp.text.positions import Encoding, LineIndex, PositionError
 from llada_lsp.text.syntax import SyntaxTree, normalize_language
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,22 @@ class Document:
         if self.binary:
             return "document looks binary"
         return None
+
+    # -- the checks every request at a position makes (completions and next edits) -------------
+    def request_offset(self, line: int, character: int, encoding: Encoding) -> int:
+        """The offset of a request's position; one past the end is the client's error
+        (`PositionError`: Invalid Params)."""
+        if not self.index.is_valid(line, character, encoding):
+            raise PositionError(f"position {line}:{character} is past the end of {self.uri} "
+                                f"({self.index.line_count} lines)")
+        return self.index.offset(line, character, encoding)
+
+    def refusal(self, language_enabled: bool) -> str | None:
+        """Why a request here gets nothing (its language is off, the document is too large
+        or binary), or None: the one check of a completion and a next edit."""
+        if not language_enabled:
+            return "language disabled"
+        return self.unservable_reason()
 
     def _reset_tree(self) -> None:
         self.tree = None

@@ -121,3 +121,24 @@ def test_healing_finds_exactly_the_tokens_that_extend_a_partial_word(eng: TextEn
     for k in range(eng.healing.MAX_CACHED + 10):
         eng.healing.allowed(f"x{k}")
     assert len(eng.healing._cache) == eng.healing.MAX_CACHED  # bounded
+
+
+def test_the_default_preset_is_decided_once_on_the_way_in(eng: TextEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan that names no preset gets the engine's default once, when it enters the step loop
+    (`engine.api.decided` in `Scheduler.submit`): `prepare` receives it decided, and refuses a
+    plan that arrives undecided instead of deciding it again."""
+    real = eng.prepare
+    seen: list[str | None] = []
+
+    def spy(req: CompletionRequest, row: int, policy: object = None) -> object:
+        seen.append(req.plan.preset)
+        return real(req, row, policy)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(eng, "preset", "one_per_step")  # not DEFAULT_PRESET: the engine's own default
+    monkeypatch.setattr(eng, "prepare", spy)
+    text = SAMPLE.read_text()
+    evs = list(eng.complete(request(text, "    for word in words:\n        ", Plan(max_tokens=6, stop="line"))))
+    assert evs[-1].kind == "done" and seen == ["one_per_step"]
+    assert (evs[-1].stats or {})["tpf"] <= 1.0  # one_per_step's policy ran: a token a forward at most
+    with pytest.raises(ValueError, match="names no preset"):
+        real(request(text, "def main(argv):\n", Plan(max_tokens=4)), 0)

@@ -8,7 +8,9 @@ A script is a list of rules, the first whose `after` ends the request's prefix a
 
 `drafts` are streamed as complete drafts, then `done` (default: the last draft) with as many
 of `alternatives` as the plan asks candidates (`Plan.alternatives`, as the native engine
-decodes them). No rule: an empty answer. What it does not model: timing (every event is
+decodes them). Every text is cut at the plan's stop rule with the engine's own
+`engine.decoding.stops.cut_text`, as every real engine sends it (docs/protocol.md: the one
+place the rule is applied). No rule: an empty answer. What it does not model: timing (every event is
 queued at submit), token counts, remask (none), cancellation mid-stream.
 
 As a process, `python tests/fakes/scripted_engine.py [llada-lsp options]` runs the real
@@ -28,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine.api import CompletionRequest, EngineEvent  # noqa: E402
+from engine.decoding.stops import cut_text  # noqa: E402
 from llada_lsp.engines.engine_base import EngineClient, EngineJob, Progress  # noqa: E402
 
 Rule = dict[str, Any]
@@ -50,10 +53,12 @@ class ScriptedEngine(EngineClient):
         self.requests.append(request)
         self.counters["submitted"] += 1
         rule = self.rule(request)
-        drafts = list(rule.get("drafts", []))
-        done = rule.get("done", drafts[-1] if drafts else "")
-        wanted = max(1, request.plan.alternatives or 1)
-        alternatives = tuple(a for a in rule.get("alternatives", []) if a != done)[: wanted - 1]
+        plan = request.plan
+        drafts = [cut_text(d, plan)[0] for d in rule.get("drafts", [])]
+        done = cut_text(rule.get("done", drafts[-1] if drafts else ""), plan)[0]
+        wanted = max(1, plan.alternatives or 1)
+        cut = [cut_text(a, plan)[0] for a in rule.get("alternatives", [])]
+        alternatives = tuple(a for a in cut if a != done)[: wanted - 1]
         job = EngineJob(request, asyncio.get_running_loop())
         rid = request.request_id
         for step, text in enumerate(drafts, 1):

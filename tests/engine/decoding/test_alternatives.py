@@ -110,7 +110,8 @@ def test_forks_batched_with_their_request_equal_each_decoded_alone(embedded: Tex
     assert two.text == one.text  # the primary decodes exactly as without its fork
     ((tok, fork),) = forks.made
     assert fork.done() and fork.row == 1 and fork.final_middle()[0] == tok
-    solo = forks.orig(request("solo", 1), tok, 0, None)
+    solo_req = request("solo", 1)
+    solo = forks.orig(replace(solo_req, plan=decided(solo_req.plan, embedded.preset)), tok, 0, None)  # as the loop sends it
     decode_alone(embedded.model, solo)
     assert fork.final_middle() == solo.final_middle()
     st = two.stats or {}

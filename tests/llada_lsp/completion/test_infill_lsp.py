@@ -50,8 +50,8 @@ def test_prompt_options_parse_and_reject_bad_values() -> None:
 
 
 def test_a_suggestion_is_cut_before_it_repeats_the_code_below_the_cursor() -> None:
-    spec = Spec(kind="block", left="    ", suffix="\n    return total\n", indent="    ")
+    spec = Spec(kind="block", left="    ", suffix="\n    return total\n")
     text, _ = clean("total = sum(xs)\n    total += 1\n    return total\n", spec)
     assert text == "total = sum(xs)\n    total += 1"
-    short = Spec(kind="block", left="    ", suffix="\n)\n", indent="    ")  # too short to tell
+    short = Spec(kind="block", left="    ", suffix="\n)\n")  # too short to tell
     assert clean("a = 1\n)\nb = 2", short)[0].startswith("a = 1")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.api import Plan
+from engine.decoding.stops import cut_text
 from llada_lsp.completion.cache import SuggestionCache, key_of, remember, type_through
 from llada_lsp.completion.context import trim_context
 from llada_lsp.completion.plans import choose_kind, indent_unit, make_plan
@@ -159,21 +161,28 @@ def _spec(**kw: object) -> Spec:
 
 
 def test_clean_line_stop_and_whitespace() -> None:
-    assert clean("foo(1)\nbar()", _spec())[0] == "foo(1)"
+    assert clean(cut_text("foo(1)\nbar()", Plan(stop="line"))[0], _spec())[0] == "foo(1)"  # the engine cut it
     assert clean("   \n  ", _spec())[0] == ""
     assert clean("", _spec())[0] == ""
 
 
-def test_clean_dedent_and_blank_line() -> None:
-    spec = _spec(kind="statements", left="    ", indent="    ", suffix="\n    return x\n")
-    assert clean("a = 1\n    b = 2\n\n    c = 3", spec)[0] == "a = 1\n    b = 2"
-    assert clean("a = 1\nprint(a)", spec)[0] == "a = 1"  # dedented: the body ended
-    spec_b = _spec(kind="block", left="", indent="    ", suffix="\n\nx = 1\n")
-    assert clean("\n    return 1\ndef g():\n    pass", spec_b)[0] == "\n    return 1"
+def test_clean_applies_no_stop_rule_the_engine_applied_it() -> None:
+    """The stop rule has one place, the engine (`engine.decoding.stops`): `clean` keeps lines
+    past a blank line or a dedent as the engine sent them (the engine never sends them)."""
+    spec = _spec(kind="statements", left="    ", suffix="\n    return x\n")
+    past = "a = 1\n    b = 2\n\n    c = 3"
+    assert clean(past, spec)[0] == past
+    assert clean("a = 1\nprint(a)", spec)[0] == "a = 1\nprint(a)"
+    plan = Plan(stop="blank_line", indent="    ", max_lines=8)  # what make_plan asks for there
+    assert cut_text(past, plan)[0] == "a = 1\n    b = 2"
+    assert cut_text("a = 1\nprint(a)", plan)[0] == "a = 1"  # dedented: the body ended
+    spec_b = _spec(kind="block", left="", suffix="\n\nx = 1\n")
+    block = cut_text("\n    return 1\ndef g():\n    pass", Plan(stop="dedent", indent="    "))[0]
+    assert clean(block, spec_b)[0] == "\n    return 1"
 
 
 def test_clean_cuts_lines_a_return_makes_unreachable() -> None:
-    spec = _spec(kind="block", left="    ", indent="    ", suffix="\n\n\ndef g():\n")
+    spec = _spec(kind="block", left="    ", suffix="\n\n\ndef g():\n")
     # the demo's body: the first line sits after the cursor's indentation
     assert clean("return x + y\n    return x + y\n    return x + y", spec)[0] == "return x + y"
     assert clean("x = f()\n    raise ValueError(x)\n    y = 2", spec)[0] == "x = f()\n    raise ValueError(x)"
@@ -182,7 +191,7 @@ def test_clean_cuts_lines_a_return_makes_unreachable() -> None:
     assert clean(nested, spec)[0] == nested
     open_return = "return (\n        a,\n        b)"
     assert clean(open_return, spec)[0] == open_return
-    js = _spec(kind="block", left="  ", indent="  ", suffix="\n}\n")
+    js = _spec(kind="block", left="  ", suffix="\n}\n")
     assert clean("if (a) {\n    break;\n  }\n  throw e;\n  b();", js)[0] == "if (a) {\n    break;\n  }\n  throw e;"
 
 
@@ -202,10 +211,10 @@ def test_clean_brackets() -> None:
     # a closer nobody opened ends the suggestion
     assert clean("1]", _spec(left="x = ", suffix="\n"))[0] == "1"
     # a brace block: the closing line is kept only when the suffix lacks it
-    spec = _spec(kind="block", left="", indent="    ", brace=True, keep_closer=False,
+    spec = _spec(kind="block", left="", brace=True, keep_closer=False,
                  suffix="\n}\n")
     assert clean("return 1;\n}\nfunction g() {", spec)[0] == "return 1;"
-    spec_keep = _spec(kind="block", left="", indent="    ", brace=True, keep_closer=True,
+    spec_keep = _spec(kind="block", left="", brace=True, keep_closer=True,
                       suffix="\n")
     assert clean("return 1;\n}\nfunction g() {", spec_keep)[0] == "return 1;\n}"
     # brackets it opens and closes itself are fine
@@ -214,11 +223,11 @@ def test_clean_brackets() -> None:
 
 
 def test_clean_closing_line_the_suffix_has_and_repetition() -> None:
-    spec = _spec(kind="block", left="", indent="  ", suffix="\nend\n")
+    spec = _spec(kind="block", left="", suffix="\nend\n")
     assert clean("return 1\nend", spec)[0] == "return 1"
     assert clean("x = 1" + ")" * 20, _spec(suffix="\n"))[0] == "x = 1"
     rep = "a = 1\nb = 2\nb = 2\nb = 2\nb = 2"
-    spec_s = _spec(kind="statements", left="", indent="", suffix="\n")
+    spec_s = _spec(kind="statements", left="", suffix="\n")
     assert clean(rep, spec_s)[0] == "a = 1\nb = 2\nb = 2"
     assert clean("xyxyxyxyxyxyxyxyxyxy", _spec())[0] == "xy"
 
@@ -250,12 +259,12 @@ def test_syntax_trim_drops_a_stray_closing_line() -> None:
 def test_clean_drops_an_echo_of_the_line_above_ending() -> None:
     """At a fresh line under a docstring, a first line that only repeats its closing quotes
     (the model echoing them) goes, and what follows it is the suggestion."""
-    spec = _spec(kind="block", left="    ", indent="    ", line_above='    """Double x."""',
+    spec = _spec(kind="block", left="    ", line_above='    """Double x."""',
                  suffix="\n\n\ndef g():\n    pass\n")
     assert clean('"""\n    return x * 2', spec)[0] == "return x * 2"
     assert clean('"""\n\n    y = x\n    return y', spec)[0] == "y = x\n    return y"
     assert clean('"""', spec)[0] == '"""'  # nothing after it: left to the syntax check
-    other = _spec(kind="block", left="    ", indent="    ", line_above="    x = f(a)",
+    other = _spec(kind="block", left="    ", line_above="    x = f(a)",
                   suffix="\n")
     assert clean('"""\n    return x', other)[0] == '"""\n    return x'  # not an echo
     line = _spec(kind="line", left="    ", line_above='    """Doc."""', suffix="\n")

@@ -59,8 +59,9 @@ async def test_blocks_stream_as_draft_events_then_done(tok: Path) -> None:
         assert st["tokens"] == len(eng.builder.encode(REPLY)) + 1  # with the end-of-middle token
         assert st["cached_tokens"] == 0 and st["total_ms"] >= st["first_draft_ms"] > 0
         assert eng.info["backend"] == "sglang" and eng.info["edits"] is False and eng.info["alternatives"] == 1
-        caps = Capabilities.of(eng.info)  # a LLaDA2.0 checkpoint, LowConfidence: neither (test_sglang_models)
-        assert not caps.block_routing and not caps.indel and Capabilities().indel
+        # a LLaDA2.0 checkpoint, LowConfidence: neither (test_sglang_models); status keys, no decision
+        assert eng.info["block_routing"] is False and eng.info["indel"] is False
+        assert eng.caps == Capabilities(edits=False, remask=False, alternatives=1, next_edit=False, names=False)
 
 
 async def test_stop_rule_cuts_locally_and_aborts_on_the_server(tok: Path) -> None:

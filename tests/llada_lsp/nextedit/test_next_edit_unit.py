@@ -246,13 +246,13 @@ async def test_off_by_default_below_the_gate(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("LLADA_MODEL", raising=False)  # the embedded tiny-code: gated on
     store = DocumentStore(1_000_000)
     store.open(URI, "python", 1, TEXT)
-    assert NextEditService(store, ScriptedEngine(), parse_options({})[0], lambda: "utf-16").available  # tiny-code
+    assert NextEditService(store, ScriptedEngine(), parse_options({})[0], lambda: "utf-16").enabled  # tiny-code
     svc = NextEditService(store, ScriptedEngine(), parse_options({"model": "/models/other-7b"})[0], lambda: "utf-16")
-    assert not svc.available
+    assert not svc.enabled
     assert "off" in (await svc.suggest(NextEditParams(URI, 1, 0, 0))).reason
     on = NextEditService(store, ScriptedEngine(), parse_options({"nextEdit": {"enabled": True}})[0],
                          lambda: "utf-16")
-    assert on.available
+    assert on.enabled
     assert (await on.suggest(NextEditParams(URI, 1, 0, 0))).reason.startswith("no edit since")
 
 
@@ -274,3 +274,46 @@ async def test_the_gated_default_asks_no_fill_but_keeps_the_analysis(monkeypatch
     edit(svc, store, "def main(width, height)", "def main(wide, height)", 5)
     ans = await svc.suggest(NextEditParams(URI, 5, 4, 12))
     assert ans.kind == "rename" and [s["newText"] for s in ans.suggestions] == ["wide"]
+
+
+async def test_an_engine_that_cannot_fill_is_not_asked() -> None:
+    """Fills on, but the engine advertises no next-edit fills (SGLang: no confidence to judge
+    them by, `Capabilities.next_edit`): no job is submitted, each call gets its placeholder."""
+    svc, store, eng = service()
+    eng.info = {"backend": "sglang", "next_edit": False}
+    assert svc.enabled and not svc.fills and svc.debug_info()["fills"] is False
+    edit(svc, store, "def area(w, h)", "def area(w, h, scale)", 2)
+    ans = await svc.suggest(NextEditParams(URI, 2, 0, 20))
+    assert ans.kind == "param_added" and eng.jobs == []
+    assert [(s["line"], s["source"]) for s in ans.suggestions] == [(5, "placeholder"), (6, "placeholder")]
+    eng.info = {"backend": "native"}  # a native engine again: the fills go out
+    assert svc.fills
+
+
+async def test_next_edit_and_completion_refuse_with_the_one_check() -> None:
+    """The position, language and document checks are the completion's own (`Document`'s
+    `request_offset` and `refusal`): the same errors and reasons on both paths."""
+    from llada_lsp.completion.completions import CompletionService
+    from llada_lsp.text.positions import PositionError
+
+    store = DocumentStore(len(TEXT) + 10)
+    store.open(URI, "python", 1, TEXT)
+    store.open("file:///big.py", "python", 1, "x = 1\n" * len(TEXT))
+    store.open("file:///bin.py", "python", 1, "\x00\x01" * 20)
+    options = parse_options({"nextEdit": {"enabled": True}, "languages": ["typescript"]})[0]
+    nxt = NextEditService(store, ScriptedEngine(), options, lambda: "utf-16")
+    done = CompletionService(store, ScriptedEngine(), options, lambda m, p: None, lambda: "utf-16")
+    errors = []
+    for ask in (lambda: nxt.suggest(NextEditParams(URI, None, 99, 0)), lambda: done.complete(URI, 99, 0)):
+        with pytest.raises(PositionError) as caught:
+            await ask()
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and "past the end" in errors[0]
+    await done.complete(URI, 0, 0)
+    assert (await nxt.suggest(NextEditParams(URI, None, 0, 0))).reason == done.last_empty == "language disabled"
+    on = parse_options({"nextEdit": {"enabled": True}})[0]
+    nxt = NextEditService(store, ScriptedEngine(), on, lambda: "utf-16")
+    done = CompletionService(store, ScriptedEngine(), on, lambda m, p: None, lambda: "utf-16")
+    for uri, why in (("file:///big.py", "larger than max_file_bytes"), ("file:///bin.py", "binary")):
+        await done.complete(uri, 0, 0)
+        assert why in done.last_empty and (await nxt.suggest(NextEditParams(uri, None, 0, 0))).reason == done.last_empty

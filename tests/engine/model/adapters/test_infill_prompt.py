@@ -95,7 +95,8 @@ def test_healing_works_on_a_vocabulary_with_specials_at_the_end(eng: TextEngine)
 def test_the_editor_gets_the_middle_alone(eng: TextEngine) -> None:
     """A chat answer as models write it: the cursor's line again, the middle, the closing
     fence, the end of turn and whatever follows; only the middle is offered."""
-    seq, partial, _ = eng.prepare(CompletionRequest("m", DOC, PREFIX + "return ", SUFFIX, Plan(max_tokens=8)), 0)
+    plan = Plan(max_tokens=8, preset=eng.preset)  # decided, as the step loop sends it
+    seq, partial, _ = eng.prepare(CompletionRequest("m", DOC, PREFIX + "return ", SUFFIX, plan), 0)
     raw = eng.tok.encode("return s * 2\n```\n").ids + [ROLE_END] + eng.tok.encode("junk").ids + [EOS]
     assert eng._answer(seq, raw, Plan(), partial) == "s * 2"
     assert eng._answer(seq, eng.tok.encode("s\n").ids + [EOS, 5, 6], Plan(), partial) == "s\n"
