@@ -2,6 +2,7 @@
 
     python bench/next_edit_load.py [--scale 1.0] [--status-every-ms 10] [--timeout 60]
                                    [--python PY] [--cases params,rename,deep,answer,complete] [--profile OUT]
+                                   [--hogs K]
 
 The real server over stdio (this checkout's, or the one `--python` runs as `-m llada_lsp`
 from the temporary directory, e.g. another checkout's venv Python for its server), its default engine, next-edit on, fills off
@@ -19,6 +20,9 @@ request is sent and, until it is answered, a `llada/debugInfo` request (the stat
   path's parses and checks of a 500 KB file (its engine's decode included; the engine is
   warmed first by a completion in a small document, so that the model's first decode is not
   counted).
+`--hogs K`: K CPU-hog processes (`bench.busy`'s: local, bounded, each stops by itself
+`HOG_LIMIT_S` past the run's `--timeout` budget, and the bench ends them by pid) spin from before
+the idle baseline to the end, the machine as loaded as a user's busy one.
 The baseline in the same run: status requests with no next-edit running (`idle`). Reports
 per case the next-edit's answer time (and over one tree-sitter parse of the same text in the
 bench's process, the floor of any answer that reads the tree), its reason or suggestion count,
@@ -40,6 +44,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.busy import HOG_LIMIT_S, start_hogs, stop_hogs  # noqa: E402 - after the path fix
 from llada_lsp import client as lc  # noqa: E402 - after the path fix, for `python bench/next_edit_load.py`
 
 CASES = ("params", "rename", "deep", "answer", "complete")
@@ -231,6 +236,15 @@ async def warm(w: Wire) -> None:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     prof = ("-m", "cProfile", "-o", args.profile) if args.profile else ()
     command = [args.python, *prof, "-m", "llada_lsp"] if args.python else lc.server_command(None, *prof)
+    cases = args.cases.split(",")
+    hogs = start_hogs(args.hogs, args.timeout * len(cases) + HOG_LIMIT_S)
+    try:
+        return await measure(args, command, cases)
+    finally:
+        stop_hogs(hogs)
+
+
+async def measure(args: argparse.Namespace, command: list[str], cases: list[str]) -> dict[str, Any]:
     w = await Wire.start(command)
     try:
         await w.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
@@ -244,10 +258,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             await w.request("llada/debugInfo", {})
             idle.append((time.perf_counter() - t0) * 1000)
-        if "complete" in args.cases.split(","):
+        if "complete" in cases:
             await warm(w)
-        rows = [await run_case(w, name, args.scale, args.status_every_ms / 1000, args.timeout)
-                for name in args.cases.split(",")]
+        rows = [await run_case(w, name, args.scale, args.status_every_ms / 1000, args.timeout) for name in cases]
     finally:
         try:
             await w.close()
@@ -257,7 +270,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     for r in rows:
         r["status_p99_over_idle"] = round(r["status_p99_ms"] / idle_p99, 1) if idle_p99 > 0 else None
     return {"bench": "next_edit_load", "scale": args.scale, "status_every_ms": args.status_every_ms,
-            "server": args.python or sys.executable, "load_avg_1m": round(os.getloadavg()[0], 2),
+            "server": args.python or sys.executable, "hogs": args.hogs, "load_avg_1m": round(os.getloadavg()[0], 2),
             "idle_status_p50_ms": round(statistics.median(idle), 1), "idle_status_p99_ms": round(idle_p99, 1),
             "rows": rows}
 
@@ -283,6 +296,7 @@ if __name__ == "__main__":
     ap.add_argument("--python", default="", help="the Python that runs the server (-m llada_lsp)")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--profile", default="", help="run the server under cProfile, its stats written here")
+    ap.add_argument("--hogs", type=int, default=0, help="CPU-hog processes running meanwhile (bench/busy.py's)")
     res = asyncio.run(main(ap.parse_args()))
     print(table(res))
     print(json.dumps(res))

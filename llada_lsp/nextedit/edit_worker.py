@@ -18,9 +18,14 @@ One JSON object per line each way, answers in request order:
   `Guard` (the work stops at its next check) and answers nothing itself;
 - `{"op": "prime", "uri", "language", "text"}`: the text before a document's first edit (the
   base of the requests to come) is parsed now, while the user types, so that a request
-  reparses only what changed; a request for the document that comes meanwhile stops it (the
-  request then parses its own text at once, not after a parse it would not use);
-- `{"op": "close", "uri"}`: its trees are dropped.
+  reparses only what changed (a request that comes meanwhile waits for it: the request's own
+  parse then starts from its tree, and none of its work is thrown away);
+- `{"op": "close", "uri"}`: its trees, texts and analysis are dropped (a prime of it stops);
+- `{"op": "stats", "id"}` -> `{"id", "mirrors", "texts", "pending", "guards"}`: what it holds.
+Every answer also carries `rss`, this process's resident bytes (`rss_bytes`): past
+`edit_process.MAX_WORKER_RSS` the server restarts it between requests.
+Texts are named as `edit_texts` says (`text`, `base`: refs the worker resolves first, in that
+order); a request naming a text it does not hold answers `{"id", "resync": why}`.
 A request that is cancelled answers `{"id", "cancelled": reason}`, one that failed
 `{"id", "error": message}`. The end of stdin ends the process.
 """
@@ -28,6 +33,7 @@ A request that is cancelled answers `{"id", "cancelled": reason}`, one that fail
 from __future__ import annotations
 
 import json
+import os
 import queue
 import sys
 import threading
@@ -39,11 +45,13 @@ import tree_sitter as ts
 
 from llada_lsp.nextedit.edit_analysis import Analysis, common_ends
 from llada_lsp.nextedit.edit_limits import Cancelled, Guard, parse
+from llada_lsp.nextedit.edit_texts import OutOfStep, Texts
 from llada_lsp.nextedit.edit_window import Suggested
 from llada_lsp.nextedit.next_edit_work import Analysed, Base, Snapshot, analyse, checked
 from llada_lsp.text.syntax import parser_for
 
 MAX_MIRRORS = 16  # documents whose trees are kept (the least recently used go first)
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclass
@@ -93,6 +101,8 @@ class Worker:
         self.mirrors: OrderedDict[str, Mirror] = OrderedDict()
         self.pending: dict[int, tuple[Snapshot, Base, Analysed]] = {}
         self.uri_of: dict[int, str] = {}
+        self.texts = Texts()  # the texts the server named (`edit_texts`)
+        self.dropped: list[int] = []  # requests whose analysis was dropped (their guards go too)
 
     def mirror(self, uri: str) -> Mirror:
         m = self.mirrors.pop(uri, None) or Mirror()
@@ -105,19 +115,28 @@ class Worker:
         op, rid = msg.get("op"), int(msg.get("id") or 0)
         if op == "close":
             self.mirrors.pop(msg["uri"], None)
+            self.texts.drop(msg["uri"])
             self._drop(msg["uri"])
             return None
+        if op in ("prime", "analyse"):  # the texts first, whatever follows: both sides keep them in step
+            try:
+                msg = {**msg, **{k: self.texts.resolve(msg["uri"], msg[k]) for k in ("text", "base") if k in msg}}
+            except OutOfStep as e:
+                self.texts.drop(msg["uri"])
+                return None if op == "prime" else {"id": rid, "resync": str(e)}
         if op == "prime":
             mirror = self.mirror(msg["uri"])
             if mirror.find(msg["text"]) is None:
                 try:
                     tree = reparsed(msg["language"], msg["text"], mirror, guard)
                 except Cancelled:
-                    return None  # a request for the document came: it goes first
+                    return None  # the document closed meanwhile
                 mirror.keep((msg["text"], tree, None), *mirror.texts)
                 del mirror.texts[2:]
             return None
         try:
+            if op == "stats":
+                return {"id": rid, **self.held()}
             if op == "analyse":
                 return {"id": rid, **self.analyse(rid, msg, guard)}
             if op == "check":
@@ -131,6 +150,11 @@ class Worker:
         for rid in [r for r, u in self.uri_of.items() if u == uri]:
             self.pending.pop(rid, None)
             del self.uri_of[rid]
+            self.dropped.append(rid)
+
+    def held(self) -> dict[str, int]:
+        """What this process holds (the `stats` op): documents with trees or texts, analyses."""
+        return {"mirrors": len(self.mirrors), "texts": len(self.texts.docs), "pending": len(self.pending)}
 
     def analyse(self, rid: int, msg: dict[str, Any], guard: Guard) -> dict[str, Any]:
         uri, language, text, base_text = msg["uri"], msg["language"], msg["text"], msg["base"]
@@ -170,9 +194,25 @@ def to_json(a: Analysis) -> dict[str, Any]:
             "edited": list(a.edited), "definition": list(a.definition) if a.definition else None, "limit": a.limit}
 
 
+def rss_bytes() -> int:
+    """This process's resident memory now (/proc/self/statm); where there is no /proc, its peak
+    (`getrusage`: bytes on macOS, KiB elsewhere); 0 where neither is (no bound)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource  # noqa: PLC0415 - Unix only
+    except ImportError:
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
 def _stopped() -> Guard:
     guard = Guard(pausing=False)
-    guard.cancel("a request came")
+    guard.cancel("closed")
     return guard
 
 
@@ -195,8 +235,8 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
                     continue
                 if op == "prime":
                     primes[msg["uri"]] = Guard(pausing=False)
-                elif op == "analyse" and msg.get("uri") in primes:
-                    primes.pop(msg["uri"]).cancel("a request came")
+                elif op == "close" and msg.get("uri") in primes:
+                    primes.pop(msg["uri"]).cancel("closed")
                 if msg.get("id") is not None:
                     guards.setdefault(msg["id"], Guard(pausing=False))
             work.put(msg)
@@ -208,7 +248,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
         rid = msg.get("id")
         with lock:
             if msg.get("op") == "prime":
-                guard = primes.get(msg["uri"]) or _stopped()  # gone: a request for the document came
+                guard = primes.get(msg["uri"]) or _stopped()  # gone: the document closed
             else:
                 guard = guards.get(rid, Guard(pausing=False)) if rid is not None else Guard(pausing=False)
         try:
@@ -218,9 +258,15 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
         with lock:
             if rid is not None and rid not in worker.pending:
                 guards.pop(rid, None)  # answered for good (a request waiting for its check keeps its guard)
+            for r in worker.dropped:
+                guards.pop(r, None)  # its check will not come (a newer request, the document closed)
+            worker.dropped.clear()
             if msg.get("op") == "prime" and primes.get(msg["uri"]) is guard:
                 del primes[msg["uri"]]
+            if reply is not None and msg.get("op") == "stats":
+                reply["guards"] = len(guards)
         if reply is not None:
+            reply["rss"] = rss_bytes()  # the server restarts this process past its limit (`edit_process`)
             out.write(json.dumps(reply).encode() + b"\n")
             out.flush()
 

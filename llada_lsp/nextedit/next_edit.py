@@ -216,6 +216,8 @@ class NextEditService:
         finally:
             if self.guards.get(p.uri) is guard:
                 del self.guards[p.uri]
+            if not self.guards:
+                self.worker.bound()  # no request running: a worker past its memory limit is restarted
 
     async def _suggest(self, p: NextEditParams, doc: Document, snap: Snapshot, base: Base, guard: Guard,
                        serial: int, enc: Encoding, cursor: int) -> Answer:
@@ -380,10 +382,12 @@ class NextEditService:
         self._cancel(uri, "closed")
         self.latest.pop(uri, None)
         self.bases.pop(uri, None)
+        self.changed_at.pop(uri, None)
         self.worker.closed(uri)
 
     def debug_info(self) -> dict[str, Any]:
         return {"counters": dict(self.counters), "available": self.enabled, "fills": self.fills,
                 "running": len(self.guards),  # requests being analysed or checked by the worker now
-                "workerStarts": self.worker.starts,
+                "workerStarts": self.worker.starts, "workerMemoryRestarts": self.worker.memory_restarts,
+                "workerResyncs": self.worker.resyncs,
                 "emptyReasons": [{"reason": r, "count": n} for r, n in self.empty_reasons.most_common()]}
