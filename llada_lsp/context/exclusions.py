@@ -6,8 +6,9 @@
   for context, and a completion in it gets no answer (as Copilot does for `.env`).
 - gitignore (`llada_lsp.context.gitignore`): each workspace folder's repository's `.gitignore`
   files, its `.git/info/exclude` and the user's global excludes file (`core.excludesFile` of
-  the user's git config and the files its `[include]`s name inside the home or config
-  folder, else `$XDG_CONFIG_HOME/git/ignore` or `~/.config/git/ignore`): an ignored file is
+  the user's git config and the files its `[include]`s, and its `[includeIf]`s that hold for
+  the folder's repository (`gitdir:`, `gitdir/i:`, `onbranch:`), name inside the home or
+  config folder, else `$XDG_CONFIG_HOME/git/ignore` or `~/.config/git/ignore`): an ignored file is
   not indexed and an open one is not used as context.
 - Open documents are context only inside a workspace folder (the path as named and as
   resolved), neither secret nor ignored, and of a language the current one can use
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from llada_lsp.context.gitignore import (
@@ -28,6 +30,7 @@ from llada_lsp.context.gitignore import (
     find_top,
     git_dir,
     match,
+    match_parts,
     parse_rules,
     read_small,
 )
@@ -70,11 +73,12 @@ def compatible(current: str, other: str) -> bool:
     return other in family(current)
 
 
-def global_excludes_file(env: Mapping[str, str]) -> Path | None:
+def global_excludes_file(env: Mapping[str, str], gitdir: Path | None = None) -> Path | None:
     """The user's global excludes file: `core.excludesFile` from the user's git config
     ($GIT_CONFIG_GLOBAL, else ~/.gitconfig after $XDG_CONFIG_HOME/git/config, each with the
-    files its `[include]`s name, `_excludes_setting`; the repository's own config is never
-    read), else $XDG_CONFIG_HOME/git/ignore or ~/.config/git/ignore."""
+    files its `[include]`s and its `[includeIf]`s that hold for the repository at `gitdir`
+    name, `_excludes_setting`; the repository's own config is never read), else
+    $XDG_CONFIG_HOME/git/ignore or ~/.config/git/ignore."""
     home = env.get("HOME", "")
     xdg = env.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
     configs = [env["GIT_CONFIG_GLOBAL"]] if env.get("GIT_CONFIG_GLOBAL") else \
@@ -84,7 +88,7 @@ def global_excludes_file(env: Mapping[str, str]) -> Path | None:
     places = [os.path.realpath(d) for d in (home, xdg, *(os.path.dirname(c) for c in configs)) if d]
     found: str | None = None
     for cfg in configs:
-        found = _excludes_setting(Path(cfg), home, places) or found
+        found = _excludes_setting(Path(cfg), Where(home, places, gitdir)) or found
     if found is not None:
         if found.startswith("~/") and home:
             found = os.path.join(home, found[2:])
@@ -92,11 +96,21 @@ def global_excludes_file(env: Mapping[str, str]) -> Path | None:
     return Path(xdg, "git", "ignore") if xdg else None
 
 
-_SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"[^"]*")?\s*\]\s*(.*)$')
+_SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 MAX_INCLUDE_DEPTH = 10  # git's own limit on nested includes
 
 
-def _included(raw: str, config: Path, home: str, places: list[str]) -> Path | None:
+@dataclass(frozen=True)
+class Where:
+    """What the includes of the user's git config are read against: the home, the folders an
+    included file may lie in (`places`), the repository's git folder (`[includeIf]`)."""
+
+    home: str
+    places: list[str]
+    gitdir: Path | None = None
+
+
+def _included(raw: str, config: Path, where: Where) -> Path | None:
     """The file an `[include] path` value names: `~/` is the home, a relative path is relative
     to the including file's folder (as git). None when it resolves outside `places` (the
     user's home and config folders): a config reaching elsewhere is not followed."""
@@ -104,33 +118,92 @@ def _included(raw: str, config: Path, home: str, places: list[str]) -> Path | No
     if not value:
         return None
     if value.startswith("~/"):
-        if not home:
+        if not where.home:
             return None
-        value = os.path.join(home, value[2:])
+        value = os.path.join(where.home, value[2:])
     path = os.path.realpath(os.path.join(config.parent, value))
-    if not any(path == d or path.startswith(d.rstrip("/") + "/") for d in places):
+    if not any(path == d or path.startswith(d.rstrip("/") + "/") for d in where.places):
         return None
     return Path(path)
 
 
-def _excludes_setting(config: Path, home: str = "", places: list[str] | None = None, depth: int = 0) -> str | None:
+def _glob_holds(pattern: str, text: str, icase: bool) -> bool:
+    """git's wildmatch with WM_PATHNAME (`*` within a name, `**` across): `pattern` against the
+    whole of `text`, both `/`-separated."""
+    if icase:
+        pattern, text = pattern.lower(), text.lower()
+    rule = compile_rule("/" + pattern.lstrip("/"))
+    return rule is not None and match_parts(rule.segs, text.lstrip("/").split("/"))
+
+
+def _condition_holds(cond: str, config: Path, where: Where) -> bool:
+    """Whether an `[includeIf "cond"]` holds (git-config(1), "Conditional includes"):
+    `gitdir:` / `gitdir/i:` (the repository's git folder, resolved, against the pattern: `~/` the home, `./` the config's folder, `**/` before any other relative one, `**`
+    after a trailing `/`) and `onbranch:` (the branch checked out, from the git folder's
+    `HEAD`); any other condition (`hasconfig:`) does not hold."""
+    kind, _, pat = cond.partition(":")
+    gd = where.gitdir
+    if gd is None or not pat:
+        return False
+    if kind == "onbranch":
+        head = read_small(gd / "HEAD").strip()
+        if not head.startswith("ref: refs/heads/"):
+            return False  # a detached HEAD is on no branch
+        return _glob_holds(pat + "**" if pat.endswith("/") else pat, head[len("ref: refs/heads/"):], False)
+    if kind not in ("gitdir", "gitdir/i"):
+        return False
+    prefix = ""
+    if pat.startswith("~/"):
+        if not where.home:
+            return False
+        pat = where.home.rstrip("/") + pat[1:]
+    if pat.startswith("./"):
+        prefix, pat = os.path.dirname(os.path.realpath(config)).rstrip("/") + "/", pat[2:]
+    elif not pat.startswith("/"):
+        pat = "**/" + pat
+    if pat.endswith("/"):
+        pat += "**"
+    text = os.path.realpath(gd)  # git finds the repository from its resolved working directory
+    if kind == "gitdir/i":
+        prefix, text = prefix.lower(), text.lower()
+    # the prefix (a `./` pattern's folder) is compared literally, as git does
+    return text.startswith(prefix) and _glob_holds(pat, text[len(prefix):], kind == "gitdir/i")
+
+
+def _excludes_setting(config: Path, where: Where, depth: int = 0) -> str | None:
     """The last `core.excludesFile` value of a git config file, the files its `[include] path`s
-    name read where the include stands (`_included`; `[includeIf]` is not followed: its
-    conditions depend on the repository and its branch)."""
-    section, value = "", None
+    and its holding `[includeIf "..."] path`s (`_condition_holds`) name read where the include
+    stands (`_included`)."""
+    section, value, holds = "", None, False
     for line in read_small(config).split("\n"):
         m = _SECTION.match(line)
         if m:
-            section, line = m.group(1).lower(), m.group(2)
+            section, line = m.group(1).lower(), m.group(3)
+            sub = re.sub(r"\\(.)", r"\1", m.group(2) or "")
+            holds = section == "include" or (section == "includeif" and _condition_holds(sub, config, where))
         key, eq, raw = line.partition("=")
         key = key.strip().lower()
         if section == "core" and eq and key == "excludesfile":
             value = _config_value(raw)
-        elif section == "include" and eq and key == "path" and depth < MAX_INCLUDE_DEPTH:
-            inc = _included(raw, config, home, places or [])
-            got = _excludes_setting(inc, home, places, depth + 1) if inc is not None else None
+        elif holds and eq and key == "path" and depth < MAX_INCLUDE_DEPTH:
+            inc = _included(raw, config, where)
+            got = _excludes_setting(inc, where, depth + 1) if inc is not None else None
             value = got if got is not None else value
     return value
+
+
+def own_git_dir(top: Path) -> Path | None:
+    """The git folder of the repository (or worktree) at `top` as git names it for
+    `[includeIf "gitdir:..."]`: `top/.git`, or the folder a `.git` file names (a worktree's
+    own, not its `commondir`); None when `top` holds no repository."""
+    dot = top / ".git"
+    if dot.is_dir():
+        return dot
+    text = read_small(dot)
+    if not text.startswith("gitdir:"):
+        return None
+    gd = Path(text[len("gitdir:"):].strip())
+    return gd if gd.is_absolute() else top / gd
 
 
 def _config_value(raw: str) -> str:
@@ -169,13 +242,13 @@ class Exclusions:
 
     def set_roots(self, roots: list[Path], real_roots: list[Path]) -> None:
         self.roots, self.real_roots = list(roots), list(real_roots)
-        excludes = global_excludes_file(self.env)
-        global_rules = parse_rules(read_small(excludes)) if excludes is not None else ()
         self.repos = {}
         for root in self.roots:
             top = find_top(root)
             gd = git_dir(top)
             info = parse_rules(read_small(gd / "info" / "exclude")) if gd is not None else ()
+            excludes = global_excludes_file(self.env, own_git_dir(top))  # `[includeIf]`s: per repository
+            global_rules = parse_rules(read_small(excludes)) if excludes is not None else ()
             self.repos[root] = GitIgnore(top, [info, global_rules])
 
     def _root_of(self, path: str) -> str | None:

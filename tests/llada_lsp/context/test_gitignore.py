@@ -188,3 +188,56 @@ def test_the_excludes_file_set_in_an_included_config_is_followed(tmp_path: Path)
     assert global_excludes_file(env) == home / ".config" / "git" / "ignore"  # the default, not the outside one
     (home / "second.inc").write_text("[include]\n\tpath = ../outside.inc\n")  # relative, leaving the home
     assert global_excludes_file(env) == home / ".config" / "git" / "ignore"
+
+
+INCLUDE_IFS = {  # condition -> the name of the excludes file (and of the extension it ignores) it picks
+    "gitdir:~/work/": "work",  # `~/`, a trailing `/`: everything below
+    "gitdir/i:~/CASE/": "case",  # case-insensitive
+    "gitdir:*/plain/.git": "plain",  # relative: `**/` before it
+    "gitdir:./rel/": "rel",  # `./`: the including config's folder
+    "gitdir:~/wor": "never1",  # no `/` at the end: the git folder itself must match
+    "onbranch:feature/": "branch",  # the branch checked out
+    "gitdir:~/home-link/": "never2",  # a link to a folder: git matches the resolved git folder
+    "gitdir:~/elsewhere/": "linked",  # (the folder opened through the link)
+}
+
+
+def test_the_excludes_file_set_under_an_include_if_follows_the_repository(tmp_path: Path) -> None:
+    """`[includeIf "gitdir:..."]`, `gitdir/i:` and `onbranch:` in ~/.gitconfig pick a different
+    `core.excludesFile` per repository: for each repository, the files ignored are the ones
+    real `git check-ignore` says (HOME in a temporary folder, no system config)."""
+    if shutil.which("git") is None:
+        pytest.fail("git is needed to compute the expected answers")
+    home = tmp_path / "home"
+    home.mkdir()
+    lines = ["[user]", "\tname = t", "[core]", "\texcludesFile = ~/ignore-base"]
+    for cond, name in INCLUDE_IFS.items():
+        (home / f"{name}.inc").write_text(f"[core]\n\texcludesFile = ~/ignore-{name}\n")
+        lines += [f'[includeIf "{cond}"]', f"\tpath = {name}.inc"]
+    (home / ".gitconfig").write_text("\n".join(lines) + "\n")
+    names = ["base", *INCLUDE_IFS.values()]
+    for name in names:
+        (home / f"ignore-{name}").write_text(f"*.{name}\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
+    (home / "elsewhere").mkdir()
+    (home / "home-link").symlink_to(home / "elsewhere")
+    repos = {"work/a": "", "case/b": "", "x/plain": "", "rel/r": "", "other/o": "", "other/f": "feature/x",
+             "other/g": "main", "home-link/linked": "", "work": ""}
+    files = [f"f.{name}" for name in names]
+    picked = set()
+    for rel, branch in repos.items():
+        ws = home / rel
+        ws.mkdir(parents=True, exist_ok=True)
+        assert _git("init", "-q", cwd=ws, env=env).returncode == 0
+        if branch:
+            assert _git("symbolic-ref", "HEAD", f"refs/heads/{branch}", cwd=ws, env=env).returncode == 0
+        for f in files:
+            (ws / f).write_text("x\n")
+        out = _git("check-ignore", "--stdin", cwd=ws, env=env, stdin="\n".join(files) + "\n")
+        expected = sorted(out.stdout.split())
+        assert len(expected) == 1, (rel, expected, out.stderr)  # one excludes file: the last that applies
+        ex = Exclusions(env=env)
+        ex.set_roots([ws], [ws.resolve()])
+        assert sorted(f for f in files if ex.ignored(str(ws / f))) == expected, rel
+        picked.add(expected[0].removeprefix("f."))
+    assert picked == {"base", "work", "case", "plain", "rel", "branch", "linked"}  # git's answers cover each
