@@ -18,8 +18,10 @@ One JSON object per line each way, answers in request order:
   `Guard` (the work stops at its next check) and answers nothing itself;
 - `{"op": "prime", "uri", "language", "text"}`: the text before a document's first edit (the
   base of the requests to come) is parsed now, while the user types, so that a request
-  reparses only what changed (a request that comes meanwhile waits for it: the request's own
-  parse then starts from its tree, and none of its work is thrown away);
+  reparses only what changed; a request for the document that comes meanwhile stops it (the
+  request then parses its own text at once: on a flat 500 KB file an incremental reparse
+  after an edit at its top costs about as much as a whole parse, so waiting for the prime
+  would double the request's time);
 - `{"op": "close", "uri"}`: its trees, texts and analysis are dropped (a prime of it stops);
 - `{"op": "stats", "id"}` -> `{"id", "mirrors", "texts", "pending", "guards"}`: what it holds.
 Every answer also carries `rss`, this process's resident bytes (`rss_bytes`): past
@@ -130,7 +132,7 @@ class Worker:
                 try:
                     tree = reparsed(msg["language"], msg["text"], mirror, guard)
                 except Cancelled:
-                    return None  # the document closed meanwhile
+                    return None  # a request for the document came (it goes first), or its close
                 mirror.keep((msg["text"], tree, None), *mirror.texts)
                 del mirror.texts[2:]
             return None
@@ -212,7 +214,7 @@ def rss_bytes() -> int:
 
 def _stopped() -> Guard:
     guard = Guard(pausing=False)
-    guard.cancel("closed")
+    guard.cancel("stopped")
     return guard
 
 
@@ -235,8 +237,8 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
                     continue
                 if op == "prime":
                     primes[msg["uri"]] = Guard(pausing=False)
-                elif op == "close" and msg.get("uri") in primes:
-                    primes.pop(msg["uri"]).cancel("closed")
+                elif op in ("analyse", "close") and msg.get("uri") in primes:
+                    primes.pop(msg["uri"]).cancel("a request came" if op == "analyse" else "closed")
                 if msg.get("id") is not None:
                     guards.setdefault(msg["id"], Guard(pausing=False))
             work.put(msg)
@@ -248,7 +250,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
         rid = msg.get("id")
         with lock:
             if msg.get("op") == "prime":
-                guard = primes.get(msg["uri"]) or _stopped()  # gone: the document closed
+                guard = primes.get(msg["uri"]) or _stopped()  # gone: a request for the document came, or its close
             else:
                 guard = guards.get(rid, Guard(pausing=False)) if rid is not None else Guard(pausing=False)
         try:
