@@ -20,6 +20,7 @@ builtins and keywords, and the workspace index's top-level names.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,13 +34,18 @@ WORD_BEFORE = re.compile(r"([A-Za-z_$][A-Za-z0-9_$]*)\s+$")
 RECEIVER = re.compile(r"([A-Za-z_$][A-Za-z0-9_$.]*)\.$")
 PARAMS = re.compile(r"\b(?:def|function|fn|func)\s*[A-Za-z0-9_$]*\s*\([^)]*$|\blambda\b[^:]*$")
 MAX_NAMES = 256  # engine.api.NAMES_MAX
-# A file's top-level names are read from its first statements only: this many (Python), or
-# this many bytes (the other languages' query). A 500 KB file of 100,000 statements took
-# 1.4 s of the event loop to walk whole (bench/next_edit_load.py `complete`); its names past
-# the bound, used nowhere near the cursor's statement (whose own names always count), go
-# unhinted.
+# A file's top-level names are read from at most this many statements (Python), or this many
+# bytes (the other languages' query): a 500 KB file of 100,000 statements took 1.4 s of the
+# event loop to walk whole (bench/next_edit_load.py `complete`). A file over the bound is read
+# at its start (`HEAD_STATEMENTS` / `HEAD_BYTES`: its imports, its early definitions) and in a
+# window around the cursor (`AROUND_BYTES` either side, at most `AROUND_STATEMENTS`); the names
+# bound elsewhere, far from the cursor, go unhinted (the cursor's own statement always counts).
 MAX_TOP_STATEMENTS = 5000
 MAX_TOP_BYTES = 256 * 1024
+HEAD_STATEMENTS = 1000
+AROUND_STATEMENTS = MAX_TOP_STATEMENTS - HEAD_STATEMENTS
+HEAD_BYTES = MAX_TOP_BYTES // 2
+AROUND_BYTES = MAX_TOP_BYTES // 4
 MIN_TYPED = 1
 
 
@@ -110,7 +116,7 @@ def _in_string_or_comment(head: str, language_id: str) -> bool:
 
 @dataclass
 class _Top:
-    key: tuple[int, int, int]  # (hash of the bytes before, hash after, statement length)
+    key: tuple[int, int, int, int]  # (hash of the bytes before, hash after, statement length, window anchor)
     names: frozenset[str]
     imports: dict[str, str]  # local name -> dotted module (Python `import a.b as c`)
 
@@ -145,7 +151,7 @@ class NameScopes:
                         if n.startswith(typed):
                             found[n] = None
             elif module_names is not None and "." not in site.receiver:
-                top = self._top(uri, comp, data, tree, scopes.stmt)
+                top = self._top(uri, comp, data, tree, scopes.stmt, site.start_byte)
                 dotted = top.imports.get(site.receiver)
                 names = module_names(dotted) if dotted else None
                 for n in names or ():
@@ -154,7 +160,7 @@ class NameScopes:
             return tuple(found)[:MAX_NAMES]
         for fn in scopes.functions:  # innermost first
             _capture(comp.local, fn.start_byte, fn.end_byte, fn, typed, found)
-        top = self._top(uri, comp, data, tree, scopes.stmt)
+        top = self._top(uri, comp, data, tree, scopes.stmt, site.start_byte)
         for n in top.names:
             if n.startswith(typed):
                 found[n] = None
@@ -166,15 +172,16 @@ class NameScopes:
                 found[n] = None
         return tuple(found)[:MAX_NAMES]
 
-    def _top(self, uri: str, comp: Compiled, data: bytes, tree: Any, stmt: Any) -> _Top:
-        """The file's top-level names: cached while the bytes outside the cursor's top-level
-        statement stay the same; the statement's own names are added each time."""
+    def _top(self, uri: str, comp: Compiled, data: bytes, tree: Any, stmt: Any, at: int) -> _Top:
+        """The file's top-level names (`_top_names`, around byte `at`): cached while the bytes
+        outside the cursor's top-level statement stay the same and the cursor stays in it; the
+        statement's own names are added each time."""
         s0, s1 = (stmt.start_byte, stmt.end_byte) if stmt is not None else (len(data), len(data))
-        key = (hash(data[:s0]), hash(data[s1:]), s1 - s0)
+        key = (hash(data[:s0]), hash(data[s1:]), s1 - s0, s0 if stmt is not None else at)
         cached = self.tops.get(uri)
-        if cached is None or cached.key[:2] != key[:2]:
+        if cached is None or cached.key[:2] != key[:2] or cached.key[3] != key[3]:
             self.misses += 1
-            names, imports = _top_names(comp, tree.root_node, data)
+            names, imports = _top_names(comp, tree.root_node, data, at)
             cached = _Top(key, frozenset(names), imports)
             self.tops[uri] = cached
             return cached
@@ -252,19 +259,43 @@ def _members(comp: Compiled, cls: Any, typed: str, found: dict[str, None]) -> No
                 found[name] = None
 
 
-def _top_names(comp: Compiled, root: Any, data: bytes) -> tuple[set[str], dict[str, str]]:
+def _top_names(comp: Compiled, root: Any, data: bytes, at: int) -> tuple[set[str], dict[str, str]]:
     """The names a file binds at its top level, and (Python) what its imports bind to which
     module. Python walks the root's statements (a query over a 5,000-line file costs ~10 ms);
-    other languages run the anchored query. Both read the file's start only
-    (`MAX_TOP_STATEMENTS`, `MAX_TOP_BYTES`)."""
+    other languages run the anchored query. A file over the bound (`MAX_TOP_STATEMENTS`,
+    `MAX_TOP_BYTES`) is read at its start and around byte `at` (the cursor)."""
     if comp.spec.root != "module":
         names: dict[str, None] = {}
-        _capture(comp.top, 0, min(len(data), MAX_TOP_BYTES), root, "", names)
+        if len(data) <= MAX_TOP_BYTES:
+            _capture(comp.top, 0, len(data), root, "", names)
+        else:
+            _capture(comp.top, 0, HEAD_BYTES, root, "", names)
+            _capture(comp.top, max(HEAD_BYTES, at - AROUND_BYTES), at + AROUND_BYTES, root, "", names)
         return set(names), {}
     out: set[str] = set()
     imports: dict[str, str] = {}
-    _python_statements(_first_named(root, MAX_TOP_STATEMENTS), out, imports, 0)
+    first = _first_named(root, MAX_TOP_STATEMENTS + 1)
+    if len(first) > MAX_TOP_STATEMENTS:
+        first = first[:HEAD_STATEMENTS] + _named_around(root, at, AROUND_BYTES, AROUND_STATEMENTS)
+    _python_statements(first, out, imports, 0)
     return out, imports
+
+
+def _named_around(node: Any, at: int, reach: int, limit: int) -> list[Any]:
+    """`node`'s named children that end after `at - reach` and start before `at + reach`: the
+    last `limit // 2` of those that end by `at` and the first of the others, `limit` in all
+    (the cursor finds the first by its byte: no walk from the start)."""
+    before: deque[Any] = deque(maxlen=limit // 2)
+    after: list[Any] = []
+    cursor = node.walk()
+    if cursor.goto_first_child_for_byte(max(0, at - reach)) is None:
+        return []
+    while len(after) < limit - len(before) and cursor.node is not None and cursor.node.start_byte < at + reach:
+        if cursor.node.is_named:
+            (before if cursor.node.end_byte <= at else after).append(cursor.node)
+        if not cursor.goto_next_sibling():
+            break
+    return [*before, *after]
 
 
 def _first_named(node: Any, limit: int) -> list[Any]:

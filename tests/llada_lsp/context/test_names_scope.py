@@ -178,20 +178,37 @@ def test_options_of_the_constraint() -> None:
             parse_options(bad)
 
 
-def test_a_huge_files_top_level_names_are_read_from_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file of more top-level statements than `MAX_TOP_STATEMENTS`: the names bound in its
-    first statements are hinted, those past the bound are not (the walk stops there), and
-    the cursor's own statement still counts."""
+def test_a_huge_files_top_level_names_are_read_at_its_start_and_around_the_cursor() -> None:
+    """A file of 12,000 top-level statements (over `MAX_TOP_STATEMENTS`): the names bound by its
+    imports and first statements are hinted, and those bound near the cursor (10,000
+    statements in) too; those in between, far from both, are not; the cursor's own statement
+    always counts. The same file with the cursor near its start hints the early names only."""
     from llada_lsp.context import names
 
-    monkeypatch.setattr(names, "MAX_TOP_STATEMENTS", 40)  # the early ones
-    body = "".join(f"early_{i} = {i}\n" for i in range(40)) + "".join(f"late_{i} = {i}\n" for i in range(40))
-    src = body + "def user(late_local):\n    x = late_\n"
-    got = hint(src, "    x = late_\n", "    x = late_")
-    assert got is not None and not any(n.startswith("late_") and n[5:].isdigit() for n in got[1]), got
-    assert "late_local" in got[1]  # the cursor's own statement
-    got = hint(src, "    x = late_\n", "    x = early_1")
-    assert got is not None and {"early_1", "early_10"} <= set(got[1])
-    monkeypatch.setattr(names, "MAX_TOP_STATEMENTS", 5000)
-    got = hint(src, "    x = late_\n", "    x = late_")
-    assert got is not None and "late_39" in got[1]  # under the bound: every name
+    head = "import os.path as osp\n" + "".join(f"early_{i} = {i}\n" for i in range(100))
+    mid = "".join(f"mid_{i} = {i}\n" for i in range(6000))
+    late = "".join(f"late_{i} = {i}\n" for i in range(5000))
+    tail = "".join(f"after_{i} = {i}\n" for i in range(900))
+    src = head + mid + late + "def user(late_local):\n    CURSOR\n" + tail
+    assert src.count("\n") > names.MAX_TOP_STATEMENTS + 6000
+    for typed, seen in (("late_4999", True), ("late_3100", True), ("after_899", True), ("late_local", True),
+                        ("early_99", True), ("osp", True), ("mid_3000", False), ("late_10", False)):
+        got = hint(src, "CURSOR", f"x = {typed}")
+        assert (typed in (got[1] if got is not None else ())) is seen, (typed, got)  # None: no name at all
+    src = head + "def user(a):\n    CURSOR\n" + mid + late + tail
+    for typed, seen in (("early_99", True), ("mid_900", True), ("late_4999", False)):
+        got = hint(src, "CURSOR", f"x = {typed}")
+        assert (typed in (got[1] if got is not None else ())) is seen, (typed, got)  # None: no name at all
+
+
+def test_a_huge_javascript_files_names_are_read_at_its_start_and_around_the_cursor() -> None:
+    from llada_lsp.context import names
+
+    head = "".join(f"const early_{i} = {i};\n" for i in range(100))
+    mid = "".join(f"const mid_{i} = {i};\n" for i in range(20_000))
+    late = "".join(f"const late_{i} = {i};\n" for i in range(2000))
+    src = head + mid + late + "function user(a) {\n  CURSOR\n}\n"
+    assert len(src) > names.MAX_TOP_BYTES
+    for typed, seen in (("late_1999", True), ("early_99", True), ("mid_10000", False)):
+        got = hint(src, "CURSOR", f"x = {typed}", "javascript", uri="file:///w/t.js")
+        assert (typed in (got[1] if got is not None else ())) is seen, (typed, got)  # None: no name at all
