@@ -1,6 +1,6 @@
 """The server's JSON-RPC protocol: position-encoding negotiation, the lifecycle gate, the
-arrival time of each message, and two fixes to pygls (no second copy of the documents; no
-leaked futures)."""
+arrival time of each message, and three fixes to pygls (no second copy of the documents; no
+leaked futures; plain JSON results encoded without the converter's walk)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from lsprotocol import types as t
 from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol.json_rpc import JsonRPCResponseMessage
 
 from llada_lsp.lsp.stdio import Lifecycle
 from llada_lsp.nextedit.next_edit import METHOD as NEXT_EDIT
@@ -74,6 +75,16 @@ class LladaProtocol(LanguageServerProtocol):
         fut = self._request_futures.get(msg_id)
         if fut is not None:
             fut.add_done_callback(lambda f: self._forget_future(msg_id, f))
+
+    def _serialize_message(self, data: Any) -> Any:
+        """pygls' `json.dumps` default: a generic response (a `llada/*` method's) whose result is
+        a plain dict goes to the encoder as it is. The converter's walk of it (cattrs, a Python
+        call per value) held the event loop ~200 ms for a next-edit answer of 999 suggestions
+        (bench/next_edit_load.py `answer`); the C encoder takes a few ms, and calls this again
+        for any object inside that is not plain JSON."""
+        if type(data) is JsonRPCResponseMessage and isinstance(data.result, dict):
+            return {"id": data.id, "jsonrpc": data.jsonrpc, "result": data.result}
+        return super()._serialize_message(data)
 
     def pending(self) -> int:
         """The futures of the handlers still held: those not done (a leak would show here)."""
