@@ -24,3 +24,11 @@ def test_smallest_scale_reports_every_case() -> None:
     assert rows["params"]["suggestions"] == 100 and rows["rename"]["suggestions"] == 100
     assert rows["deep"]["suggestions"] == 1 and rows["answer"]["suggestions"] == 1
     assert rows["complete"]["answer"] == "completion"  # answered (its items are the model's)
+
+
+def test_with_hogs_running() -> None:
+    """`--hogs 1`: one case under a CPU hog (bench/busy.py's, ended by the bench) still answers."""
+    out = subprocess.run([sys.executable, "bench/next_edit_load.py", "--scale", "0.001", "--cases", "deep",
+                          "--hogs", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["hogs"] == 1 and [r["case"] for r in res["rows"]] == ["deep"] and res["rows"][0]["suggestions"] == 1
