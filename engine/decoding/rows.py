@@ -32,7 +32,7 @@ class Rows:
         self.counters: dict[str, float] = {
             "submitted": 0, "completed": 0, "cancelled": 0, "deadline": 0,
             "errors": 0, "busy": 0, "preempted": 0, "steps": 0, "forwards": 0, "batched_rows": 0,
-            "max_batch_seen": 0, "forward_ms": 0.0}
+            "max_batch_seen": 0, "forward_ms": 0.0, "interrupted": 0}
 
     # -- alternatives --------------------------------------------------------------------------
     def _spawn_forks(self, job: Job) -> None:

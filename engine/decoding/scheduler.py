@@ -49,6 +49,7 @@ from engine.decoding.alternatives import forks_budget
 from engine.decoding.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decoding.decode import Feed, Staged
 from engine.decoding.host import Host
+from engine.decoding.interrupt import Interrupted, Interrupter
 from engine.decoding.jobs import Command, Emit, Job, Key
 from engine.decoding.policies import POLICIES, PRESETS, Policy
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
@@ -108,6 +109,9 @@ class Scheduler(Rows):
         self.inbox: queue.Queue[Command] = queue.Queue()
         self.delay_file = os.environ.get(STEP_DELAY_ENV) or None  # the test seam (module docstring)
         self.threads = threads  # re-checks torch's CPU threads between steps (engine.model.threads)
+        # a forward whose every request was cancelled meanwhile stops between layers
+        self.interrupter = Interrupter()
+        self._cut_short = False  # this step's forward stopped early (not a step the governor measures)
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -129,10 +133,14 @@ class Scheduler(Rows):
         self.submit(stub, owner, emit, deadline_ms, op="remask", spans=spans)
 
     def cancel(self, request_id: str, owner: Hashable) -> None:
+        """The request stops before its next forward, or between two layers of the one running
+        when nothing else rides on it (`engine.decoding.interrupt`)."""
+        self.interrupter.cancel((owner, request_id))
         self.inbox.put(Command("cancel", key=(owner, request_id)))
 
     def drop_owner(self, owner: Hashable) -> None:
-        """A connection went away: its running requests stop before the next forward."""
+        """A connection went away: its running requests stop before the next forward (or in it)."""
+        self.interrupter.drop(owner)
         self.inbox.put(Command("drop", owner=owner))
 
     def snapshot(self) -> dict[str, Any]:
@@ -190,10 +198,15 @@ class Scheduler(Rows):
             return 0
         if waits and self.threads is not None:
             self.threads.idle()  # the wait for work is no part of the steps' CPU share
+        t0 = self.threads.clock() if self.threads is not None else 0.0
+        self._cut_short = False
         results = self._execute(jobs)
         self._update(jobs, results)
         if self.threads is not None:
-            self.threads.step()
+            if self._cut_short:  # a forward stopped between layers measures nothing
+                self.threads.skip(t0)
+            else:
+                self.threads.step()
         return len(results)
 
     def _drain(self, block: bool) -> None:
@@ -210,7 +223,9 @@ class Scheduler(Rows):
             job = self.running.get(cmd.key)
             if job is not None:
                 self._finish(job, "cancelled")
+            self.interrupter.applied(cmd.key)
         elif cmd.op == "drop":
+            self.interrupter.dropped(cmd.owner)
             for job in [j for j in self.running.values() if j.owner == cmd.owner]:
                 self._finish(job, "cancelled")
             for key in [k for k in self.finished if k[0] == cmd.owner]:
@@ -311,8 +326,14 @@ class Scheduler(Rows):
         try:
             attrs = [j.attrs for j, _ in group if j.attrs is not None]
             chunk = self.engine.model.config.block_size if self.pack and len(group) > 1 else 0
-            logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
+            stop = self.interrupter
+            with stop.installed(self.engine.model), stop.carrying(request_key(j) for j, _ in group):
+                logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
             injected_delay(self.delay_file)
+        except Interrupted:  # every request it carried was cancelled: their cancels follow
+            self.counters["interrupted"] += 1
+            self._cut_short = True
+            return {}
         except Exception as e:  # noqa: BLE001 - find the request that breaks the batch
             if len(group) == 1:
                 self._fail(group[0][0], e)
@@ -337,6 +358,8 @@ class Scheduler(Rows):
             logits = results.get(job.key)
             if logits is None or self.running.get(job.key) is not job:
                 continue
+            if self.interrupter.cancelled(request_key(job)):
+                continue  # its cancel waits in the inbox: an update would be thrown away
             assert job.seq is not None
             first = job.seq.forwards == 0 and job.op != "remask" and job.parent is None
             try:
@@ -383,3 +406,8 @@ class Scheduler(Rows):
             return
         if fork.seq.done():
             self._release(fork)
+
+
+def request_key(job: Job) -> Key:
+    """The request a row decodes for: its own key, an alternative's parent's (cancels name it)."""
+    return job.parent.key if job.parent is not None else job.key
