@@ -5,15 +5,17 @@ thread while a forward runs, and used to wait for the whole forward and its upda
 request's admission waited with it (issue 50: a request arriving at a random point of a ~12 ms
 tiny-code step waited ~6 ms on average, a 4-row rescue forward 70 ms). `Interrupter` learns of
 a cancel at once (`Scheduler.cancel` and `drop_owner` call it from any thread, before they
-queue the command); the scheduler names the requests a forward carries (`carrying`), and a
-forward pre-hook on each layer of the model (`installed`, any model with `layers`: the native
-one and the adapters) raises `Interrupted` when all of them are cancelled. The loop then skips
-the forward's update, applies the cancels from its inbox as before and admits what waits.
+queue the command); the scheduler names the requests a forward carries, and a forward pre-hook
+on each layer of the model (`watching`: any model with `layers`, the native one and the
+adapters) raises `Interrupted` when all of them are cancelled. A forward whose update stores
+a prompt in the prompt cache (a request's first) runs whole, cancelled or not: the next
+request of the document, the user's next keystroke, reuses that prompt. The loop then applies the
+cancels from its inbox as before and admits what waits; a forward that ran whole while its
+requests' cancels waited skips their updates (the prompt is stored all the same).
 
 A stopped forward leaves keys and values written by its first layers in the cancelled rows:
-no one reads them. Those rows go back to the free list, a request that takes one restores
-its prompt from the prompt cache (a copy) and feeds what the cache lacks, and a row's prompt
-is stored only after its first forward's update, which a stopped forward never reaches.
+no one reads them. Those rows go back to the free list, and a request that takes one
+restores its prompt from the prompt cache (a copy) and feeds what the cache lacks.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ class Interrupter:
     """Cancels known before the loop applies them, and the check a forward's layers make.
 
     `cancel` / `drop` (any thread) note a cancel; `applied` / `dropped` (the loop, when it
-    applies the command) forget it; `carrying(keys)` (the loop, around a forward) names the
-    requests whose rows the forward carries (an alternative's row counts as its request's);
+    applies the command) forget it; `watching(model, keys)` (the loop, around a forward) names
+    the requests whose rows the forward carries (an alternative's row counts as its request's);
     `check` raises `Interrupted` when every one of them is cancelled."""
 
     def __init__(self) -> None:
@@ -66,14 +68,6 @@ class Interrupter:
         with self._lock:
             return key in self._keys or key[0] in self._owners
 
-    @contextlib.contextmanager
-    def carrying(self, keys: Iterable[Key]) -> Iterator[None]:
-        self._carried = frozenset(keys)
-        try:
-            yield
-        finally:
-            self._carried = frozenset()
-
     def check(self, *_: Any) -> None:  # noqa: ANN401 - a forward pre-hook's (module, args)
         carried = self._carried
         if carried and all(self.cancelled(k) for k in carried):
@@ -81,12 +75,15 @@ class Interrupter:
             raise Interrupted
 
     @contextlib.contextmanager
-    def installed(self, model: Any) -> Iterator[None]:  # noqa: ANN401 - any model with `layers`
-        """`check` before each of `model.layers` for the duration (none: nothing checked)."""
+    def watching(self, model: Any, keys: Iterable[Key]) -> Iterator[None]:  # noqa: ANN401 - any model with `layers`
+        """A forward of `model` that carries the requests `keys` (none: it runs whole): `check`
+        runs before each of `model.layers`."""
+        self._carried = frozenset(keys)
         layers = getattr(model, "layers", None) or []
         handles = [layer.register_forward_pre_hook(self.check) for layer in layers]
         try:
             yield
         finally:
+            self._carried = frozenset()
             for h in handles:
                 h.remove()

@@ -53,7 +53,7 @@ from engine.decoding.interrupt import Interrupted, Interrupter
 from engine.decoding.jobs import Command, Emit, Job, Key
 from engine.decoding.policies import POLICIES, PRESETS, Policy
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
-from engine.decoding.rows import FINISHED_KEPT, Rows
+from engine.decoding.rows import FINISHED_KEPT, Rows, request_key
 from engine.decoding.stream import TextStream
 from engine.model.threads import ThreadGovernor
 from kernels import Confidence
@@ -202,11 +202,8 @@ class Scheduler(Rows):
         self._cut_short = False
         results = self._execute(jobs)
         self._update(jobs, results)
-        if self.threads is not None:
-            if self._cut_short:  # a forward stopped between layers measures nothing
-                self.threads.skip(t0)
-            else:
-                self.threads.step()
+        if self.threads is not None:  # a forward stopped between layers measures nothing
+            self.threads.skip(t0) if self._cut_short else self.threads.step()
         return len(results)
 
     def _drain(self, block: bool) -> None:
@@ -326,8 +323,9 @@ class Scheduler(Rows):
         try:
             attrs = [j.attrs for j, _ in group if j.attrs is not None]
             chunk = self.engine.model.config.block_size if self.pack and len(group) > 1 else 0
-            stop = self.interrupter
-            with stop.installed(self.engine.model), stop.carrying(request_key(j) for j, _ in group):
+            # a forward that stores a prompt runs whole: the next request of its document reuses it
+            carried = [] if any(self._stores_prompt(j) for j, _ in group) else [request_key(j) for j, _ in group]
+            with self.interrupter.watching(self.engine.model, carried):
                 logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
             injected_delay(self.delay_file)
         except Interrupted:  # every request it carried was cancelled: their cancels follow
@@ -358,8 +356,10 @@ class Scheduler(Rows):
             logits = results.get(job.key)
             if logits is None or self.running.get(job.key) is not job:
                 continue
-            if self.interrupter.cancelled(request_key(job)):
-                continue  # its cancel waits in the inbox: an update would be thrown away
+            if self.interrupter.cancelled(request_key(job)):  # its cancel waits in the inbox:
+                if self._stores_prompt(job):  # its prompt is kept, its update would be thrown away
+                    self._store_prompt(job)
+                continue
             assert job.seq is not None
             first = job.seq.forwards == 0 and job.op != "remask" and job.parent is None
             try:
@@ -381,9 +381,8 @@ class Scheduler(Rows):
         assert seq is not None and stream is not None
         try:
             tev = seq.commit(st, conf)
-            if first and self.engine.exact_cache:  # an approximate cache's KV is useless later
-                self.engine.prompt_cache.store(self.engine.model, job.row, job.doc, seq.prompt,
-                                               owner=job.owner)
+            if first:
+                self._store_prompt(job)
             if not job.spawned and job.op == "complete" and (tev.complete or seq.done()):
                 job.spawned = True  # after the first complete draft: the forks do not slow it
                 self._spawn_forks(job)
@@ -406,8 +405,3 @@ class Scheduler(Rows):
             return
         if fork.seq.done():
             self._release(fork)
-
-
-def request_key(job: Job) -> Key:
-    """The request a row decodes for: its own key, an alternative's parent's (cancels name it)."""
-    return job.parent.key if job.parent is not None else job.key

@@ -81,6 +81,27 @@ def test_a_cancel_mid_forward_stops_it_between_layers(engine: TextEngine) -> Non
         layers.remove()
 
 
+
+def test_a_first_forward_runs_whole_and_stores_its_prompt(engine: TextEngine) -> None:
+    """The forward whose update stores the prompt is never stopped: the next keystroke's request
+    reuses the prompt (else, with every request superseded during its prefill, none would)."""
+    engine.prompt_cache.clear()
+    s, layers = Scheduler(engine, max_batch=4), Layers(engine)
+    try:
+        evs, emit = events()
+        s.submit(req("a"), "o", emit)
+        layers.when = lambda: s.cancel("a", "o")
+        s.step()
+        assert layers.ran == [1] * len(layers.ran) and s.counters["interrupted"] == 0 and not evs
+        s.step()
+        assert evs[-1].reason == "cancelled"
+        later, emit_b = events()
+        s.submit(req("b", PREFIX + "total"), "o", emit_b)
+        s.step()
+        assert s.running[("o", "b")].stream.reused > 0  # type: ignore[union-attr]
+    finally:
+        layers.remove()
+
 def test_a_forward_carrying_another_request_runs_whole(engine: TextEngine) -> None:
     s, layers = Scheduler(engine, max_batch=4), Layers(engine)
     try:
