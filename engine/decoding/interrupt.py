@@ -7,9 +7,11 @@ tiny-code step waited ~6 ms on average, a 4-row rescue forward 70 ms). `Interrup
 a cancel at once (`Scheduler.cancel` and `drop_owner` call it from any thread, before they
 queue the command); the scheduler names the requests a forward carries, and a forward pre-hook
 on each layer of the model (`watching`: any model with `layers`, the native one and the
-adapters) raises `Interrupted` when all of them are cancelled. A forward whose update stores
-a prompt in the prompt cache (a request's first) runs whole, cancelled or not: the next
-request of the document, the user's next keystroke, reuses that prompt. The loop then applies the
+adapters) raises `Interrupted` when all of them are cancelled. A prefill whose update stores
+a prompt in the prompt cache (a request's first forward, longer than the scheduler's
+`prefill_split`) runs whole, cancelled or not: the next request of the document, the user's
+next keystroke, reuses that prompt (else, with every request superseded in its prefill, none
+would); a first forward that feeds a few tokens past a cached prompt is stopped like any. The loop then applies the
 cancels from its inbox as before and admits what waits; a forward that ran whole while its
 requests' cancels waited skips their updates (the prompt is stored all the same).
 

@@ -323,8 +323,9 @@ class Scheduler(Rows):
         try:
             attrs = [j.attrs for j, _ in group if j.attrs is not None]
             chunk = self.engine.model.config.block_size if self.pack and len(group) > 1 else 0
-            # a forward that stores a prompt runs whole: the next request of its document reuses it
-            carried = [] if any(self._stores_prompt(j) for j, _ in group) else [request_key(j) for j, _ in group]
+            # a prefill whose prompt the cache stores runs whole: the document's next request reuses it
+            prefill = any(len(f.ids) > self.prefill_split and self._stores_prompt(j) for j, f in group)
+            carried = [] if prefill else [request_key(j) for j, _ in group]
             with self.interrupter.watching(self.engine.model, carried):
                 logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
             injected_delay(self.delay_file)

@@ -102,6 +102,27 @@ def test_a_first_forward_runs_whole_and_stores_its_prompt(engine: TextEngine) ->
     finally:
         layers.remove()
 
+
+def test_a_first_forward_past_a_cached_prompt_is_stopped(engine: TextEngine) -> None:
+    """A rescue's or the next keystroke's first forward feeds a few tokens past its cached
+    prompt: it is stopped like any other."""
+    engine.prompt_cache.clear()
+    s, layers = Scheduler(engine, max_batch=4), Layers(engine)
+    try:
+        _, emit = events()
+        s.submit(req("a"), "o", emit)
+        s.step()
+        s.cancel("a", "o")
+        s.step()
+        evs, emit_b = events()
+        s.submit(req("b", PREFIX + "total"), "o", emit_b)
+        layers.reset()
+        layers.when = lambda: s.cancel("b", "o")
+        s.step()
+        assert layers.ran[-1] == 0 and s.counters["interrupted"] == 1 and not evs
+    finally:
+        layers.remove()
+
 def test_a_forward_carrying_another_request_runs_whole(engine: TextEngine) -> None:
     s, layers = Scheduler(engine, max_batch=4), Layers(engine)
     try:
