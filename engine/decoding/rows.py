@@ -32,7 +32,7 @@ class Rows:
         self.counters: dict[str, float] = {
             "submitted": 0, "completed": 0, "cancelled": 0, "deadline": 0,
             "errors": 0, "busy": 0, "preempted": 0, "steps": 0, "forwards": 0, "batched_rows": 0,
-            "max_batch_seen": 0, "forward_ms": 0.0}
+            "max_batch_seen": 0, "forward_ms": 0.0, "interrupted": 0}
 
     # -- alternatives --------------------------------------------------------------------------
     def _spawn_forks(self, job: Job) -> None:
@@ -86,6 +86,16 @@ class Rows:
         job.seq.reason = "cancelled"
         self._release(job)
 
+    def _stores_prompt(self, job: Job) -> bool:
+        """Whether this forward of `job` is the one whose update stores its prompt's KV."""
+        return bool(self.engine.exact_cache) and job.seq is not None and job.seq.forwards == 0 and \
+            job.op != "remask" and job.parent is None
+
+    def _store_prompt(self, job: Job) -> None:
+        """The prompt's KV in the prompt cache (an approximate cache's KV is useless later)."""
+        if self.engine.exact_cache and job.seq is not None:
+            self.engine.prompt_cache.store(self.engine.model, job.row, job.doc, job.seq.prompt, owner=job.owner)
+
     # -- endings -------------------------------------------------------------------------------
     def _release(self, job: Job) -> None:
         self.running.pop(job.key, None)
@@ -133,3 +143,8 @@ class Rows:
             job.emit(ev, why)
         except Exception:  # noqa: BLE001 - a broken listener must not stop the model thread
             log.exception("emitting to %s failed", job.owner)
+
+
+def request_key(job: Job) -> Key:
+    """The request a row decodes for: its own key, an alternative's parent's (cancels name it)."""
+    return job.parent.key if job.parent is not None else job.key

@@ -49,10 +49,11 @@ from engine.decoding.alternatives import forks_budget
 from engine.decoding.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decoding.decode import Feed, Staged
 from engine.decoding.host import Host
+from engine.decoding.interrupt import Interrupted, Interrupter
 from engine.decoding.jobs import Command, Emit, Job, Key
 from engine.decoding.policies import POLICIES, PRESETS, Policy
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
-from engine.decoding.rows import FINISHED_KEPT, Rows
+from engine.decoding.rows import FINISHED_KEPT, Rows, request_key
 from engine.decoding.stream import TextStream
 from engine.model.threads import ThreadGovernor
 from kernels import Confidence
@@ -108,6 +109,9 @@ class Scheduler(Rows):
         self.inbox: queue.Queue[Command] = queue.Queue()
         self.delay_file = os.environ.get(STEP_DELAY_ENV) or None  # the test seam (module docstring)
         self.threads = threads  # re-checks torch's CPU threads between steps (engine.model.threads)
+        # a forward whose every request was cancelled meanwhile stops between layers
+        self.interrupter = Interrupter()
+        self._cut_short = False  # this step's forward stopped early (not a step the governor measures)
         self.started = time.time()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -129,10 +133,14 @@ class Scheduler(Rows):
         self.submit(stub, owner, emit, deadline_ms, op="remask", spans=spans)
 
     def cancel(self, request_id: str, owner: Hashable) -> None:
+        """The request stops before its next forward, or between two layers of the one running
+        when nothing else rides on it (`engine.decoding.interrupt`)."""
+        self.interrupter.cancel((owner, request_id))
         self.inbox.put(Command("cancel", key=(owner, request_id)))
 
     def drop_owner(self, owner: Hashable) -> None:
-        """A connection went away: its running requests stop before the next forward."""
+        """A connection went away: its running requests stop before the next forward (or in it)."""
+        self.interrupter.drop(owner)
         self.inbox.put(Command("drop", owner=owner))
 
     def snapshot(self) -> dict[str, Any]:
@@ -190,10 +198,12 @@ class Scheduler(Rows):
             return 0
         if waits and self.threads is not None:
             self.threads.idle()  # the wait for work is no part of the steps' CPU share
+        t0 = self.threads.clock() if self.threads is not None else 0.0
+        self._cut_short = False
         results = self._execute(jobs)
         self._update(jobs, results)
-        if self.threads is not None:
-            self.threads.step()
+        if self.threads is not None:  # a forward stopped between layers measures nothing
+            self.threads.skip(t0) if self._cut_short else self.threads.step()
         return len(results)
 
     def _drain(self, block: bool) -> None:
@@ -210,7 +220,9 @@ class Scheduler(Rows):
             job = self.running.get(cmd.key)
             if job is not None:
                 self._finish(job, "cancelled")
+            self.interrupter.applied(cmd.key)
         elif cmd.op == "drop":
+            self.interrupter.dropped(cmd.owner)
             for job in [j for j in self.running.values() if j.owner == cmd.owner]:
                 self._finish(job, "cancelled")
             for key in [k for k in self.finished if k[0] == cmd.owner]:
@@ -311,8 +323,16 @@ class Scheduler(Rows):
         try:
             attrs = [j.attrs for j, _ in group if j.attrs is not None]
             chunk = self.engine.model.config.block_size if self.pack and len(group) > 1 else 0
-            logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
+            # a prefill whose prompt the cache stores runs whole: the document's next request reuses it
+            prefill = any(len(f.ids) > self.prefill_split and self._stores_prompt(j) for j, f in group)
+            carried = [] if prefill else [request_key(j) for j, _ in group]
+            with self.interrupter.watching(self.engine.model, carried):
+                logits = execute(self.engine.model, seqs, [f for _, f in group], attrs, chunk=chunk)
             injected_delay(self.delay_file)
+        except Interrupted:  # every request it carried was cancelled: their cancels follow
+            self.counters["interrupted"] += 1
+            self._cut_short = True
+            return {}
         except Exception as e:  # noqa: BLE001 - find the request that breaks the batch
             if len(group) == 1:
                 self._fail(group[0][0], e)
@@ -337,6 +357,10 @@ class Scheduler(Rows):
             logits = results.get(job.key)
             if logits is None or self.running.get(job.key) is not job:
                 continue
+            if self.interrupter.cancelled(request_key(job)):  # its cancel waits in the inbox:
+                if self._stores_prompt(job):  # its prompt is kept, its update would be thrown away
+                    self._store_prompt(job)
+                continue
             assert job.seq is not None
             first = job.seq.forwards == 0 and job.op != "remask" and job.parent is None
             try:
@@ -358,9 +382,8 @@ class Scheduler(Rows):
         assert seq is not None and stream is not None
         try:
             tev = seq.commit(st, conf)
-            if first and self.engine.exact_cache:  # an approximate cache's KV is useless later
-                self.engine.prompt_cache.store(self.engine.model, job.row, job.doc, seq.prompt,
-                                               owner=job.owner)
+            if first:
+                self._store_prompt(job)
             if not job.spawned and job.op == "complete" and (tev.complete or seq.done()):
                 job.spawned = True  # after the first complete draft: the forks do not slow it
                 self._spawn_forks(job)

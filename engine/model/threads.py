@@ -159,6 +159,11 @@ class ThreadGovernor:
         """The loop waited for work: the next interval starts afresh."""
         self._mark()
 
+    def skip(self, since: float) -> None:
+        """A step that began at `since` (this governor's clock) was cut short (a forward stopped
+        between layers, engine.decoding.interrupt): its time is no part of the interval."""
+        self._t0 += max(0.0, self.clock() - since)
+
     def _mark(self) -> None:
         self._steps, self._t0 = 0, self.clock()
 

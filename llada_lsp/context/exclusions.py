@@ -98,6 +98,9 @@ def global_excludes_file(env: Mapping[str, str], gitdir: Path | None = None) -> 
 
 _SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
 MAX_INCLUDE_DEPTH = 10  # git's own limit on nested includes
+# paths whose `secret` decision is kept until the rules or the folders change: every completion
+# asks it of its document twice, and the ~90 patterns over each folder of a path took ~2-5 ms
+SECRET_MEMO = 4096
 
 
 @dataclass(frozen=True)
@@ -233,15 +236,18 @@ class Exclusions:
         self.roots: list[Path] = []
         self.real_roots: list[Path] = []
         self.repos: dict[Path, GitIgnore] = {}  # workspace folder -> its repository's rules
+        self._secret: dict[str, bool] = {}  # path -> `secret(path)` under the rules and folders now
         self.set_user_globs(user_globs)
 
     def set_user_globs(self, globs: Iterable[str]) -> None:
         """The defaults plus the user's patterns (gitignore syntax; a `!` cannot re-include)."""
         lines = [*DEFAULT_EXCLUDES, *(g for g in globs if not g.lstrip().startswith("!"))]
         self.secret_rules = tuple(r for g in lines if (r := compile_rule(g.strip())) is not None)
+        self._secret = {}
 
     def set_roots(self, roots: list[Path], real_roots: list[Path]) -> None:
         self.roots, self.real_roots = list(roots), list(real_roots)
+        self._secret = {}
         self.repos = {}
         for root in self.roots:
             top = find_top(root)
@@ -260,7 +266,17 @@ class Exclusions:
 
     def secret(self, path: str) -> bool:
         """Whether `path` (a file) matches the default exclusions or the user's patterns, or
-        lies in a folder that does; matched relative to its workspace folder, else whole."""
+        lies in a folder that does; matched relative to its workspace folder, else whole. A
+        path's answer is kept until `set_user_globs` or `set_roots` (the rules read no file)."""
+        known = self._secret.get(path)
+        if known is not None:
+            return known
+        if len(self._secret) >= SECRET_MEMO:
+            self._secret.clear()
+        out = self._secret[path] = self._match_secret(path)
+        return out
+
+    def _match_secret(self, path: str) -> bool:
         root = self._root_of(path)
         rel = self._rel(path, root) if root is not None else path.lstrip("/")
         parts = [p for p in rel.split("/") if p and p != "."]

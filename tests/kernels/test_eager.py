@@ -68,11 +68,31 @@ def test_single_column_and_bad_arguments() -> None:
 def test_chunks_leave_the_logits_unchanged_and_match_on_every_row(dtype: torch.dtype) -> None:
     """The one-pass path works a few rows at a time and shifts copies in place: rows in every
     chunk (and a last partial one) match the reference, and the caller's logits are untouched."""
-    from kernels.eager import ROWS_PER_CHUNK
+    from kernels.eager import rows_per_chunk
 
-    n = 3 * ROWS_PER_CHUNK + 1
-    logits = (torch.randn(n, 2048, generator=torch.Generator().manual_seed(11)) * 3).to(dtype)
-    logits[ROWS_PER_CHUNK + 1] = NEG_INF  # a dead row inside a middle chunk
+    v = 65_536
+    rows = rows_per_chunk(v)
+    n = 3 * rows + 1
+    logits = (torch.randn(n, v, generator=torch.Generator().manual_seed(11)) * 3).to(dtype)
+    logits[rows + 1] = NEG_INF  # a dead row inside a middle chunk
     before = logits.clone()
-    check(logits, current_ids(n, 2048, 5), None)
+    check(logits, current_ids(n, v, 5), None)
     assert torch.equal(logits, before)
+
+
+def test_a_small_vocabulary_block_is_one_chunk_and_the_chunking_changes_no_bit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """tiny-code's 16-row block over 4,096 ids goes in one chunk (four calls of a dozen small
+    ops cost more than the arithmetic); cut into 4-row chunks, as a 126,464 vocabulary is, every
+    output is bit for bit the same."""
+    import kernels.eager as eager
+
+    assert eager.rows_per_chunk(4096) >= 16 and eager.rows_per_chunk(126_464) == 4
+    logits = torch.randn(16, 4096, generator=torch.Generator().manual_seed(3)) * 4
+    cur = current_ids(16, 4096, 7)
+    whole = eager_confidence_tensors(logits, cur, want_margin=True)
+    monkeypatch.setattr(eager, "CHUNK_VALUES", 4 * 4096)
+    assert eager.rows_per_chunk(4096) == 4
+    fours = eager_confidence_tensors(logits, cur, want_margin=True)
+    for a, b in zip(whole, fours, strict=True):
+        assert a is not None and b is not None and torch.equal(a, b)

@@ -118,6 +118,20 @@ def test_idle_time_is_no_part_of_a_step(monkeypatch: pytest.MonkeyPatch) -> None
     assert g.est[2] == pytest.approx(10.0)
 
 
+
+def test_a_step_cut_short_is_no_part_of_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    m = Machine(2, {1: 20.0, 2: 10.0})
+    g = m.governor()
+    g.start()
+    m.run(g, 2)
+    t = m.now
+    m.now += 0.003  # a forward stopped between layers (engine.decoding.interrupt)
+    g.skip(t)
+    m.run(g, 2)
+    assert g.est[2] == pytest.approx(10.0) and g.checks == 1
+
+
 def test_cgroup_quotas_v2_and_v1(tmp_path: Path) -> None:
     (tmp_path / "cpu.max").write_text("150000 100000\n")
     assert cgroup_cpus(tmp_path) == 1.5

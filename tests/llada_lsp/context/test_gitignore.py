@@ -129,6 +129,32 @@ def test_the_defaults_cannot_be_shrunk_and_the_user_adds() -> None:
         assert not ex.secret(code), code
 
 
+
+def test_a_paths_secret_decision_is_kept_until_the_rules_or_folders_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every completion asks whether its document is secret (twice): the patterns are matched
+    once a path, again after `set_user_globs` or `set_roots`, and the answer follows the rules."""
+    import llada_lsp.context.exclusions as exclusions
+
+    calls = []
+    real_match = exclusions.match
+
+    def counting(*a: object, **k: object) -> object:
+        calls.append(1)
+        return real_match(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(exclusions, "match", counting)
+    ex = Exclusions(env={})
+    path = str(tmp_path / "private" / "notes.py")
+    assert ex.secret(path) is False and calls
+    n = len(calls)
+    assert ex.secret(path) is False and len(calls) == n  # kept: no pattern matched again
+    ex.set_user_globs(["private/"])
+    assert ex.secret(path) is True and len(calls) > n  # new rules: decided again
+    n = len(calls)
+    ex.set_roots([tmp_path / "private"], [tmp_path / "private"])  # now relative to that folder
+    assert ex.secret(path) is False and len(calls) > n
+
 def test_hostile_patterns_stay_fast() -> None:
     """A `.gitignore` is the repository's: a pattern built to backtrack (`*a*a*a...b`) on a
     long name is answered in linear passes (the greedy walk), not polynomial time."""
