@@ -75,7 +75,8 @@ def drive(tmp_path: Path, file: str, renderer: str, partial: str | None, cycle: 
         # at once (the extmark renderer's own; the built-in's waits 200 ms)
         "setup": {"cmd": server_command(), "renderer": renderer,
                   "cmd_env": {"OMP_NUM_THREADS": "1"}, **({"debounce_ms": 0} if menu else {})},
-        "file": str(work), "ready_timeout": 120, "ghost_timeout": 120, "final_timeout": 120,
+        # ghost_timeout ends a try at one spot (the driver moves to the next): not a guard to raise
+        "file": str(work), "ready_timeout": 120, "ghost_timeout": 20, "final_timeout": 120,
         "candidates": (CYCLE_CANDIDATES if cycle else CANDIDATES)[file], "partial": partial,
         # without a partial accept, a client-side refinement checks the in-place update;
         # with one, the server's type-through must serve the rest (it knows no injected text)
