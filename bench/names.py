@@ -2,6 +2,7 @@
 scope (issue 43), against the same requests without the constraint.
 
     python bench/names.py [--quick] [--per-kind N] [--model DIR] [--preset speedy] [--scope-only]
+                          [--latency-tasks N] [--latency-repeats N] [--scope-repeats N]
 
 Tasks (deterministic from --seed), from held-out files (engine/train/heldout.txt) that parse:
 the cursor sits inside an identifier (1..len-1 of its characters typed, the rest of the line
@@ -316,8 +317,9 @@ def main() -> None:
     ap.add_argument("--scope-only", action="store_true", help="time the scope analysis alone")
     ap.add_argument("--latency-tasks", type=int, default=20, help="use tasks given names, timed off/on alternately")
     ap.add_argument("--latency-repeats", type=int, default=5)
+    ap.add_argument("--scope-repeats", type=int, default=200, help="keystrokes timed a mode of the scope analysis")
     args = ap.parse_args()
-    cost = scope_cost()
+    cost = scope_cost(args.scope_repeats)
     print(f"scope analysis on a {int(cost['lines'])}-line file: typing p50 {cost['typing_p50_ms']:.3f} ms "
           f"(p90 {cost['typing_p90_ms']:.3f}), a new place each time p50 {cost['cold_p50_ms']:.3f} ms "
           f"(p90 {cost['cold_p90_ms']:.3f})")

@@ -49,8 +49,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.peer_ckpt import SHAPE, SMOKE, ensure_checkpoint, ensure_gguf  # noqa: E402
-
 CACHE = Path.home() / ".cache" / "llada-lsp"
 DEFAULT_CLI = CACHE / "llama.cpp" / "build" / "bin" / "llama-diffusion-cli"
 LINE = "def area(r):\n    return 3.14159 * r * r\n\n\nclass Shape:\n    pass\n\n\n"  # no "qz": one token a byte
@@ -111,12 +109,11 @@ def worker(a: argparse.Namespace) -> int:
     at each new length)."""
     import torch
 
-    from engine.api import CompletionRequest, Plan
     from engine.service import TextEngine
 
     dtype = None if a.engine_dtype == "auto" else getattr(torch, a.engine_dtype)
     engine = TextEngine(a.ckpt, threads=a.worker, max_len=1024, prompt_format="plain", dtype=dtype)
-    list(engine.complete(CompletionRequest("warm", "warm", "x = ", "", Plan(max_tokens=a.block))))
+    run_engine(engine, "x = ", a)  # the warm-up on the measured schedule (a default plan runs many more steps)
     prompts: dict[int, str] = {}
     for line in sys.stdin:
         p = int(line)
@@ -221,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     threads = [int(x) for x in a.threads.split(",")]
     if any(p % a.block for p in prompts):
         raise SystemExit("each prompt length must be a multiple of --block (llama.cpp's blocks start at 0)")
+    # torch: imported once the arguments hold
+    from bench.peer_ckpt import SHAPE, SMOKE, ensure_checkpoint
+
     tmp = None
     if a.smoke:
         tmp = Path(tempfile.mkdtemp(prefix="peer-smoke-"))
@@ -245,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(a: argparse.Namespace, ckpt: Path, cli: Path, prompts: list[int], threads: list[int]) -> list[dict]:
+    from bench.peer_ckpt import ensure_gguf
+
     gguf = None if a.smoke else ensure_gguf(ckpt, cli.parent.parent.parent / "src", a.dir / "llada-peer-bf16.gguf")
     l_prompt = {p: llama_prompt(cli.parent / "llama-tokenize", gguf, p) for p in prompts} if gguf else {}
     workers = {t: EngineWorker(ckpt, t, a) for t in threads}

@@ -11,7 +11,8 @@ Then the same checkpoint at float32 must be refused by the memory pre-flight.
 
     python bench/real_load.py --quick          # a scaled-down shape (d_model 1024, 4 layers)
     python bench/real_load.py --full           # LLaDA-8B's shape: needs ~19 GB free RAM, 17 GB disk
-    python bench/real_load.py --smoke          # d_model 64, 2 layers: that the bench runs (tests/bench)
+    python bench/real_load.py --smoke          # d_model 64, 2 layers: that the bench runs (tests/bench);
+                                               # its output head drawn SMOKE_HEAD_SCALE x sharper
     python bench/real_load.py --family llada-moe [--quick|--full|--smoke]   # LLaDA-MoE-7B-A1B's shape
 
 The checkpoint is written under --dir (default: the system temp dir) and deleted after.
@@ -55,12 +56,18 @@ FAMILIES: dict[str, tuple[Any, ...]] = {  # name: (family, published config, qui
                   156892, 156891),
 }
 SHARD_BYTES = 1 << 30
+# --smoke: the output head's random weights this much larger, so that the random model is
+# confident and commits several tokens a forward (8 forwards for 8 tokens instead of a block's 33;
+# tests/engine/conftest.py sharpens its tiny model the same way); the other shapes keep 1
+SMOKE_HEAD_SCALE = 30.0
+HEADS = ("model.transformer.ff_out.weight", "lm_head.weight")  # the output projections of the families
 PREFIX = "import math\n\n\ndef area(r):\n    return math.pi * r * r\n\n\ndef perimeter(r):\n    ret"
 
 
-def write_checkpoint(out: Path, cfg: dict, name: str = "llada-8b") -> int:
+def write_checkpoint(out: Path, cfg: dict, name: str = "llada-8b", head_scale: float = 1.0) -> int:
     """The checkpoint of FAMILIES[name] in bf16 shards of about SHARD_BYTES, each tensor drawn and
-    written in turn (the writer holds one shard at a time); returns the weights' bytes."""
+    written in turn (the writer holds one shard at a time), the output head's scaled by
+    `head_scale`; returns the weights' bytes."""
     import torch
     from safetensors.torch import save_file
 
@@ -96,7 +103,8 @@ def write_checkpoint(out: Path, cfg: dict, name: str = "llada-8b") -> int:
             if n.endswith("norm.weight"):
                 t = torch.ones(s, dtype=torch.bfloat16)
             else:
-                t = torch.randn(s, generator=g, dtype=torch.bfloat16).mul_(1.0 / s[-1] ** 0.5)
+                scale = head_scale if n in HEADS else 1.0
+                t = torch.randn(s, generator=g, dtype=torch.bfloat16).mul_(scale / s[-1] ** 0.5)
             part[n] = t
             total += t.numel() * 2
         fname = f"model-{k + 1:05d}-of-{len(groups):05d}.safetensors"
@@ -230,7 +238,7 @@ def main() -> None:
             cfg = json.loads((path / "config.json").read_text())
             args.full = all(cfg.get(k) == published[k] for k in scaled if k in published)
         else:
-            weights = write_checkpoint(path, cfg, args.family)
+            weights = write_checkpoint(path, cfg, args.family, SMOKE_HEAD_SCALE if args.smoke else 1.0)
             print(f"wrote {weights / 2**30:.2f} GiB of bf16 weights in {time.perf_counter() - t0:.0f} s to {path}",
                   flush=True)
         inproc = None

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.watchdog import WATCHDOG_S
 from tests.llada_lsp.lsp_helpers import needs_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(*args: str) -> dict:
     out = subprocess.run([sys.executable, "bench/guard.py", *args], cwd=ROOT, capture_output=True,
-                         text=True, timeout=900, check=True).stdout
+                         text=True, timeout=WATCHDOG_S, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -8,15 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.bench.watchdog import WATCHDOG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(300)
 def test_index_memory_bench_quick() -> None:
     out = subprocess.run([sys.executable, "bench/index_memory.py", "--quick"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=280, check=True).stdout
+                         capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "index_memory" and {"rss_per_byte", "rss_per_cost", "rss_per_byte_tiny"} <= set(res)
     assert [r["shape"] for r in res["rows"]] == ["code", "tiny"]

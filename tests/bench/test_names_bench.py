@@ -29,7 +29,9 @@ def test_tasks_put_the_cursor_inside_the_name() -> None:
 
 
 def test_bench_runs_with_both_arms() -> None:
-    r = subprocess.run([sys.executable, "bench/names.py", "--per-kind", "2"], cwd=ROOT, capture_output=True,
+    # the smallest size: 2 tasks a kind, 1 latency task timed once, 3 keystrokes a scope mode
+    r = subprocess.run([sys.executable, "bench/names.py", "--per-kind", "2", "--latency-tasks", "1",
+                        "--latency-repeats", "1", "--scope-repeats", "3"], cwd=ROOT, capture_output=True,
                        text=True, timeout=WATCHDOG_S)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -41,4 +43,4 @@ def test_bench_runs_with_both_arms() -> None:
             lo, hi = row[arm]["ci"]
             assert lo <= row[arm]["em"] <= hi
     assert out["kinds"]["ordinary"]["sent"] == 0.0  # the cursor after indentation: no names
-    assert out["latency"]["tasks"] >= 1 and out["latency"]["p50_on_ms"] > 0
+    assert out["latency"]["tasks"] == 1 and out["latency"]["repeats"] == 1 and out["latency"]["p50_on_ms"] > 0

@@ -12,6 +12,7 @@ from bench.next_edit_score import OFF, Tally, at_threshold, gate, row, score
 from bench.next_edit_systems import Answer, textual
 from bench.next_edit_tasks import Task, Truth
 from llada_lsp.nextedit.edit_window import Suggested
+from tests.bench.watchdog import WATCHDOG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_quick_run_reports_every_kind_and_gate() -> None:
     out = subprocess.run([sys.executable, "bench/next_edit.py", "--quick", "--threads", "1", "--models", "tiny-code",
                           "--analysis-lines", "400"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True).stdout
+                         cwd=ROOT, capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "next_edit" and res["tasks"]["rename"] == 3 and res["tasks"]["noise"] == 3
     systems = {r["system"] for r in res["rows"]}

@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.watchdog import WATCHDOG_S
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_smallest_scale_reports_every_case() -> None:
     out = subprocess.run([sys.executable, "bench/next_edit_load.py", "--scale", "0.001"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600, check=True).stdout
+                         capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "next_edit_load" and res["idle_status_p99_ms"] > 0
     rows = {r["case"]: r for r in res["rows"]}

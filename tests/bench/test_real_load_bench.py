@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.watchdog import WATCHDOG_S
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -35,7 +37,7 @@ def test_no_bench_imports_from_tests_outside_fakes() -> None:
 @pytest.mark.parametrize("family", ["llada-8b", "llada-moe"])
 def test_real_load_bench_smoke(family: str) -> None:
     out = subprocess.run([sys.executable, "bench/real_load.py", "--smoke", "--family", family, "--threads", "1",
-                          "--max-tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          "--max-tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=WATCHDOG_S)
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["bench"] == "real_load" and res["float32_refused"] is True

@@ -11,13 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.watchdog import WATCHDOG_S
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quick_bench_prints_its_json_line() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "bench/lsp_latency.py", "--engine", "sglang", "fake", "--quick"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=True).stdout
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "lsp_latency_sglang" and res["server"] == "fake" and res["block_delay_ms"] == 20.0
     assert res["requests"] == 30 and res["aborts"] == 15
@@ -31,7 +33,7 @@ def test_quick_bench_prints_its_json_line() -> None:
 def test_sse_bench_refuses_the_endless_line_and_reads_every_event() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "bench/sse_parse.py", "--mb", "12"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=240, check=True).stdout
+                         capture_output=True, text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     line, events = res["rows"][0], res["rows"][1]
     assert line["arm"] == "one line" and "longer than" in line["refused"] and line["written_mb"] < 12

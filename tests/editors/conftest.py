@@ -53,7 +53,7 @@ def server_env() -> dict[str, str]:
     return env
 
 
-def run_driver(nvim: str, driver: Path, spec: dict[str, Any], tmp_path: Path, timeout: float = 240
+def run_driver(nvim: str, driver: Path, spec: dict[str, Any], tmp_path: Path, timeout: float = 600
                ) -> dict[str, Any]:
     """Run a driver Neovim (`nvim -l DRIVER SPEC.json OUT.json`, a script of tests/editors that
     drives a Neovim under test) with the server's environment; what it wrote, with `seconds`.

@@ -42,7 +42,7 @@ def drive(tmp_path: Path, lines: list[str], line: int, keys: str, accept_key: st
         "setup": {"cmd": server_command(), "cmd_env": {"OMP_NUM_THREADS": "1"},
                   "server": {"mode": "speedy", "nextEdit": {"enabled": True, "threshold": 1e-6}},
                   "next_edit": {"debounce_ms": 50}},
-        "file": str(work), "ready_timeout": 120, "answer_timeout": 60,
+        "file": str(work), "ready_timeout": 120, "answer_timeout": 120,
         "line": line, "keys": keys, "accept_key": accept_key, "switch": switch,
     }
     return run_driver(NVIM, HERE / "nvim_next_edit_driver.lua", spec, tmp_path)

@@ -39,6 +39,7 @@ def main() -> None:
 """
 # (1-based line, the column the cursor goes to: before this text, what is typed there)
 MID_LINE = [(7, "argv[1])", "sys."), (9, "total))", "t"), (8, "inv)", "i"), (9, "inv, total", "")]
+GUARD_S = 120  # a wait for what must come: a hang guard, generous for a machine shared 2x or more
 STATUS = "set laststatus=2 statusline=%t\\ %=\\ %{v:lua.require'llada'.statusline()}"
 
 
@@ -98,7 +99,7 @@ def mid_line_spot(s: Screen, line: int, before: str, typed: str, renderer: str) 
     handled = s.lua("return _G.llada_test.handled")
     type_at(s, line, col, typed)
     typed_line = lines[line - 1][:col] + typed + lines[line - 1][col:]
-    s.wait_until("the typed text", lambda: s.row_text(line - 1) == typed_line or None, 10)
+    s.wait_until("the typed text", lambda: s.row_text(line - 1) == typed_line or None, GUARD_S)
 
     def outcome() -> str | None:
         if current(s) and s.row_text(line - 1) != typed_line:
@@ -107,9 +108,9 @@ def mid_line_spot(s: Screen, line: int, before: str, typed: str, renderer: str) 
         done = c["handled"] > handled and c["sent"] == c["done"] and c["answers"][-1]["n"] == 0
         return "nothing" if done else None
 
-    if s.wait_until("a suggestion or an empty answer", outcome, 30) == "nothing":
+    if s.wait_until("a suggestion or an empty answer", outcome, GUARD_S) == "nothing":
         s.input("<Esc>u")
-        s.wait_until("the undo", lambda: s.row_text(line - 1) == lines[line - 1], 10)
+        s.wait_until("the undo", lambda: s.row_text(line - 1) == lines[line - 1], GUARD_S)
         return False
     shown = visible(s, line - 1)
     drawn = "".join(t for t, _ in s.row_cells(line - 1)).rstrip()
@@ -120,9 +121,9 @@ def mid_line_spot(s: Screen, line: int, before: str, typed: str, renderer: str) 
     assert drawn.startswith(typed_line[: col + len(typed)])
     s.input("<Tab>")
     got = s.wait_until("the accept", lambda: (
-        (b := s.request("nvim_buf_get_lines", 0, line - 1, line, False)[0]) != typed_line and b), 10)
+        (b := s.request("nvim_buf_get_lines", 0, line - 1, line, False)[0]) != typed_line and b), GUARD_S)
     assert got == shown, (got, shown)
-    s.wait_until("the row redrawn as the buffer", lambda: s.row_text(line - 1) == got, 10)
+    s.wait_until("the row redrawn as the buffer", lambda: s.row_text(line - 1) == got, GUARD_S)
     print(f"{renderer}: {typed_line.strip()!r} -> {got.strip()!r}", file=sys.stderr)
     return True
 
@@ -170,7 +171,7 @@ def cycle_spot(s: Screen, line: int) -> bool:
     below = [visible(s, r) for r in range(row + 1, row + 4)]
     s.input("<Tab>")
     got = s.wait_until("the accept", lambda: (
-        (b := s.request("nvim_buf_get_lines", 0, line, line + 4, False))[0].strip() and b), 10)
+        (b := s.request("nvim_buf_get_lines", 0, line, line + 4, False))[0].strip() and b), GUARD_S)
     assert got[0] == shown
     n_new = len(got) - 1
     assert all(g == b or not b.strip() for g, b in zip(got[1:], below[:n_new], strict=False))
@@ -205,7 +206,7 @@ def answer_status(s: Screen, line: int) -> str | None:
         return None
     want = s.lua("return require('llada').statusline()")
     assert re.match(r"llada \d+ms", want), want
-    s.wait_until(f"the status row to show {want!r}", lambda: want in status_row(s), 10)
+    s.wait_until(f"the status row to show {want!r}", lambda: want in status_row(s), GUARD_S)
     s.input("<Esc>u")
     return str(want)
 
@@ -229,12 +230,12 @@ def test_statusline_shows_a_failed_start(tmp_path: Path, screens: list[Screen]) 
     a server that exits at once: its exit code."""
     s = start(tmp_path, {"server_path": str(tmp_path / "no-such-llada-lsp")})
     screens.append(s)
-    row = s.wait_until("the failure", lambda: "✗" in status_row(s) and status_row(s), 20)
+    row = s.wait_until("the failure", lambda: "✗" in status_row(s) and status_row(s), GUARD_S)
     assert "llada ✗ cannot run " in row, row
     assert row.endswith(":LladaRestart"), row
     s2 = start(tmp_path, {"cmd": [sys.executable, "-c", "import sys; sys.exit(3)"]}, name="b.py")
     screens.append(s2)
-    row2 = s2.wait_until("the exit", lambda: "✗" in status_row(s2) and status_row(s2), 30)
+    row2 = s2.wait_until("the exit", lambda: "✗" in status_row(s2) and status_row(s2), GUARD_S)
     assert "the server exited (code 3)" in row2 and row2.endswith(":LladaRestart"), row2
 
 
@@ -267,7 +268,7 @@ def test_next_edit_overlay_is_drawn(tmp_path: Path, screens: list[Screen]) -> No
     old_hl = s.lua("return vim.api.nvim_get_hl(0, { name = 'LladaNextEditOld', link = false })")
     s.wait_until("the old text in LladaNextEditOld's colours", lambda: any(
         a.get("background") == old_hl.get("bg") for r in range(s.height - 2)
-        for _, a in s.row_cells(r)), 10)
+        for _, a in s.row_cells(r)), GUARD_S)
     s.wait_until("the new name drawn beside the uses", lambda: sum(
         "breadth" in s.row_text(r) for r in range(s.height - 2)) >= 3, 10)
     s.input("<M-Y>")
@@ -285,7 +286,7 @@ def test_restart_after_a_failed_start(tmp_path: Path, screens: list[Screen]) -> 
     s = start(tmp_path, {"server_path": str(tmp_path / "no-such-llada-lsp"), "cmd_env": {"OMP_NUM_THREADS": "1"},
                          "next_edit": {"enabled": False}})
     screens.append(s)
-    s.wait_until("the failure", lambda: "✗" in status_row(s), 20)
+    s.wait_until("the failure", lambda: "✗" in status_row(s), GUARD_S)
     s.lua("require('llada.config').options.server_path = ...", server_command()[0])
     s.command("LladaRestart")
     wait_ready(s)
@@ -329,7 +330,7 @@ def add_parameter(s: Screen, path: Path, line: int, name: str, rows: list[int], 
     s.request("nvim_win_set_cursor", 0, [line + 1, CALLS[line].index(")")])
     s.input(f"i, {name}<Esc>")
     want = CALLS[line].replace("):", f", {name}):")
-    s.wait_until("the def edited", lambda: s.row_text(line) == want, 10)
+    s.wait_until("the def edited", lambda: s.row_text(line) == want, GUARD_S)
     if scripted:
         scripted_answer(s, rows, name)
     else:
@@ -351,7 +352,7 @@ def add_parameter(s: Screen, path: Path, line: int, name: str, rows: list[int], 
                 return False
         return True
 
-    s.wait_until(f"`, {name}` drawn at rows {rows}, the name as a placeholder", drawn, 10)
+    s.wait_until(f"`, {name}` drawn at rows {rows}, the name as a placeholder", drawn, GUARD_S)
 
 
 def placeholder_session(tmp_path: Path, s: Screen, scripted: bool) -> None:
@@ -364,9 +365,9 @@ def placeholder_session(tmp_path: Path, s: Screen, scripted: bool) -> None:
     (def1, rows1), (def2, rows2) = CONNECT, RETRY
     add_parameter(s, first, def1, "timeout", rows1, scripted)
     s.input("<M-n>")
-    s.wait_until("the jump to the first call", lambda: s.request("nvim_win_get_cursor", 0)[0] == rows1[0] + 1, 10)
+    s.wait_until("the jump to the first call", lambda: s.request("nvim_win_get_cursor", 0)[0] == rows1[0] + 1, GUARD_S)
     s.input("<M-y>")
-    s.wait_until("Select mode over the placeholder", lambda: s.request("nvim_get_mode")["mode"] == "s", 10)
+    s.wait_until("Select mode over the placeholder", lambda: s.request("nvim_get_mode")["mode"] == "s", GUARD_S)
     assert s.request("nvim_buf_get_lines", 0, rows1[0], rows1[0] + 1, False) == [with_argument(rows1[0], "timeout")]
     visual = s.lua("return vim.api.nvim_get_hl(0, { name = 'Visual', link = false })")
     at = len(CALLS[rows1[0]]) + 1  # `timeout`'s first column; the cursor is on it (the cell under
@@ -375,7 +376,7 @@ def placeholder_session(tmp_path: Path, s: Screen, scripted: bool) -> None:
     s.wait_until("the placeholder drawn selected", lambda: [a.get("background") for _, a in s.row_cells(rows1[0])[at + 1:at + 8]]
                  == [visual.get("bg")] * 6 + [None], 10)
     s.input("30<Esc>")
-    s.wait_until("the value typed over it", lambda: s.row_text(rows1[0]) == with_argument(rows1[0], "30"), 10)
+    s.wait_until("the value typed over it", lambda: s.row_text(rows1[0]) == with_argument(rows1[0], "30"), GUARD_S)
     assert s.request("nvim_buf_get_lines", 0, rows1[0], rows1[0] + 2, False) == [
         with_argument(rows1[0], "30"), CALLS[rows1[1]]]
     add_parameter(s, second, def2, "delay", rows2, scripted)
@@ -425,7 +426,7 @@ def test_added_parameter_typed_at_typing_speed(tmp_path: Path, screens: list[Scr
         time.sleep(0.12)  # the typing pace (input, not synchronisation: the answer is waited for below)
     s.input("<Esc>")
     want = CALLS[line].replace("):", ", timeout):")
-    s.wait_until("the def edited", lambda: s.row_text(line) == want, 10)
+    s.wait_until("the def edited", lambda: s.row_text(line) == want, GUARD_S)
     answer = s.wait_until("the server's answer", lambda: server_answer(s), 60)
     assert answer.get("kind") == "param_added", answer
     assert [x.get("placeholder") for x in answer["suggestions"]] == [{"start": 2, "end": 9}] * len(rows), answer
@@ -494,13 +495,13 @@ def test_cycle_with_one_candidate_shows_1_of_1(tmp_path: Path, screens: list[Scr
     assert row is not None, "no suggestion at any spot"
     want = s.wait_until("the answer's latency", lambda: (
         (st := s.lua("return require('llada').statusline()")) and re.match(r"llada \d+ms", st) and st), 30)
-    s.wait_until(f"the status row to show {want!r}", lambda: want in status_row(s), 10)
+    s.wait_until(f"the status row to show {want!r}", lambda: want in status_row(s), GUARD_S)
     seen = s.lua("return _G.llada_stats_seen")
     s.input("<M-]>")
-    s.wait_until("the counter llada 1/1", lambda: re.search(r"  llada 1/1$", s.row_text(row)), 30)
-    s.wait_until("the cycle's stats", lambda: s.lua("return _G.llada_stats_seen") > seen, 30)
+    s.wait_until("the counter llada 1/1", lambda: re.search(r"  llada 1/1$", s.row_text(row)), GUARD_S)
+    s.wait_until("the cycle's stats", lambda: s.lua("return _G.llada_stats_seen") > seen, GUARD_S)
     assert s.lua("return require('llada').statusline()") == want
-    s.wait_until(f"the status row still {want!r}", lambda: status_row(s).endswith(want), 10)
+    s.wait_until(f"the status row still {want!r}", lambda: status_row(s).endswith(want), GUARD_S)
 
 
 @needs_model
@@ -521,7 +522,7 @@ def test_restart_shows_loading_then_no_old_latency(tmp_path: Path, screens: list
         "local c = vim.lsp.get_clients({ name = 'llada' })[1]; local st = c and require('llada').status[c.id]; "
         "return c ~= nil and c.id ~= ... and st ~= nil and st.state == 'ready'", old_id), 180)
     s.wait_until("the old server's exit handled", lambda: s.lua("return next(require('llada').stopping) == nil"), 60)
-    s.wait_until("the ready status drawn", lambda: re.search(r"llada$", status_row(s)), 10)
+    s.wait_until("the ready status drawn", lambda: re.search(r"llada$", status_row(s)), GUARD_S)
     assert not any("✗" in row for row in seen), seen
     assert any("llada … loading" in row for row in seen), seen
     assert status_row(s).endswith("llada"), status_row(s)
@@ -548,7 +549,7 @@ def test_a_closer_typed_mid_line_closes_after_the_rest(tmp_path: Path, screens: 
     s.wait_until("the server ready", lambda: re.search(r"llada\[scripted\]$", status_row(s)), 120)
     type_at(s, 5, len("other = "), "max(")
     want = "other = max(area(5, 6))"
-    s.wait_until("the suggestion drawn", lambda: current(s) and visible(s, 4) == want or None, 30)
+    s.wait_until("the suggestion drawn", lambda: current(s) and visible(s, 4) == want or None, GUARD_S)
     s.input("<Tab>")
     got = s.wait_until("the accept", lambda: (
         (b := s.request("nvim_buf_get_lines", 0, 4, 5, False)[0]) != "other = max(area(5, 6)" and b), 10)

@@ -126,7 +126,7 @@ def screenshot_on_failure(page: Any, name: str) -> Iterator[None]:
 
 def wait_ready(wb: Workbench) -> None:
     """The status item says the server is ready (or shows a latency: it has answered)."""
-    wait_for("the server ready", lambda: any(re.search(r"llada (ready|\d+ms)", s["text"]) for s in wb.status()), timeout=60)
+    wait_for("the server ready", lambda: any(re.search(r"llada (ready|\d+ms)", s["text"]) for s in wb.status()))
 
 
 def ghost_is(wb: Workbench, text: str) -> Callable[[], bool]:
@@ -176,7 +176,7 @@ def test_ghost_text_refinements_and_tab(vscode: dict[str, Any]) -> None:
     wb, page, control = vscode["wb"], vscode["page"], vscode["control"]
     rounds: list[dict[str, Any]] = []
     with screenshot_on_failure(page, "refinements"):
-        wait_for("the status item to say ready", lambda: any("llada ready" in s["text"] for s in wb.status()), timeout=60)
+        wait_for("the status item to say ready", lambda: any("llada ready" in s["text"] for s in wb.status()))
         page.keyboard.press("Control+End")
         for r in range(ROUNDS):
             for name in ("go-1", "go-2", "pushed-1", "pushed-2", "sent-1", "sent-2", "sent-final"):
@@ -186,20 +186,20 @@ def test_ghost_text_refinements_and_tab(vscode: dict[str, Any]) -> None:
             if r > 0:
                 page.keyboard.press("Enter")  # the editor keeps the line's indentation
             page.keyboard.type(f"{name} = " if r > 0 else f"    {name} = ", delay=30)
-            wait_for(f"the draft {STEPS[0]!r} as ghost text", lambda: wb.ghost() == STEPS[0], timeout=60)
+            wait_for(f"the draft {STEPS[0]!r} as ghost text", lambda: wb.ghost() == STEPS[0])
             since = len(wb.ghost_log()) - 1
             late = r in LATE_ROUNDS
             rec: dict[str, Any] = {"late": late}
             if late:
                 go(control, 1)
-                wait_for(f"refinement 1 {STEPS[1]!r} on screen", ghost_is(wb, STEPS[1]), timeout=10)
+                wait_for(f"refinement 1 {STEPS[1]!r} on screen", ghost_is(wb, STEPS[1]))
                 log = wb.ghost_log()
                 rec["first"] = [e["text"] for e in log[since:]]
                 rec["first_blank_ms"] = blank_ms(log, since, len(log) - 1)
                 go(control, 2)
             else:
                 go(control, 1, 2)
-            wait_for(f"the final text {STEPS[2]!r} on screen", ghost_is(wb, STEPS[2]), timeout=10)
+            wait_for(f"the final text {STEPS[2]!r} on screen", ghost_is(wb, STEPS[2]))
             rec["final_after_first_ms"] = sent_at(control, "sent-final") - sent_at(control, "sent-1")
             log = wb.ghost_log()  # until Tab: a hide after the final text counts too
             at = next(i for i in range(since, len(log)) if log[i]["text"] == STEPS[2])
@@ -283,7 +283,7 @@ def test_alt_bracket_cycles_candidates(vscode: dict[str, Any]) -> None:
         page.keyboard.press("Control+End")
         page.keyboard.press("Enter")
         page.keyboard.type("return ", delay=30)
-        wait_for(f"the refined suggestion {STEPS[2]!r}", lambda: wb.ghost() == STEPS[2], timeout=30)
+        wait_for(f"the refined suggestion {STEPS[2]!r}", lambda: wb.ghost() == STEPS[2])
         candidates = [STEPS[2], *OTHERS]  # in the server's order: VS Code cycles through them so
         page.keyboard.press("Alt+]")
         first = wait_for("Alt+] to show another candidate", lambda: (g := wb.ghost()) in OTHERS and g)
@@ -318,7 +318,7 @@ def test_ghost_text_while_the_suggest_widget_is_open(vscode: dict[str, Any]) -> 
                                    lambda: r if "result" in (r := suggest_rows(page)) else None)
         assert not any(any(t in row for t in (*STEPS, *OTHERS)) for row in rows), rows
         ghost = wait_for("ghost text while the widget is open",
-                         lambda: (g := wb.ghost()) and suggest_rows(page) and g, timeout=30)
+                         lambda: (g := wb.ghost()) and suggest_rows(page) and g)
         assert any(t in ghost for t in (*STEPS, *OTHERS)), ghost
         page.keyboard.press("Escape")
         page.keyboard.press("Escape")
@@ -349,7 +349,7 @@ def test_mid_line_suggestion_inserts_before_the_rest(vscode: dict[str, Any]) -> 
         page.keyboard.press("Enter")
         page.keyboard.type("x = max(", delay=30)
         wait_for("the auto-closed bracket after the cursor", lambda: last_line(wb).strip() == "x = max()")
-        wait_for(f"the suggestion {STEPS[2]!r} before the rest", ghost_is(wb, STEPS[2]), timeout=30)
+        wait_for(f"the suggestion {STEPS[2]!r} before the rest", ghost_is(wb, STEPS[2]))
         assert last_line(wb).strip() == "x = max()", wb.lines()  # ghost text is not in the line's text
         page.keyboard.press("Tab")
         wait_for("Tab to insert before the rest", lambda: last_line(wb).strip() == f"x = max({STEPS[2]})")
@@ -455,12 +455,12 @@ def test_status_item_on_spawn_error_and_restart(vscode: dict[str, Any]) -> None:
         server.rename(away)
         wb.run_command("llada: Restart the language server")
         item = wait_for("the status item to show the spawn error",
-                        lambda: next((s for s in wb.status() if "ENOENT" in s["text"]), None), timeout=60)
+                        lambda: next((s for s in wb.status() if "ENOENT" in s["text"]), None))
         assert item["error"] and f"spawn {server} ENOENT" in item["label"], item
         away.rename(server)
         page.click(f'[id="{item["id"]}"] a')
         wait_for("the restarted server to be ready",
-                 lambda: next((s for s in wb.status() if "llada ready" in s["text"]), None), timeout=60)
+                 lambda: next((s for s in wb.status() if "llada ready" in s["text"]), None))
     figures = {**vscode["figures"], "setup_s": round(vscode["setup_s"], 1)}
     (ARTIFACTS / "figures.json").write_text(json.dumps(figures))
     print("figures:", json.dumps(figures))
@@ -481,12 +481,12 @@ def test_server_path_edited_in_the_user_settings(vscode: dict[str, Any]) -> None
     with screenshot_on_failure(page, "server-path"):
         wait_ready(wb)
         wb.run_command("Preferences: Open User Settings (JSON)")
-        wait_for("the settings JSON open", lambda: page.query_selector('.tab[data-resource-name="settings.json"]'), timeout=30)
+        wait_for("the settings JSON open", lambda: page.query_selector('.tab[data-resource-name="settings.json"]'))
         page.click(".editor-instance .monaco-editor .view-lines")
         page.keyboard.press("Control+A")
         page.keyboard.insert_text(json.dumps({**cs.settings, "llada.serverPath": str(other)}, indent=2))
         page.keyboard.press("Control+S")
-        wait_for("the file saved", lambda: str(other) in cs.settings_file.read_text(), timeout=30)
-        wait_for("the server started from the new path", marker.exists, timeout=60)
+        wait_for("the file saved", lambda: str(other) in cs.settings_file.read_text())
+        wait_for("the server started from the new path", marker.exists)
         wait_for("it ready", lambda: any("llada ready" in s["text"] or re.search(r"llada \d+ms", s["text"])
-                                         for s in wb.status()), timeout=60)
+                                         for s in wb.status()))

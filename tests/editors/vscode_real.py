@@ -63,7 +63,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 30.0, every: float = 0.05) -> T:
+WATCHDOG_S = 120.0  # the waits are for what must come: a hang guard, generous for a machine shared 2x or more
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float = WATCHDOG_S, every: float = 0.05) -> T:
     """Poll `fn` until it returns something truthy (the screen has no event to wait on)."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -114,7 +117,7 @@ class CodeServer:
             with socket.socket() as s:
                 return s.connect_ex(("127.0.0.1", self.port)) == 0
 
-        wait_for("code-server to listen", up, timeout=60)
+        wait_for("code-server to listen", up, timeout=WATCHDOG_S)
         return f"http://127.0.0.1:{self.port}/?folder={folder}"
 
     def stop(self) -> None:
@@ -245,7 +248,7 @@ class Workbench:
             (r for r in self.page.query_selector_all(".quick-input-list .monaco-list-row")
              if (label := r.query_selector(".label-name")) is not None and label.inner_text().strip() == name), None))
         row.click()
-        wait_for(f"{name} open", lambda: self.page.query_selector(f'.tab[data-resource-name="{name}"]'), timeout=30)
+        wait_for(f"{name} open", lambda: self.page.query_selector(f'.tab[data-resource-name="{name}"]'), timeout=WATCHDOG_S)
         self.page.click(".editor-instance .monaco-editor .view-lines")
 
     def run_command(self, title: str) -> None:

@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.api import ContextChunk
 from engine.model.checkpoint import EMBEDDED_DIR
 from engine.prompt.builder import PromptBuilder
 from engine.prompt.prompt_format import render_context
 from engine.train import crossfile as xf
+from tests.bench.watchdog import WATCHDOG_S
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -96,9 +99,10 @@ def test_training_examples_place_context_as_the_engine_does() -> None:
     assert enc.middle_len % 16 == 0 and enc.ids[-1] == sp.end_of_middle
 
 
+@pytest.mark.timeout(WATCHDOG_S)  # a whole bench run: a hang guard only, generous for a busy machine
 def test_bench_runs_on_a_couple_of_tasks() -> None:
     r = subprocess.run([sys.executable, "bench/crossfile.py", "--tasks", "2", "--ordinary", "2"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=WATCHDOG_S)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["bench"] == "crossfile" and out["tasks"]["crossfile"] == 2 and out["tasks"]["ordinary"] == 2
@@ -140,9 +144,10 @@ def test_a_training_batch_takes_its_share_of_crossfile_rows() -> None:
     assert all(int(b.idx[r, 0]) == sp.fim_suffix for r in range(4))
 
 
+@pytest.mark.timeout(WATCHDOG_S)
 def test_gatherer_recall_without_the_model() -> None:
     r = subprocess.run([sys.executable, "bench/crossfile.py", "--tasks", "3", "--given-only", "448"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=WATCHDOG_S)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["bench"] == "crossfile_given" and out["tasks"] == 3

@@ -4,6 +4,8 @@ through the real language server over stdio with the fixture as `model` (issue 5
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,29 @@ from tests.llada_lsp.lsp_helpers import debug_info, inline, item_texts, open_doc
 PUBLISHED = ["dream-instruct", "dream-coder-instruct", "diffucoder-instruct", "llada-1.5", "llada2-mini",
              "llada2.2-mini", "llada-moe-instruct"]
 TEXT = "def f(x):\n    ret"
+HEADS = ("lm_head.weight", "model.transformer.ff_out.weight")  # the output projections of the families
+SHARPEN = 100.0
+
+
+def sharpened(name: str, into: Path) -> Path:
+    """A copy of the fixture whose output head is SHARPEN x larger: the random model is confident
+    and commits several tokens a forward instead of one (the same shapes, vocabulary and files)."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(fixture(name), into)
+    weight_map = json.loads((into / "model.safetensors.index.json").read_text())["weight_map"]
+    head = next(k for k in HEADS if k in weight_map)
+    shard = into / weight_map[head]
+    tensors = load_file(shard)
+    tensors[head] = tensors[head] * SHARPEN
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    return into
 
 
 @pytest.mark.asyncio(loop_scope="function")
 @pytest.mark.parametrize("name", PUBLISHED)
 async def test_a_published_checkpoint_completes_mid_word_through_the_server(name: str, tmp_path: Path) -> None:
-    init = {"model": str(fixture(name)), "maxPromptTokens": 700, "speculative": False, "syntaxCheck": False,
+    init = {"model": str(sharpened(name, tmp_path / name)), "maxPromptTokens": 700, "speculative": False, "syntaxCheck": False,
             "rescueAlternatives": 0, "maxTokens": {"line": 8, "statements": 8, "block": 8},
             "engineFirstEventMs": 120_000, "engineTimeoutMs": 600_000}  # a busy 2-core machine
     async with server_session(init) as client:
