@@ -18,13 +18,20 @@ requests' cancels waited skips their updates (the prompt is stored all the same)
 A stopped forward leaves keys and values written by its first layers in the cancelled rows:
 no one reads them. Those rows go back to the free list, and a request that takes one
 restores its prompt from the prompt cache (a copy) and feeds what the cache lacks.
+
+Test seam: `$LLADA_TEST_STEP_DELAY_FILE` (`STEP_DELAY_ENV`) names a file holding milliseconds that
+every forward is made longer by (`injected_delay`, read at each forward; missing or empty: none; a
+later smaller value cuts a delay short), so that tests get a model as slow, or as stuck, as they
+need (tests/llada_lsp/lsp/test_slow_model.py). Unset, nothing is read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Hashable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from engine.decoding.jobs import Key
@@ -89,3 +96,22 @@ class Interrupter:
             self._carried = frozenset()
             for h in handles:
                 h.remove()
+
+
+STEP_DELAY_ENV = "LLADA_TEST_STEP_DELAY_FILE"
+
+
+def _delay_ms(path: str) -> float:
+    try:
+        return float(Path(path).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+def injected_delay(path: str | None) -> None:
+    """The test seam's delay (module docstring): sleep while the file asks for more."""
+    if not path:
+        return
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1000 < _delay_ms(path):
+        time.sleep(0.02)

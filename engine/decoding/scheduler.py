@@ -23,11 +23,7 @@ steps, alternatives and remask passes) once (`engine.decoding.decode.Tally`, not
 prompt cache holds exact KV only: a model with an approximate cache (LLaDA-8B, Dream: every
 entry goes stale once the middle changes) neither stores nor restores entries. Rows, endings,
 preemption and alternatives' rows are `engine.decoding.rows`.
-
-Test seam: `$LLADA_TEST_STEP_DELAY_FILE` names a file holding milliseconds that every forward
-is made longer by (read at each forward; missing or empty: none; a later smaller value cuts a
-delay short), so that tests get a model as slow, or as stuck, as they need
-(tests/llada_lsp/lsp/test_slow_model.py). Unset, nothing is read.
+A forward stopped between layers, or made slower by the test seam: `engine.decoding.interrupt`.
 """
 
 from __future__ import annotations
@@ -39,7 +35,6 @@ import threading
 import time
 from collections.abc import Hashable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Literal
 
 from torch import Tensor
@@ -49,7 +44,7 @@ from engine.decoding.alternatives import forks_budget
 from engine.decoding.batch import confidences, execute, length_split, new_slot_attrs
 from engine.decoding.decode import Feed, Staged
 from engine.decoding.host import Host
-from engine.decoding.interrupt import Interrupted, Interrupter
+from engine.decoding.interrupt import STEP_DELAY_ENV, Interrupted, Interrupter, injected_delay
 from engine.decoding.jobs import Command, Emit, Job, Key
 from engine.decoding.policies import POLICIES, PRESETS, Policy
 from engine.decoding.rejections import Rejection, RejectKind, rejection_of
@@ -61,25 +56,6 @@ from kernels import Confidence
 log = logging.getLogger(__name__)
 
 __all__ = ["FINISHED_KEPT", "Job", "Scheduler"]
-
-STEP_DELAY_ENV = "LLADA_TEST_STEP_DELAY_FILE"
-
-
-def _delay_ms(path: str) -> float:
-    try:
-        return float(Path(path).read_text().strip() or 0)
-    except (OSError, ValueError):
-        return 0.0
-
-
-def injected_delay(path: str | None) -> None:
-    """The test seam's delay (module docstring): sleep while the file asks for more."""
-    if not path:
-        return
-    t0 = time.perf_counter()
-    while (time.perf_counter() - t0) * 1000 < _delay_ms(path):
-        time.sleep(0.02)
-
 
 
 class Scheduler(Rows):
