@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_dry_session_returns_a_loadable_checkpoint(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    env = dict(os.environ, OUT=str(out), GPU_SESSION_DRY="1", TRAIN_S="6", PY=sys.executable,
+    env = dict(os.environ, OUT=str(out), GPU_SESSION_DRY="1", TRAIN_S="2", PY=sys.executable,
                RUN_DIR=str(tmp_path / "run"), BANK="")  # the host's workers cut the examples
     r = subprocess.run(["bash", str(ROOT / "bench/gpu/session.sh")], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=WATCHDOG_S)
@@ -73,7 +73,7 @@ def test_dry_session_trains_on_a_token_bank(tmp_path: Path) -> None:
     bank.held = held_rows(tok, [(stdlib / "copy.py").read_text()], 16, n=4)
     bank.save(tmp_path / "bank.npz.xz")
     out = tmp_path / "out"
-    env = dict(os.environ, OUT=str(out), GPU_SESSION_DRY="1", TRAIN_S="6", PY=sys.executable,
+    env = dict(os.environ, OUT=str(out), GPU_SESSION_DRY="1", TRAIN_S="2", PY=sys.executable,
                RUN_DIR=str(tmp_path / "run"), BANK=str(tmp_path / "bank.npz.xz"))
     r = subprocess.run(["bash", str(ROOT / "bench/gpu/session.sh")], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=WATCHDOG_S)

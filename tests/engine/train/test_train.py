@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,20 +55,46 @@ def test_parallel_stream_rejects_no_workers() -> None:
         ParallelStream(TEXTS, [1.0] * len(TEXTS), None, None, 16, seed=0, batch=1, workers=0)
 
 
+def _args(out: Path, *extra: str) -> list[str]:
+    return ["--out", str(out), "--tokenizer", str(EMBEDDED_DIR), "--preset", "test-tiny", "--batch", "2",
+            "--ar-steps", "1", "--warmup", "1", "--save-every", "2", "--eval-every", "2", "--threads", "1", *extra]
+
+
 def _train(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "engine.train.train", "--out", str(out), "--tokenizer", str(EMBEDDED_DIR),
-           "--preset", "test-tiny", "--batch", "2", "--ar-steps", "1", "--warmup", "1",
-           "--save-every", "2", "--eval-every", "2", "--threads", "1", *extra]
+    cmd = [sys.executable, "-m", "engine.train.train", *_args(out, *extra)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_train_saves_and_resumes(tmp_path: Path) -> None:
+def _refused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], out: Path, *extra: str) -> str:
+    """The trainer's command line refused in this process (what a refused `_train` run does
+    before it reads a file or builds a model, without a fresh interpreter's imports): exit code
+    2, its stderr."""
+    from engine.train import train
+
+    monkeypatch.setattr(sys, "argv", ["engine.train.train", *_args(out, *extra)])
+    with pytest.raises(SystemExit) as e:
+        train.main()
+    assert e.value.code == 2
+    assert not out.exists()  # refused before it wrote anything
+    return capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The default run of two steps (one autoregressive, one block-diffusion), run once for the
+    tests that start from it; a test that goes on from it copies the run first."""
+    out = tmp_path_factory.mktemp("two-steps") / "run"
+    r = _train(out, "--steps", "2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out, r
+
+
+def test_train_saves_and_resumes(two_steps: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     """Two steps (one autoregressive, one block-diffusion), then a resume to four with two
     example workers: the log continues, the checkpoint loads and the held-out loss is logged."""
     out = tmp_path / "run"
-    r = _train(out, "--steps", "2")
-    assert r.returncode == 0, r.stderr[-2000:]
+    shutil.copytree(two_steps[0], out)
     r = _train(out, "--steps", "4", "--resume", "--data-workers", "2")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "resumed at step 2" in r.stdout
@@ -80,13 +107,12 @@ def test_train_saves_and_resumes(tmp_path: Path) -> None:
     assert model.config.n_layer >= 1 and (out / "snap-000004" / "tokenizer.json").exists()
 
 
-def test_train_with_a_chosen_step_variant_trains_as_eager_native_does(tmp_path: Path) -> None:
+def test_train_with_a_chosen_step_variant_trains_as_eager_native_does(
+        two_steps: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     """--gqa expand --compile on (what `auto` may pick on a GPU): the trainer times the variant
     on a batch of its held-out rows, says what it runs, and trains to the same losses as the
     default (eager, native GQA) from the same seed."""
-    base, var = tmp_path / "base", tmp_path / "var"
-    r = _train(base, "--steps", "2")
-    assert r.returncode == 0, r.stderr[-2000:]
+    (base, r), var = two_steps, tmp_path / "var"
     assert "step: gqa" not in r.stdout  # nothing to choose on the CPU by default: no timing
     r = _train(var, "--steps", "2", "--gqa", "expand", "--compile", "on")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -109,7 +135,8 @@ def test_profile_steps_prints_the_time_by_operator_and_training_goes_on(tmp_path
     assert [rec["step"] for rec in log] == [1, 2, 3]
 
 
-def test_train_with_echo_logs_fresh_tokens_and_echoed_steps(tmp_path: Path) -> None:
+def test_train_with_echo_logs_fresh_tokens_and_echoed_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     r = _train(out, "--steps", "4", "--echo", "2", "--data-workers", "1", "--transport", "arrays")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -119,17 +146,16 @@ def test_train_with_echo_logs_fresh_tokens_and_echoed_steps(tmp_path: Path) -> N
     # an echoed step trains the diffusion loss only: no next-token loss, no new tokens
     assert log[2]["ar"] == 0.0 and log[2]["tokens"] == log[1]["tokens"] < log[3]["tokens"]
     assert all(rec["diff"] > 0 for rec in log[1:])
-    r = _train(tmp_path / "bad", "--steps", "1", "--echo", "0")
-    assert r.returncode == 2 and "--echo" in r.stderr
+    assert "--echo" in _refused(monkeypatch, capsys, tmp_path / "bad", "--steps", "1", "--echo", "0")
 
 
-def test_train_refuses_bf16_without_native_support(tmp_path: Path) -> None:
+def test_train_refuses_bf16_without_native_support(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from engine.model.loader import cpu_has_bf16_matmul
 
     if cpu_has_bf16_matmul():
         pytest.skip("this CPU multiplies bfloat16 natively: --bf16 is allowed here")
-    r = _train(tmp_path / "x", "--steps", "1", "--bf16")
-    assert r.returncode == 2 and "AMX" in r.stderr
+    assert "AMX" in _refused(monkeypatch, capsys, tmp_path / "x", "--steps", "1", "--bf16")
 
 
 def test_wsd_schedule_holds_the_peak_then_decays_to_zero() -> None:
@@ -144,7 +170,8 @@ def test_wsd_schedule_holds_the_peak_then_decays_to_zero() -> None:
     assert cos[10] > cos[50] > cos[99] >= 1e-4 - 1e-12 and cos[99] == pytest.approx(1e-4, rel=0.01)
 
 
-def test_wsd_run_keeps_its_stable_state_and_a_later_run_goes_on_from_it(tmp_path: Path) -> None:
+def test_wsd_run_keeps_its_stable_state_and_a_later_run_goes_on_from_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A wsd run saves its un-annealed state where the decay starts; another run (another
     directory) goes on from it with a longer schedule: step count, tokens and the peak rate."""
     first, second = tmp_path / "a", tmp_path / "b"
@@ -161,8 +188,7 @@ def test_wsd_run_keeps_its_stable_state_and_a_later_run_goes_on_from_it(tmp_path
     assert [rec["step"] for rec in log_b] == [3, 4, 5, 6]
     assert log_b[0]["tokens"] > log_a[1]["tokens"]
     assert log_b[0]["lr"] == log_b[1]["lr"] == pytest.approx(1.5e-3)  # the peak again, no warm-up
-    r = _train(tmp_path / "c", "--steps", "2", "--schedule", "wsd")
-    assert r.returncode == 2 and "--decay-steps" in r.stderr
+    assert "--decay-steps" in _refused(monkeypatch, capsys, tmp_path / "c", "--steps", "2", "--schedule", "wsd")
 
 
 def test_time_budget_sizes_the_decay_from_the_measured_rate(tmp_path: Path) -> None:
