@@ -31,6 +31,7 @@ from llada_lsp.context.gitignore import (
     git_dir,
     match,
     match_parts,
+    own_git_dir,
     parse_rules,
     read_small,
 )
@@ -193,20 +194,6 @@ def _excludes_setting(config: Path, where: Where, depth: int = 0) -> str | None:
             got = _excludes_setting(inc, where, depth + 1) if inc is not None else None
             value = got if got is not None else value
     return value
-
-
-def own_git_dir(top: Path) -> Path | None:
-    """The git folder of the repository (or worktree) at `top` as git names it for
-    `[includeIf "gitdir:..."]`: `top/.git`, or the folder a `.git` file names (a worktree's
-    own, not its `commondir`); None when `top` holds no repository."""
-    dot = top / ".git"
-    if dot.is_dir():
-        return dot
-    text = read_small(dot)
-    if not text.startswith("gitdir:"):
-        return None
-    gd = Path(text[len("gitdir:"):].strip())
-    return gd if gd.is_absolute() else top / gd
 
 
 def _config_value(raw: str) -> str:

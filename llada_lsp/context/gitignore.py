@@ -359,9 +359,10 @@ class GitIgnore:
         return False
 
 
-def git_dir(top: Path) -> Path | None:
-    """The repository's git folder: `top/.git`, or the folder a `.git` file names (a worktree
-    or submodule: its `commondir`, where `info/exclude` lives)."""
+def own_git_dir(top: Path) -> Path | None:
+    """The git folder of the repository (or worktree) at `top` as git names it for
+    `[includeIf "gitdir:..."]`: `top/.git`, or the folder a `.git` file names (a worktree's
+    own, not its `commondir`); None when `top` holds no repository."""
     dot = top / ".git"
     if dot.is_dir():
         return dot
@@ -369,7 +370,15 @@ def git_dir(top: Path) -> Path | None:
     if not text.startswith("gitdir:"):
         return None
     gd = Path(text[len("gitdir:"):].strip())
-    gd = gd if gd.is_absolute() else top / gd
+    return gd if gd.is_absolute() else top / gd
+
+
+def git_dir(top: Path) -> Path | None:
+    """The repository's git folder: `top/.git`, or the folder a `.git` file names (a worktree
+    or submodule: its `commondir`, where `info/exclude` lives)."""
+    gd = own_git_dir(top)
+    if gd is None or gd == top / ".git":
+        return gd
     common = read_small(gd / "commondir").strip()
     if common:
         return Path(os.path.normpath(gd / common)) if not Path(common).is_absolute() else Path(common)
