@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.editors.conftest import ROOT
+from tests.editors.conftest import ROOT, vscode_build_lock
 from tests.procs import stop_process
 
 VSCODE = ROOT / "editors" / "vscode"
@@ -288,13 +288,14 @@ def vscode_session(home: Path, files: dict[str, str], settings: dict[str, Any],
     this checkout and `settings`, serving home/project with `files` in it, the first of them open
     in chromium; `env` changes code-server's environment (None: the variable is removed).
     (workbench, page, code-server, set-up seconds); code-server stopped on exit."""
-    binary, setup_s = install()
-    vsix = build_vsix()
-    folder = home / "project"
-    folder.mkdir()
-    for name, text in files.items():
-        (folder / name).write_text(text)
-    cs = CodeServer(binary, home, vsix, settings)
+    with vscode_build_lock():  # another worker's test may be building them (tests.editors.conftest)
+        binary, setup_s = install()
+        vsix = build_vsix()
+        folder = home / "project"
+        folder.mkdir()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        cs = CodeServer(binary, home, vsix, settings)
     for key, value in env.items():
         if value is None:
             cs.env.pop(key, None)
