@@ -290,7 +290,10 @@ async def test_url_daemon_refusing_the_token_is_reported_and_retried(tmp_path: P
                 capabilities=t.ClientCapabilities(), initialization_options={
                     **BASE, "engine": info["url"], "engineToken": "wrong"}))
             await poll(lambda: "error" in states(client), 30)
-            assert any("refused" in m.message or "did not start" in m.message for m in client.messages)
+            # the outage's window/showMessage follows its llada/status: wait for it, then read it
+            await poll(lambda: client.messages, 30)
+            assert any("refused" in m.message or "did not start" in m.message for m in client.messages), \
+                [m.message for m in client.messages]
             info2 = await poll(lambda: _retried(client), 30)
             assert info2["engineState"] == "error"
         finally:
