@@ -6,7 +6,9 @@
   as `previous_confidence`), same logits, results checked equal.
 - `share`: the confidence's share of a step (one forward of a 32-token block plus its
   confidence) on a native model with the LLaDA-8B vocabulary at reduced width and depth
-  (`--dim`, `--layers`; random bf16 weights), before and after.
+  (`--dim`, `--layers`; random bf16 weights, then float32 weights: a CPU without native bf16
+  runs the bf16 forward many times slower, which hides the confidence), before and after.
+  The native model's logits are float32 either way.
 - `rotary`: a forward of the embedded model's shape (tiny-code, 32-token block): queries and
   keys rotated in one pass (`engine.model.native.Attention` now) against two passes (kept
   here as `two_pass_attention`); the logits are checked bit-identical.
@@ -108,13 +110,13 @@ def bench_confidence(reps: int) -> list[dict[str, Any]]:
     return out
 
 
-def bench_share(reps: int, dim: int, layers: int) -> dict[str, Any]:
+def bench_share(reps: int, dim: int, layers: int, weights: torch.dtype) -> dict[str, Any]:
     heads = max(1, dim // 128)
     cfg = ModelConfig(vocab_size=VOCAB, n_layer=layers, n_head=heads, n_kv_head=heads, dim=dim,
                       intermediate_size=int(dim * 2.75), max_seq_len=256, block_size=ROWS, tie_embeddings=False)
     model = Transformer(cfg)
     model.init_weights(0)
-    model = model.to(torch.bfloat16).eval()
+    model = model.to(weights).eval()
     ids = torch.randint(0, VOCAB, (1, ROWS))
     pos = torch.arange(ROWS)[None]
     cur = torch.randint(0, VOCAB, (ROWS,))
@@ -123,7 +125,8 @@ def bench_share(reps: int, dim: int, layers: int) -> dict[str, Any]:
         fwd = median_ms(lambda: model(ids, pos), reps)
     before, after = interleaved(lambda: previous_confidence(logits, cur),
                                 lambda: eager_confidence_tensors(logits, cur), reps)
-    return {"dim": dim, "layers": layers, "forward_ms": round(fwd, 2), "confidence_before_ms": round(before, 2),
+    return {"weights": str(weights).removeprefix("torch."), "dim": dim, "layers": layers, "forward_ms": round(fwd, 2),
+            "confidence_before_ms": round(before, 2),
             "confidence_after_ms": round(after, 2), "share_before": round(before / (fwd + before), 3),
             "share_after": round(after / (fwd + after), 3)}
 
@@ -203,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     load = os.getloadavg()
     conf = bench_confidence(args.reps)
-    share = bench_share(args.reps, args.dim, args.layers)
+    share = [bench_share(args.reps, args.dim, args.layers, w) for w in (torch.bfloat16, torch.float32)]
     rotary = bench_rotary(args.reps)
     rss = {"with_triton_mib": rss_mib(True), "without_triton_mib": rss_mib(False)}
     cold = bench_cold_start(args.cold_reps)
@@ -211,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'confidence 32 x 126,464':<28} {'before ms':>10} {'after ms':>9} {'ratio':>6} {'same':>5}")
     for r in conf:
         print(f"{r['dtype']:<28} {r['before_ms']:>10} {r['after_ms']:>9} {r['speedup']:>6} {r['same']!s:>5}")
-    print(f"share of a step (dim {share['dim']}, {share['layers']} layers, forward {share['forward_ms']} ms): "
-          f"{share['share_before']} -> {share['share_after']}")
+    for sh in share:
+        print(f"share of a step ({sh['weights']} weights, dim {sh['dim']}, {sh['layers']} layers, forward "
+              f"{sh['forward_ms']} ms; float32 logits): {sh['share_before']} -> {sh['share_after']}")
     print(f"tiny-code forward, rotary in one pass: {rotary['before_ms']} -> {rotary['after_ms']} ms "
           f"(x{rotary['speedup']}, bit-identical: {rotary['bit_identical']})")
     print(f"RSS after import engine.service: {rss['with_triton_mib']} MiB with Triton, "

@@ -21,7 +21,8 @@ def test_step_work_quick_runs_every_arm_and_they_agree() -> None:
     assert [c["dtype"] for c in res["confidence"]] == ["bf16", "fp32"]
     assert all(c["same"] for c in res["confidence"]), res["confidence"]
     assert res["rotary"]["bit_identical"] is True
-    assert 0 < res["share"]["share_after"] < 1 and 0 < res["share"]["share_before"] < 1
+    assert [sh["weights"] for sh in res["share"]] == ["bfloat16", "float32"]
+    assert all(0 < sh["share_after"] < 1 and 0 < sh["share_before"] < 1 for sh in res["share"]), res["share"]
     assert res["rss"]["without_triton_mib"] > 0 and res["rss"]["with_triton_mib"] > 0
     cold = res["cold_start"]  # the old init path imports torch._dynamo; loading now does not
     assert cold["before_dynamo"] is True and cold["after_dynamo"] is False, cold

@@ -96,3 +96,29 @@ def test_a_small_vocabulary_block_is_one_chunk_and_the_chunking_changes_no_bit(
     fours = eager_confidence_tensors(logits, cur, want_margin=True)
     for a, b in zip(whole, fours, strict=True):
         assert a is not None and b is not None and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("v", [1, 255, 256, 300, 1000, 4096, 126_464])
+def test_first_max_is_max_with_indices_bit_for_bit(v: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The segment search gives what `max(dim=1)` gives: the value and its lowest column,
+    where the maximum repeats across segments, sits in the short last segment (whose gathered
+    columns repeat column v - 1), at either end, or fills a dead row. (Segments for every
+    size here: by default a small block takes `max` itself.)"""
+    import kernels.eager as eager
+    from kernels.eager import SEGMENT, first_max
+
+    monkeypatch.setattr(eager, "SEGMENTED_FROM", 0)
+
+    g = torch.Generator().manual_seed(v)
+    x = torch.randn(8, v, generator=g) * 3
+    x[1, -1] = 99.0  # the last column: inside the short last segment when v % SEGMENT
+    x[2, 0] = 99.0
+    x[3, [v // 2, v - 1]] = 99.0  # a tie across segments: the lower column wins
+    x[4, [min(v - 1, SEGMENT), min(v - 1, SEGMENT + 1)]] = 99.0  # a tie at a segment's first columns
+    x[5] = NEG_INF  # dead: column 0, as `max` gives
+    x[6, :] = 7.0  # all equal: column 0
+    for dtype in (torch.float32, torch.bfloat16):
+        y = x.to(dtype)
+        top, ids = first_max(y)
+        want_top, want_ids = y.max(dim=1, keepdim=True)
+        assert torch.equal(top, want_top) and torch.equal(ids, want_ids.squeeze(1))
