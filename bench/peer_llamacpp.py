@@ -5,7 +5,7 @@ the 126,464-row vocabulary, random bf16 weights; llama.cpp runs its own conversi
     bash bench/peer_llamacpp_build.sh          # once: builds llama.cpp under ~/.cache/llada-lsp
     python bench/peer_llamacpp.py [--prompts 32,224] [--gen 32] [--block 32] [--steps 4]
                                   [--threads 1,2] [--reps 2] [--llama-cli PATH] [--ckpt DIR]
-                                  [--engine-dtype auto|float32]
+                                  [--engine-dtype auto|bfloat16|float32]
     python bench/peer_llamacpp.py --smoke      # the engine half only, smallest shape (tests/bench)
 
 Both decode `--gen` new tokens after a prompt of exactly P tokens (each checked: llama-tokenize
@@ -24,8 +24,9 @@ Both time the decode only (llama.cpp's own "total time", the engine's `complete`
 model is loaded before); the engine is warmed up at each prompt length, llama.cpp runs with
 --no-mmap so its weights are in memory before its timer. llama.cpp samples with its CLI defaults (the
 README's LLaDA invocation, seed fixed); the engine takes the argmax. The engine loads the
-checkpoint as the product does (bf16); `--engine-dtype float32` upcasts it (a diagnosis: torch's
-bf16 matmuls are slow on a CPU without bf16 instructions, ggml's are not). `llama_no_empty` is
+checkpoint as the product does (`auto`: its bf16 on a CPU with bf16 matrix units, float32 on other
+CPUs where that takes at most half the free memory: torch's bf16 matmuls are several times slower
+there, ggml's are not; the dtype used is in each row); `--engine-dtype bfloat16` or `float32` forces one. `llama_no_empty` is
 llama.cpp's time less its empty-block forwards (time per forward from its forward time). The
 arms alternate within each rep; the 1-minute load average is recorded at each run. A table,
 then one JSON line. Without the binary: how to build it, exit 2.
@@ -120,7 +121,7 @@ def worker(a: argparse.Namespace) -> int:
         if p not in prompts:  # the first completion at a new length is not timed
             prompts[p] = engine_prompt(engine, p)
             run_engine(engine, prompts[p], a)
-        print(json.dumps(run_engine(engine, prompts[p], a)), flush=True)
+        print(json.dumps(run_engine(engine, prompts[p], a) | {"dtype": engine.info()["dtype"]}), flush=True)
     return 0
 
 
@@ -164,7 +165,8 @@ def median(rows: list[dict[str, Any]], key: str) -> float:
 
 def summarize(p: int, t: int, lrows: list[dict[str, Any]], erows: list[dict[str, Any]], gen: int) -> dict[str, Any]:
     row: dict[str, Any] = {"prompt": p, "threads": t, "engine_tok_s": gen / median(erows, "s"),
-                           "engine_forwards": erows[0]["forwards"], "engine_s": [r["s"] for r in erows]}
+                           "engine_forwards": erows[0]["forwards"], "engine_dtype": erows[0]["dtype"],
+                           "engine_s": [r["s"] for r in erows]}
     if lrows:
         row |= {"llama_tok_s": gen / median(lrows, "s"), "llama_forwards": lrows[0]["forwards"],
                 "llama_s": [r["s"] for r in lrows],
@@ -178,13 +180,13 @@ def summarize(p: int, t: int, lrows: list[dict[str, Any]], erows: list[dict[str,
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'prompt':>6} {'thr':>3} {'llama tok/s':>11} {'fwd':>4} {'engine tok/s':>12} {'fwd':>4} "
+    print(f"{'prompt':>6} {'thr':>3} {'llama tok/s':>11} {'fwd':>4} {'engine tok/s':>12} {'fwd':>4} {'dtype':>8} "
           f"{'ratio':>6} {'ratio*':>6}  load")
     for r in rows:
         ll = f"{r['llama_tok_s']:11.2f} {r['llama_forwards']:4d}" if "llama_tok_s" in r else f"{'-':>11} {'-':>4}"
         ratio = f"{r['ratio']:6.2f} {r['ratio_no_empty']:6.2f}" if "ratio" in r else f"{'-':>6} {'-':>6}"
         print(f"{r['prompt']:6d} {r['threads']:3d} {ll} {r['engine_tok_s']:12.2f} {r['engine_forwards']:4d} "
-              f"{ratio}  {r['load'][0]:.1f}-{r['load'][1]:.1f}")
+              f"{r['engine_dtype']:>8} {ratio}  {r['load'][0]:.1f}-{r['load'][1]:.1f}")
     print("ratio: engine tok/s / llama.cpp tok/s; ratio*: against llama.cpp less its empty-block forwards")
 
 
@@ -199,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=4, help="forwards per block")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--engine-dtype", default="auto", choices=("auto", "float32"),
-                    help="auto: the checkpoint's bf16, as the product loads it; float32: upcast (a diagnosis)")
+    ap.add_argument("--engine-dtype", default="auto", choices=("auto", "bfloat16", "float32"),
+                    help="auto: as the product loads it (float32 on a CPU without bf16 units where memory allows)")
     ap.add_argument("--smoke", action="store_true", help="the engine half only, smallest shape, one rep")
     ap.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

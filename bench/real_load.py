@@ -124,13 +124,16 @@ def peak_rss() -> int:
 
 
 def child_inprocess(path: str, threads: int, max_tokens: int) -> dict:
-    """Load with TextEngine (dtype auto: the checkpoint's bf16), warm up, time the first ghost text."""
+    """Load with TextEngine in the checkpoint's bf16 (named: `auto` would compute a checkpoint that
+    fits in half the free memory in float32 on a CPU without bf16 units), warm up, time the first ghost text."""
+    import torch
+
     from engine.api import CompletionRequest, Plan
     from engine.service import TextEngine
 
     base = peak_rss()  # python, torch and the engine imported, no model
     t0 = time.perf_counter()
-    eng = TextEngine(path, threads=threads, max_len=1024)
+    eng = TextEngine(path, threads=threads, max_len=1024, dtype=torch.bfloat16)
     t_load = time.perf_counter() - t0
     t1 = time.perf_counter()
     list(eng.complete(CompletionRequest("warm", "w", "x = ", "", Plan(max_tokens=4))))  # pages the weights in
@@ -177,7 +180,7 @@ def run_daemon(path: str, threads: int, max_tokens: int) -> dict:
     t0 = time.perf_counter()
     # a long deadline: an 8B forward on one CPU thread takes longer than the default 30 s
     cmd = [sys.executable, "-m", "engine.daemon.cli", "serve", "--model", path, "--port", "0", "--no-token",
-           "--max-batch", "1", "--threads", str(threads), "--deadline-ms", "3600000"]
+           "--max-batch", "1", "--threads", str(threads), "--deadline-ms", "3600000", "--dtype", "bfloat16"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, LLADA_RUNTIME_DIR=str(run_dir), HF_HUB_OFFLINE="1"),
                             stdout=(run_dir / "daemon.log").open("wb"), stderr=subprocess.STDOUT)
     while (info := runtime.read_runtime(run_dir)) is None or info.get("pid") != proc.pid:

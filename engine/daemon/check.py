@@ -21,6 +21,7 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
              trust_remote_code: bool = False) -> dict[str, Any]:
     from engine.model.adapters import find_family
     from engine.model.loader import (
+        cpu_has_bf16_matmul,
         end_id_sources,
         no_adapter_message,
         resolve,
@@ -40,7 +41,6 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
         family.config_check(cfg)  # refuses a config key the adapter does not implement
     elif not embedded and not trust_remote_code:
         raise ValueError(no_adapter_message(path, cfg))
-    dt = str(resolve_dtype(dtype, device, path)).removeprefix("torch.")
     tok = load_tokenizer(path)
     if embedded:
         from engine.prompt.tokenizer import special_tokens_of
@@ -55,13 +55,20 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
     rows = int(cfg.get("embedding_size") or cfg.get("vocab_size") or 0)
     ctx = int(cfg.get("max_position_embeddings") or cfg.get("max_sequence_length") or cfg.get("max_seq_len") or 0)
     tokens = min(max_len or (EMBEDDED_MAX_LEN if embedded else REAL_MAX_LEN), ctx or 1 << 30)
+    dt = str(resolve_dtype(dtype, device, path, tokens, available)).removeprefix("torch.")
+    stored = cfg.get("torch_dtype") or cfg.get("dtype") or stored_dtype(path)
+    why = ""
+    if dtype == "auto" and device == "cpu" and not embedded and stored in ("bfloat16", "float16"):
+        why = ("this CPU has no bf16 matrix units and float32 needs at most half the free memory" if dt == "float32"
+               else "float32 would compute faster on this CPU but needs more than half the free memory"
+               if not cpu_has_bf16_matmul() else "")
     p = plan(path, cfg, dt, device, tokens, available)
     return {"path": str(path), "family": fam, "model_type": cfg.get("model_type"),
             "prompt_format": fmt.kind, "prompt_reason": fmt.reason, "template": fmt.source or "",
             "turn_end": list(fmt.end_texts),
             "tokenizer_tokens": tok.get_vocab_size(), "embedding_rows": rows,
             "special": dataclasses.asdict(special), "end_ids": sorted(ends), "end_sources": ends,
-            "stored_dtype": cfg.get("torch_dtype") or cfg.get("dtype") or stored_dtype(path), "dtype": dt, "device": device,
+            "stored_dtype": stored, "dtype": dt, "dtype_reason": why, "device": device,
             "plan": p, "fits": p.fits}
 
 
@@ -90,6 +97,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         for i, sources in sorted(d["end_sources"].items()):
             print(f"  ends at    {i}: " + "; ".join(sources))
         print(f"dtype        {d['dtype']} on {d['device']} (stored: {d['stored_dtype']})")
+        if d["dtype_reason"]:
+            print(f"  because    {d['dtype_reason']}")
         for line in p.lines():
             print(f"memory       {line}")
     if not p.fits:

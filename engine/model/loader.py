@@ -205,6 +205,10 @@ def _load_remote(path: Path, cfg: dict[str, Any], special: SpecialTokens, device
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_MAX_LEN = 4608  # cache positions a load plans for unless told (load_model's max_len)
+# a half-precision checkpoint computes in float32 on a CPU without bf16 matrix units when that
+# needs at most this share of the free memory (default_dtype)
+FLOAT32_SHARE = 0.5
 
 
 def cpu_has_bf16_matmul() -> bool:
@@ -224,12 +228,18 @@ def checkpoint_dtype(cfg: dict[str, Any]) -> torch.dtype | None:
     return DTYPES.get(str(name).removeprefix("torch.")) if name else None
 
 
-def default_dtype(cfg: dict[str, Any], device: str | torch.device, path: Path | None = None) -> torch.dtype:
+def default_dtype(cfg: dict[str, Any], device: str | torch.device, path: Path | None = None,
+                  max_len: int = DEFAULT_MAX_LEN, available: int | None = None) -> torch.dtype:
     """A real checkpoint runs in the dtype it is stored in (config.json's torch_dtype, else its
     weights' own, read from the safetensors headers: LLaDA-8B's config names none): bfloat16
-    for LLaDA2, LLaDA-8B and Dream, where float32 would double their memory; float16 runs as
-    bfloat16 on the CPU. The embedded models (stored in float32) and checkpoints of unknown
-    dtype: float32 on the CPU unless it has native bf16 matrix units, bfloat16 on an accelerator."""
+    for LLaDA2, LLaDA-8B and Dream on an accelerator and on a CPU with native bf16 matrix units;
+    float16 runs as bfloat16 on the CPU. A CPU without them multiplies bfloat16 matrices several
+    times slower than float32 (torch has no fast kernel there: BENCHMARKS.md, the peer), so a
+    half-precision checkpoint runs in float32 on it when that needs at most `FLOAT32_SHARE` of
+    the free memory (`float32_fits`; twice the weights' bytes; `available` bytes in place of the
+    machine's free memory), else in bfloat16. The embedded
+    models (stored in float32) and checkpoints of unknown dtype: float32 on the CPU unless it has
+    native bf16 matrix units, bfloat16 on an accelerator."""
     from engine.model.memory import stored_dtype
 
     cpu = torch.device(device).type == "cpu"
@@ -239,23 +249,38 @@ def default_dtype(cfg: dict[str, Any], device: str | torch.device, path: Path | 
         if stored is None and path is not None:
             stored = DTYPES.get(stored_dtype(path) or "")
     if stored is not None:
-        return torch.bfloat16 if cpu and stored == torch.float16 else stored
+        if not cpu or stored == torch.float32:
+            return stored
+        if path is not None and not cpu_has_bf16_matmul() and float32_fits(path, cfg, max_len, available):
+            return torch.float32
+        return torch.bfloat16
     if not cpu:
         return torch.bfloat16
     return torch.bfloat16 if cpu_has_bf16_matmul() else torch.float32
 
 
-def resolve_dtype(name: str, device: str | torch.device, model: str | Path | None = None) -> torch.dtype:
-    """`auto`: the checkpoint's own dtype for a real checkpoint (`default_dtype`; `model` names
-    it), else bfloat16 on an accelerator and on CPUs with native bf16 matrix units, float32 on
-    other CPUs; or a name of DTYPES."""
+def float32_fits(path: Path, cfg: dict[str, Any], max_len: int, available: int | None = None) -> bool:
+    """Whether the checkpoint at float32, with its key/value cache for `max_len` tokens, needs at
+    most `FLOAT32_SHARE` of the CPU's free memory (the rest stays the user's)."""
+    from engine.model.memory import plan
+
+    p = plan(path, cfg, "float32", "cpu", max_len, available)
+    return p.total <= FLOAT32_SHARE * p.available
+
+
+def resolve_dtype(name: str, device: str | torch.device, model: str | Path | None = None,
+                  max_len: int = DEFAULT_MAX_LEN, available: int | None = None) -> torch.dtype:
+    """`auto`: `default_dtype` (`model` names the checkpoint): a real checkpoint's own dtype,
+    float32 for a half-precision one on a CPU without bf16 matrix units where memory allows;
+    without a checkpoint, bfloat16 on an accelerator and on CPUs with native bf16 matrix units,
+    float32 on other CPUs; or a name of DTYPES."""
     if name != "auto":
         if name not in DTYPES:
             raise ValueError(f"unknown dtype {name!r}; known: auto, {', '.join(DTYPES)}")
         return DTYPES[name]
     path = resolve(model) if model is not None else None
     cfg = _json(path / "config.json") if path is not None else {}
-    return default_dtype(cfg, device, path)
+    return default_dtype(cfg, device, path, max_len, available)
 
 
 def generation_end_ids(path: Path) -> set[int]:
@@ -298,11 +323,12 @@ def end_id_sources(path: Path, config: dict[str, Any], special: SpecialTokens,
 
 def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                trust_remote_code: bool = False, mask_id: int | None = None, check_memory: bool = True,
-               max_len: int = 4608) -> LoadedModel:
+               max_len: int = DEFAULT_MAX_LEN) -> LoadedModel:
     """Resolve offline and load `model` (a directory or a Hugging Face name) onto `device`.
 
-    dtype: default the checkpoint's own (`default_dtype`: bfloat16 for the real checkpoints,
-    on the CPU too); the embedded models float32 on the CPU, bfloat16 on an accelerator.
+    dtype: default `default_dtype` (a real checkpoint's own, bfloat16, except float32 on a CPU
+    without bf16 matrix units where memory allows); the embedded models float32 on the CPU,
+    bfloat16 on an accelerator.
     A load whose weights and cache would not fit the device's memory is refused before any
     weight is read (`engine.model.memory.preflight`; `check_memory=False` skips it)."""
     dev = torch.device(device)
@@ -319,7 +345,7 @@ def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: tor
         fam.config_check(cfg)  # a key the adapter does not implement is refused by name
     elif not trust_remote_code:
         raise ValueError(no_adapter_message(path, cfg))
-    dt = dtype or default_dtype(cfg, dev, path)
+    dt = dtype or default_dtype(cfg, dev, path, max_len)
     if check_memory:
         from engine.model.memory import preflight
 

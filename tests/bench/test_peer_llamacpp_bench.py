@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engine.model.loader import cpu_has_bf16_matmul
 from tests.bench.watchdog import WATCHDOG_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +25,8 @@ def test_peer_bench_engine_half_runs_the_fixed_schedule_on_exact_prompts() -> No
     for r in res["rows"]:
         assert r["engine_forwards"] == 4  # one 32-token block, 4 forwards: the schedule, not a stop
         assert r["engine_tok_s"] > 0 and "llama_tok_s" not in r
+        # as the product loads the bf16 checkpoint: float32 on a CPU without bf16 matrix units (it fits)
+        assert r["engine_dtype"] == ("bfloat16" if cpu_has_bf16_matmul() else "float32")
 
 
 def test_peer_bench_without_the_binary_says_how_to_build_it(tmp_path: Path) -> None:

@@ -136,3 +136,26 @@ def test_dtype_names_and_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_dtype("auto", "cpu") is torch.float32
     with pytest.raises(ValueError, match="unknown dtype 'int8'"):
         resolve_dtype("int8", "cpu")
+
+
+def test_a_bf16_checkpoint_computes_in_float32_on_a_cpu_without_bf16_units_where_memory_allows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint's own bfloat16 on an accelerator and on a CPU with bf16 matrix units; on
+    other CPUs float32 (torch multiplies bf16 there several times slower), unless float32's
+    weights and cache would take more than FLOAT32_SHARE of the free memory."""
+    from engine.model.memory import AVAILABLE_ENV, plan
+
+    path = write_llada2(tmp_path / "llada2")
+    cfg = json.loads((path / "config.json").read_text())
+    need = plan(path, cfg, "float32", "cpu", 512).total
+    monkeypatch.setattr(loader, "cpu_has_bf16_matmul", lambda: False)
+    monkeypatch.setenv(AVAILABLE_ENV, str(int(need / loader.FLOAT32_SHARE) + 1))
+    assert resolve_dtype("auto", "cpu", path, max_len=512) is torch.float32
+    assert next(load_model(path, max_len=512).model.parameters()).dtype == torch.float32
+    assert resolve_dtype("auto", "cuda", path, max_len=512) is torch.bfloat16
+    assert resolve_dtype("bfloat16", "cpu", path, max_len=512) is torch.bfloat16  # the option still decides
+    monkeypatch.setenv(AVAILABLE_ENV, str(int(need / loader.FLOAT32_SHARE) - 1))  # float32 would take over half
+    assert resolve_dtype("auto", "cpu", path, max_len=512) is torch.bfloat16
+    monkeypatch.setenv(AVAILABLE_ENV, str(int(need * 100)))
+    monkeypatch.setattr(loader, "cpu_has_bf16_matmul", lambda: True)
+    assert resolve_dtype("auto", "cpu", path, max_len=512) is torch.bfloat16

@@ -14,8 +14,8 @@ import torch
 from engine.api import CompletionRequest, Plan
 from engine.daemon.cli import main as engine_main
 from engine.model.adapters import find_family
-from engine.model.loader import load_model
-from engine.model.memory import AVAILABLE_ENV, MemoryPlanError, plan
+from engine.model.loader import cpu_has_bf16_matmul, load_model
+from engine.model.memory import AVAILABLE_ENV, MemoryPlanError, plan, stored_dtype
 from engine.service import TextEngine
 from tests.fakes import published as pub
 from tests.fakes.real_ckpts import NAMES, _spec, config_of, fixture, published_diff
@@ -49,9 +49,11 @@ def test_fixture_has_a_padded_vocabulary_and_bf16_shards(name: str) -> None:
     assert load_tokenizer(path).get_vocab_size() == spec["tokens"] < rows
     index = json.loads((path / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) == 2
+    assert stored_dtype(path) == "bfloat16"
     lm = load_model(path)
     assert lm.family == FAMILY[name]
-    assert next(lm.model.parameters()).dtype == torch.bfloat16  # the checkpoint's dtype, on the CPU
+    # auto: the checkpoint's bf16, computed in float32 on a CPU without bf16 matrix units (a fixture fits)
+    assert next(lm.model.parameters()).dtype == (torch.bfloat16 if cpu_has_bf16_matmul() else torch.float32)
     assert lm.config.vocab_size == rows
 
 
@@ -138,7 +140,12 @@ def test_check_prints_the_plan_without_loading(name: str, capsys: pytest.Capture
     spec = _spec(name)
     rows = config_of(name).get("embedding_size") or config_of(name)["vocab_size"]
     assert f"tokenizer {spec['tokens']} tokens, embedding {rows} rows" in out
-    assert f"family       {FAMILY[name]}" in out and "bfloat16 on cpu" in out and "fits" in out
+    assert f"family       {FAMILY[name]}" in out and "fits" in out
+    # auto: the stored bf16, or float32 on a CPU without bf16 matrix units (a tiny fixture fits), saying why
+    if cpu_has_bf16_matmul():
+        assert "dtype        bfloat16 on cpu (stored: bfloat16)" in out
+    else:
+        assert "dtype        float32 on cpu (stored: bfloat16)\n  because    this CPU has no bf16 matrix units" in out
     assert ("prompt       chat" in out) == (spec["template"] is not None)
 
 
@@ -164,6 +171,24 @@ def test_a_plan_that_does_not_fit_is_refused_with_what_would(monkeypatch: pytest
     assert load_model(path).family == "llada"  # the default (the checkpoint's bf16) fits
     assert engine_main(["check", str(path), "--dtype", "float32"]) == 3
     assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+def test_check_says_when_and_why_auto_computes_a_bf16_checkpoint_in_float32(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a CPU without bf16 matrix units, `auto` computes the stored bf16 in float32 when that
+    needs at most half the free memory (--available-gib plans for that much), and says so."""
+    from engine.model import loader
+    from engine.service import REAL_MAX_LEN
+
+    path = fixture("llada-8b-instruct")
+    monkeypatch.setattr(loader, "cpu_has_bf16_matmul", lambda: False)
+    need = plan(path, config_of("llada-8b-instruct"), "float32", "cpu", REAL_MAX_LEN, 1 << 40).total
+    for gib, dtype, why in ((need * 2.1 / (1 << 30), "float32", "float32 needs at most half the free memory"),
+                            (need * 1.9 / (1 << 30), "bfloat16", "needs more than half the free memory")):
+        assert engine_main(["check", str(path), "--available-gib", f"{gib:.6f}"]) == 0
+        out = capsys.readouterr().out
+        assert f"dtype        {dtype} on cpu (stored: bfloat16)" in out and why in out, out
+        assert f"at {dtype} " in out  # the memory plan is made for the dtype chosen
 
 
 def test_multi_block_presets_reach_the_multi_block_passes() -> None:
