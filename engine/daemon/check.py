@@ -58,10 +58,10 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
     dt = str(resolve_dtype(dtype, device, path, tokens, available)).removeprefix("torch.")
     stored = cfg.get("torch_dtype") or cfg.get("dtype") or stored_dtype(path)
     why = ""
-    if dtype == "auto" and device == "cpu" and not embedded and stored in ("bfloat16", "float16"):
+    if dtype == "auto" and device == "cpu" and not embedded and stored in ("bfloat16", "float16") \
+            and not cpu_has_bf16_matmul():  # engine.model.loader.default_dtype's choice, said
         why = ("this CPU has no bf16 matrix units and float32 needs at most half the free memory" if dt == "float32"
-               else "float32 would compute faster on this CPU but needs more than half the free memory"
-               if not cpu_has_bf16_matmul() else "")
+               else "this CPU has no bf16 matrix units, but float32 would need more than half the free memory")
     p = plan(path, cfg, dt, device, tokens, available)
     return {"path": str(path), "family": fam, "model_type": cfg.get("model_type"),
             "prompt_format": fmt.kind, "prompt_reason": fmt.reason, "template": fmt.source or "",

@@ -237,9 +237,9 @@ def default_dtype(cfg: dict[str, Any], device: str | torch.device, path: Path | 
     times slower than float32 (torch has no fast kernel there: BENCHMARKS.md, the peer), so a
     half-precision checkpoint runs in float32 on it when that needs at most `FLOAT32_SHARE` of
     the free memory (`float32_fits`; twice the weights' bytes; `available` bytes in place of the
-    machine's free memory), else in bfloat16. The embedded
-    models (stored in float32) and checkpoints of unknown dtype: float32 on the CPU unless it has
-    native bf16 matrix units, bfloat16 on an accelerator."""
+    machine's free memory), else in bfloat16. The embedded models (stored in float32) and
+    checkpoints of unknown dtype: float32 on the CPU unless it has native bf16 matrix units,
+    bfloat16 on an accelerator."""
     from engine.model.memory import stored_dtype
 
     cpu = torch.device(device).type == "cpu"

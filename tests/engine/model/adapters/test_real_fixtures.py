@@ -184,7 +184,7 @@ def test_check_says_when_and_why_auto_computes_a_bf16_checkpoint_in_float32(
     monkeypatch.setattr(loader, "cpu_has_bf16_matmul", lambda: False)
     need = plan(path, config_of("llada-8b-instruct"), "float32", "cpu", REAL_MAX_LEN, 1 << 40).total
     for gib, dtype, why in ((need * 2.1 / (1 << 30), "float32", "float32 needs at most half the free memory"),
-                            (need * 1.9 / (1 << 30), "bfloat16", "needs more than half the free memory")):
+                            (need * 1.9 / (1 << 30), "bfloat16", "float32 would need more than half the free memory")):
         assert engine_main(["check", str(path), "--available-gib", f"{gib:.6f}"]) == 0
         out = capsys.readouterr().out
         assert f"dtype        {dtype} on cpu (stored: bfloat16)" in out and why in out, out
