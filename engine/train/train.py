@@ -27,7 +27,7 @@ from engine.model.native import ModelConfig, Transformer, preset
 from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
 from engine.train.bank import BankSampler, TokenBank
 from engine.train.corpus import load_texts, read_text, split
-from engine.train.crossfile import CrossfileStream
+from engine.train.crossfile_examples import CrossfileStream
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
 from engine.train.distill import load_rows
 from engine.train.echo import Echo, batch_index, echo_batch
@@ -205,7 +205,7 @@ def main() -> None:
                     "instead of at random")
     ap.add_argument("--certainty", type=float, default=1.0, help="with --distill: the certainty term's weight")
     ap.add_argument("--crossfile", type=float, default=0.0, help="the share of each batch drawn from "
-                    "engine.train.crossfile (training files of multi-file packages, with workspace context "
+                    "engine.train.crossfile_examples (training files of multi-file packages, with workspace context "
                     "from the package's other training files, laid out by the engine's prompt builder)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     ap.add_argument("--data-workers", type=int, default=0, help="processes preparing examples (0: the "
