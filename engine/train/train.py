@@ -25,7 +25,8 @@ from tqdm import tqdm
 from engine.model.checkpoint import save_checkpoint
 from engine.model.native import ModelConfig, Transformer, preset
 from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
-from engine.train.bank import BankSampler, TokenBank
+from engine.train.bank import TokenBank
+from engine.train.bank_sampler import BankSampler
 from engine.train.corpus import load_texts, read_text, split
 from engine.train.crossfile_examples import CrossfileStream
 from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
