@@ -128,8 +128,8 @@ def test_a_training_batch_takes_its_share_of_crossfile_rows() -> None:
     import torch
 
     from engine.model.native import preset
+    from engine.train.batches import next_batch
     from engine.train.data import ExampleStream
-    from engine.train.train import next_batch
 
     builder = PromptBuilder.from_dir(EMBEDDED_DIR, 448)
     sp = builder.sp
