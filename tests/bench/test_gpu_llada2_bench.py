@@ -1,6 +1,6 @@
 """bench/gpu_llada2.py's --tiny CPU smoke mode (its step: bench/llada2_step.py): the prepared GPU
-measurement runs end to end,
-every MoE implementation gives the loop's logits, and the bandwidth accounting adds up."""
+measurement runs end to end, every MoE implementation gives the loop's logits, and the
+bandwidth accounting adds up."""
 
 from __future__ import annotations
 
