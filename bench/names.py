@@ -4,7 +4,7 @@ scope (issue 43), against the same requests without the constraint.
     python bench/names.py [--quick] [--per-kind N] [--model DIR] [--preset speedy] [--scope-only]
                           [--latency-tasks N] [--latency-repeats N] [--scope-repeats N]
 
-Tasks (deterministic from --seed), from held-out files (engine/train/heldout.txt) that parse:
+Tasks (bench/name_tasks.py, deterministic from --seed), from held-out files (engine/train/heldout.txt) that parse:
 the cursor sits inside an identifier (1..len-1 of its characters typed, the rest of the line
 removed, stop rule "line"), at a use (`ast.Name` or attribute load) of a name that is
 - `same_file`: bound in the file itself (a definition, parameter, assignment),
@@ -29,7 +29,6 @@ table and ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import random
 import re
@@ -45,130 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.ab import chosen  # noqa: E402
 from bench.crossfile import Score, paired_effect  # noqa: E402
 from bench.decode import wilson  # noqa: E402
+from bench.name_tasks import KINDS, USE_KINDS, NameTask, make_name_tasks  # noqa: E402
 from bench.tasks import Task, edit_similarity, exact_match, make_tasks  # noqa: E402
-from engine.api import CompletionRequest, Names, Plan  # noqa: E402
-from engine.train.corpus import SourceFile, all_files, heldout_files, read_text  # noqa: E402
-from engine.train.crossfile import PackageIndex, bound_names, code_lines, package_of, packages  # noqa: E402
+from engine.api import CompletionRequest, Names  # noqa: E402
+from engine.train.corpus import all_files, heldout_files, read_text  # noqa: E402
 
-USE_KINDS = ("same_file", "imported", "package")
-KINDS = (*USE_KINDS, "definition", "ordinary")
-PER_FILE = 2  # tasks of a kind per file at most
 IDENT = re.compile(r"[A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class NameTask:
-    task: Task
-    name: str  # the identifier the cursor is inside
-    typed: str
-    path: Path
-
-
-def _uses_and_defs(tree: ast.AST) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]:
-    """(line, column, name) of name loads and attribute loads, and of first bindings."""
-    uses, defs, seen = [], [], set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            uses.append((node.lineno - 1, node.col_offset, node.id))
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.end_col_offset is not None \
-                and node.end_lineno == node.lineno:
-            uses.append((node.lineno - 1, node.end_col_offset - len(node.attr), node.attr))
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id not in seen:
-            seen.add(node.id)
-            defs.append((node.lineno - 1, node.col_offset, node.id))
-        elif isinstance(node, ast.arg) and node.arg not in ("self", "cls"):
-            defs.append((node.lineno - 1, node.col_offset, node.arg))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defs.append((node.lineno - 1, -1, node.name))  # column found on the line
-    return uses, defs
-
-
-def _imported(tree: ast.AST) -> set[str]:
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            out.update(a.asname or a.name for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return out
-
-
-def _task(kind: str, f: SourceFile, text: str, lines: list[str], i: int, col: int, name: str,
-          rng: random.Random) -> NameTask | None:
-    ln = lines[i]
-    if col < 0:
-        m = re.search(rf"\b(?:def|class)\s+({re.escape(name)})\b", ln)
-        if m is None:
-            return None
-        col = m.start(1)
-    if len(name) < 3 or not ln.isascii() or ln[col: col + len(name)] != name:
-        return None
-    k = rng.randint(1, len(name) - 1)
-    start = sum(len(x) + 1 for x in lines[:i])
-    cur = start + col + k
-    end = start + len(ln.rstrip())
-    if end <= cur:
-        return None
-    t = Task(kind, f.key, text[:cur], text[cur:end], text[end:], Plan(max_tokens=48, stop="line"))
-    return NameTask(t, name, name[:k], f.path)
-
-
-def make_name_tasks(per_kind: int, seed: int = 0, max_chars: int = 60_000) -> dict[str, list[NameTask]]:
-    files = {f.key: f for f in all_files()}
-    pkgs = packages(files)
-    rng = random.Random(seed)
-    per: dict[str, list[list[NameTask]]] = {k: [] for k in KINDS[:-1]}
-    indexes: dict[str, PackageIndex] = {}
-    for f in sorted(heldout_files(), key=lambda f: f.key):
-        text = read_text(f)
-        if not text or len(text) > max_chars or f.key not in files:
-            continue
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError):
-            continue
-        bound, code = bound_names(text), code_lines(text)
-        if bound is None or code is None:
-            continue
-        pkg = package_of(f.key)
-        cross: PackageIndex | None = None
-        if pkg in pkgs and not f.key.startswith("stdlib/"):
-            if pkg not in indexes:
-                indexes[pkg] = PackageIndex((k, t) for k in pkgs[pkg] if (t := read_text(files[k])) is not None)
-            cross = indexes[pkg]
-        imported = _imported(tree)
-        lines = text.split("\n")
-        uses, defs = _uses_and_defs(tree)
-        found: dict[str, list[NameTask]] = {k: [] for k in per}
-        for i, col, name in uses:
-            if i not in code:
-                continue
-            if cross is not None and cross.elsewhere(name, f.key) and name not in bound:
-                kind = "package"
-            elif name in imported:
-                kind = "imported"
-            elif name in bound:
-                kind = "same_file"
-            else:
-                continue
-            t = _task(kind, f, text, lines, i, col, name, rng)
-            if t is not None:
-                found[kind].append(t)
-        for i, col, name in defs:
-            if i in code and (t := _task("definition", f, text, lines, i, col, name, rng)) is not None:
-                found["definition"].append(t)
-        for kind, ts in found.items():
-            if ts:
-                rng.shuffle(ts)
-                per[kind].append(ts[:PER_FILE])
-    out: dict[str, list[NameTask]] = {}
-    for kind, lists in per.items():
-        rng.shuffle(lists)
-        flat: list[NameTask] = []
-        for k in range(PER_FILE):
-            flat += [ts[k] for ts in lists if len(ts) > k]
-        out[kind] = flat[:per_kind]
-    return out
 
 
 class ServerNames:

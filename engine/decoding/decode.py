@@ -4,7 +4,8 @@ A `Sequence` is one request's state: its prompt, a middle canvas of [MASK] token
 block by block, and its cache row. Each forward feeds the clean tokens the cache still
 lacks (the prompt, or the block just finished: causal, written for good) together with a
 noisy copy of the active block (bidirectional inside the block, reading the clean tokens
-before it). `prepare` says what one sequence feeds, `update` applies a policy to the logits and
+before it). `prepare` says what one sequence feeds, `update` applies a policy to the logits (what
+a step commits and edits, and where the completion ends: `engine.decoding.commits`) and
 returns token events; `engine.decoding.batch.execute` runs one forward for any number of
 sequences, and the one step loop (`engine.decoding.scheduler`) drives them.
 """
@@ -17,6 +18,7 @@ import torch
 from torch import Tensor
 
 import kernels
+from engine.decoding.commits import choose, find_end, is_end
 from engine.decoding.constraint import NameConstraint
 from engine.decoding.loops import loop_bans
 from engine.decoding.policies import BlockView, Policy
@@ -27,7 +29,7 @@ from kernels import Confidence
 
 __all__ = ["END_AHEAD_MIN", "Feed", "Reason", "Sequence", "Staged", "StopFn", "Tally", "TokenEvent", "note_forward"]
 
-# the confidence an end-of-middle needs to commit ahead of a mask (Sequence._end_in_order);
+# the confidence an end-of-middle needs to commit ahead of a mask (engine.decoding.commits.end_in_order);
 # above 1: only behind committed tokens; 0: like any token
 END_AHEAD_MIN = 1.01
 
@@ -255,31 +257,19 @@ class Sequence:
         return Staged(logits, torch.where(masked, -1, cur).to(logits.device), sl, edit_only, multi)
 
     def _decide(self, st: Staged, conf: Confidence) -> TokenEvent:
-        sl, edit_only = st.where, st.edit_only
+        sl = st.where
         cur = self.middle[sl]
         n = cur.shape[0]
         idx = torch.arange(sl.start, sl.start + n)
         masked = ~self.committed[sl]
         live = idx < self.live_limit()
-        editable = self.committed[sl] & ~self._is_end(cur)
+        editable = self.committed[sl] & ~is_end(cur, self.end_ids)
         assert conf.cur_prob is not None
         view = BlockView(masked=masked, editable=editable, live=live, current=cur, top_id=conf.top_id.cpu(),
                          top_prob=conf.top_prob.cpu(), cur_prob=conf.cur_prob.cpu(), step=self.block_step,
                          masked_at_start=self.masked_at_start)
-        if edit_only:
-            commit, edit = masked & False, self.policy.edit_only(view)
-        else:
-            d = self.policy.decide(view)
-            commit, edit = d.commit & masked & live, d.edit & editable & live
-            if self.end_ahead_min > 0:
-                commit = self._end_in_order(commit, masked & live, view.top_id, view.top_prob)
-        # [MASK] is the canvas's blank, never an answer: a row whose top token is the mask id
-        # stays masked, as in the published decoders (the confidences keep its mass)
-        real = view.top_id != self.sp.mask
-        edit = edit & real
-        if not edit_only:
-            commit = self._progress(commit & real, masked & live, view, st)
-        ev = TokenEvent("edit_pass" if edit_only else "step", self.forwards)
+        commit, edit = choose(self.policy, view, st, self.sp.mask, self.end_ids, self.end_ahead_min)
+        ev = TokenEvent("edit_pass" if st.edit_only else "step", self.forwards)
         for i in edit.nonzero().flatten().tolist():
             old, new = int(cur[i]), int(view.top_id[i])
             ev.edits.append((sl.start + i, old, new))
@@ -296,61 +286,13 @@ class Sequence:
         self._find_end()
         return ev
 
-    def _progress(self, commit: Tensor, cand: Tensor, view: BlockView, st: Staged) -> Tensor:
-        """A step never stalls: with no commit left, the surest candidate whose top token is
-        real commits; where every candidate's top is [MASK] (an untrained or broken model),
-        the surest one commits its best token other than [MASK]."""
-        if bool(commit.any()) or not bool(cand.any()):
-            return commit
-        real = cand & (view.top_id != self.sp.mask)
-        if not bool(real.any()):
-            banned = st.logits.clone()
-            banned[:, self.sp.mask] = float("-inf")
-            alt = kernels.confidence(banned, st.current)
-            view.top_id[cand], view.top_prob[cand] = alt.top_id.cpu()[cand], alt.top_prob.cpu()[cand]
-            real = cand
-        out = commit.clone()
-        out[int(torch.where(real, view.top_prob, -1.0).argmax())] = True
-        return out
-
-    def _is_end(self, ids: Tensor) -> Tensor:
-        if len(self.end_ids) == 1:
-            return ids == next(iter(self.end_ids))
-        return torch.isin(ids, torch.tensor(sorted(self.end_ids), dtype=ids.dtype, device=ids.device))
-
-    def _end_in_order(self, commit: Tensor, cand: Tensor, top: Tensor, prob: Tensor) -> Tensor:
-        """Drop the end-of-middle commits that would leave a mask before them, unless their
-        confidence reaches `end_ahead_min`. A committed end-of-middle ends the completion, and
-        the padding after a short middle is what a small model is surest of: committed out of
-        order, it cuts an unfinished answer short. Otherwise it commits once everything before
-        it is (or is now) committed; if that leaves no commit, the leftmost candidate commits,
-        whatever its token, so a step never stalls."""
-        pending = cand & ~commit
-        before = torch.cumsum(pending.int(), 0) - pending.int()
-        ahead = self._is_end(top) & (before > 0) & (prob < self.end_ahead_min)
-        out = commit & ~ahead
-        if not bool(out.any()) and bool(cand.any()):
-            out[int(cand.nonzero()[0])] = True
-        return out
-
     def _find_end(self) -> None:
-        """The completion ends at the first committed end-of-middle with no mask before it,
-        or where the stop rule cuts the committed prefix."""
-        # plain lists: a few dozen positions, where each small tensor op costs more than the scan
-        mid, com, ends = self.middle.tolist(), self.committed.tolist(), self.end_ids
-        self.first_eom = next((i for i, (t, c) in enumerate(zip(mid, com, strict=True)) if c and t in ends), None)
-        first_mask = next((i for i, c in enumerate(com) if not c), self.cap)
-        prefix = mid[:first_mask]
-        end, reason = None, None
-        at = next((i for i, t in enumerate(prefix) if t in ends), None)
-        if at is not None:
-            end, reason = at, "end_of_middle"
-        if self.stop_fn is not None:
-            cut = self.stop_fn(prefix[: end if end is not None else first_mask])
-            if cut is not None and (end is None or cut < end):
-                end, reason = cut, "stop_rule"
+        """Where the completion ends (`engine.decoding.commits.find_end`); an edit that removed
+        the end of middle or the stop rule's cut lets decoding go on."""
+        self.first_eom, end, reason = find_end(self.middle.tolist(), self.committed.tolist(), self.end_ids,
+                                               self.stop_fn)
         if end is not None:
-            self.end, self.reason = end, reason  # type: ignore[assignment]
+            self.end, self.reason = end, reason
         elif self.end is not None and self.reason in ("end_of_middle", "stop_rule"):
             self.end, self.reason = None, None  # an edit removed the end: keep going
 

@@ -25,53 +25,15 @@ from tqdm import tqdm
 from engine.model.checkpoint import save_checkpoint
 from engine.model.native import ModelConfig, Transformer, preset
 from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
-from engine.train.bank import BankSampler, TokenBank
-from engine.train.corpus import load_texts, read_text, split
-from engine.train.crossfile import CrossfileStream
-from engine.train.data import MAX_POSITIONS, Batch, Encoded, ExampleStream, attach_mask, make_batch
+from engine.train.bank import TokenBank
+from engine.train.bank_sampler import BankSampler
+from engine.train.batches import TeacherRows, crossfile_stream, held_batch, next_batch
+from engine.train.corpus import load_texts
+from engine.train.data import MAX_POSITIONS, Batch, ExampleStream, make_batch
 from engine.train.distill import load_rows
 from engine.train.echo import Echo, batch_index, echo_batch
 from engine.train.parallel import BuildSpec, ParallelStream, pick_transport
 from engine.train.speed import StepProfile, candidates, pick
-
-
-def crossfile_stream(tokenizer: Path, block: int, seed: int) -> CrossfileStream:
-    """Cross-file examples from the training split alone: the target and its context files are
-    all training files (held-out files are never read), the prompt laid out as the engine lays it."""
-    from engine.prompt.builder import PromptBuilder
-    from engine.service import EMBEDDED_MAX_PROMPT
-
-    train, _held = split()
-    files = {f.key: t for f in train if (t := read_text(f)) is not None and t.strip()}
-    stream = CrossfileStream(files, PromptBuilder.from_dir(tokenizer, EMBEDDED_MAX_PROMPT), block, seed + 77)
-    print(f"cross-file examples: {len(stream.targets)} training files in {len(stream.pkgs)} packages")
-    return stream
-
-
-class TeacherRows:
-    """The teacher rows in a seeded order, epoch after epoch; `pos` (rows handed out) resumes it."""
-
-    def __init__(self, rows: list[Encoded], seed: int) -> None:
-        if not rows:
-            raise ValueError("no teacher rows")
-        self.rows, self.seed, self.pos = rows, seed, 0
-        self._order: tuple[int, list[int]] = (-1, [])
-
-    def order(self, epoch: int) -> list[int]:
-        if self._order[0] != epoch:
-            order = list(range(len(self.rows)))
-            random.Random(self.seed * 1000 + epoch).shuffle(order)
-            self._order = (epoch, order)
-        return self._order[1]
-
-    def next(self, n: int) -> list[Encoded]:
-        out = []
-        for _ in range(n):
-            epoch, i = divmod(self.pos, len(self.rows))
-            r = self.rows[self.order(epoch)[i]]
-            out.append(dataclasses.replace(r, teacher=True))
-            self.pos += 1
-        return out
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int, schedule: str = "cosine", decay_steps: int = 0) -> float:
@@ -93,38 +55,6 @@ def lr_at(step: int, total: int, peak: float, warmup: int, schedule: str = "cosi
 def stable_end(total: int, decay_steps: int) -> int:
     """The first step of a wsd run's decay (its stable state is saved just before it)."""
     return max(0, total - decay_steps)
-
-
-def to_device(b: Batch, dev: torch.device) -> Batch:
-    if dev.type == "cpu":
-        return b
-    moved = {f.name: getattr(b, f.name).to(dev, non_blocking=True) for f in dataclasses.fields(b)
-             if isinstance(getattr(b, f.name), torch.Tensor)}
-    return dataclasses.replace(b, **moved)
-
-
-def next_batch(par: ParallelStream | None, stream: ExampleStream, teacher: TeacherRows | None,
-               noise: torch.Generator, args: argparse.Namespace, cfg: ModelConfig, diffusion: bool,
-               dev: torch.device, bank: BankSampler | None = None, cross: CrossfileStream | None = None) -> Batch:
-    """The step's batch on `dev`, its mask built there: cut there from the token bank, from
-    the workers' built batches, or from rows (the workers' or this process's) with the
-    teacher's rows and the cross-file rows (`--crossfile`) mixed in."""
-    if bank is not None:
-        return attach_mask(bank.batch(args.batch, diffusion))
-    got = par.next_batch() if par is not None else None
-    if isinstance(got, Batch):
-        return attach_mask(to_device(got, dev))
-    n_teach = round(args.batch * args.distill_frac) if teacher is not None else 0
-    n_cross = round(args.batch * args.crossfile) if cross is not None else 0
-    n_own = args.batch - n_teach - n_cross
-    rows = got[n_teach + n_cross:] if got is not None else [stream.next() for _ in range(n_own)]
-    if teacher is not None:
-        rows += teacher.next(n_teach)
-    if cross is not None:
-        rows += [cross.next() for _ in range(n_cross)]
-    b = make_batch(rows, stream.sp, cfg.vocab_size, cfg.block_size, noise, diffusion,
-                   teacher_suffix=args.distill_suffix, with_mask=False)
-    return attach_mask(to_device(b, dev))
 
 
 def losses(model: torch.nn.Module, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -205,7 +135,7 @@ def main() -> None:
                     "instead of at random")
     ap.add_argument("--certainty", type=float, default=1.0, help="with --distill: the certainty term's weight")
     ap.add_argument("--crossfile", type=float, default=0.0, help="the share of each batch drawn from "
-                    "engine.train.crossfile (training files of multi-file packages, with workspace context "
+                    "engine.train.crossfile_examples (training files of multi-file packages, with workspace context "
                     "from the package's other training files, laid out by the engine's prompt builder)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     ap.add_argument("--data-workers", type=int, default=0, help="processes preparing examples (0: the "
@@ -313,9 +243,7 @@ def main() -> None:
     modes, comps = candidates(args.gqa, args.compile, dev)
     if len(modes) > 1 or comps != [False]:
         probe_rows = [held_rows[i % len(held_rows)] for i in range(args.batch)]
-        probe = attach_mask(to_device(make_batch(probe_rows, sp, cfg.vocab_size, cfg.block_size,
-                                                 torch.Generator().manual_seed(held_noise_seed), True,
-                                                 with_mask=False), dev))
+        probe = held_batch(probe_rows, sp, cfg, held_noise_seed, dev)
         choice = pick(model, probe, lambda m, b: torch.stack(losses(m, b)).sum(), dev, args.bf16, modes, comps)
         runner = choice.runner
         print(choice.describe())
@@ -383,9 +311,7 @@ def main() -> None:
         if step % args.eval_every == 0 or step == total:
             model.eval()
             with torch.no_grad():
-                hb = attach_mask(to_device(make_batch(held_rows, sp, cfg.vocab_size, cfg.block_size,
-                                                      torch.Generator().manual_seed(held_noise_seed), True,
-                                                      with_mask=False), dev))
+                hb = held_batch(held_rows, sp, cfg, held_noise_seed, dev)
                 har, hdiff, _ = losses(model, hb)
             rec |= {"held_ar": round(har.item(), 4), "held_diff": round(hdiff.item(), 4)}
         log.write(json.dumps(rec) + "\n")

@@ -1,5 +1,6 @@
-"""bench/gpu_llada2.py's --tiny CPU smoke mode: the prepared GPU measurement runs end to end,
-every MoE implementation gives the loop's logits, and the bandwidth accounting adds up."""
+"""bench/gpu_llada2.py's --tiny CPU smoke mode (its step: bench/llada2_step.py): the prepared GPU
+measurement runs end to end, every MoE implementation gives the loop's logits, and the
+bandwidth accounting adds up."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 import pytest
 
-from bench import gpu_llada2
+from bench import gpu_llada2, llada2_step
 
 
 def test_tiny_run_compares_every_impl_and_accounts_the_bytes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -18,7 +19,7 @@ def test_tiny_run_compares_every_impl_and_accounts_the_bytes(capsys: pytest.Capt
     rows = record["rows"]
     assert [(r["impl"], r["routing"], r["batch"]) for r in rows] == [
         (i, rt, b) for b in (1, 3) for rt in ("token", "block") for i in ("loop", "eager", "reference")]
-    cfg = gpu_llada2.TINY
+    cfg = llada2_step.TINY
     per_expert = 3 * cfg["hidden_size"] * cfg["moe_intermediate_size"] * 4  # fp32
     for r in rows:
         assert r["max_abs_diff_vs_first"] < 1e-4  # the new paths compute what the loop does
@@ -33,7 +34,7 @@ def test_tiny_run_compares_every_impl_and_accounts_the_bytes(capsys: pytest.Capt
     # block routing: at most the capacity per block, fewer experts per block than token routing
     block = [r for r in rows if r["routing"] == "block"]
     token = [r for r in rows if r["routing"] == "token"]
-    assert all(r["experts_per_block"] <= gpu_llada2.CAPACITY["tiny"] for r in block)
+    assert all(r["experts_per_block"] <= llada2_step.CAPACITY["tiny"] for r in block)
     assert max(r["experts_per_block"] for r in block) < min(r["experts_per_block"] for r in token)
     assert all(r["gb_experts_per_block"] == pytest.approx(
         r["experts_per_block"] * layers * per_expert / 1e9, abs=1e-4) for r in rows)
@@ -62,6 +63,6 @@ def test_graph_replay_is_refused_off_cuda() -> None:
 
 def test_routing_estimate_needs_no_device(capsys: pytest.CaptureFixture[str]) -> None:
     est = gpu_llada2.main(["--routing-estimate", "--tiny"])["routing_estimate"]
-    assert est["block"]["max"] <= gpu_llada2.CAPACITY["tiny"] < est["token"]["experts_per_block"]
+    assert est["block"]["max"] <= llada2_step.CAPACITY["tiny"] < est["token"]["experts_per_block"]
     assert est["ratio"] > 1
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["routing_estimate"] == est

@@ -1,5 +1,5 @@
-"""bench/names.py: its tasks put the cursor inside the identifier they name, and it runs end to
-end on a couple of tasks a kind with both arms."""
+"""bench/names.py: its tasks (bench/name_tasks.py) put the cursor inside the identifier they name,
+and it runs end to end on a couple of tasks a kind with both arms."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def test_tasks_put_the_cursor_inside_the_name() -> None:
-    from bench.names import make_name_tasks
+    from bench.name_tasks import make_name_tasks
 
     tasks = make_name_tasks(3, seed=1)
     assert set(tasks) == {"same_file", "imported", "package", "definition"}

@@ -1,5 +1,5 @@
-"""The token bank (engine/train/bank.py): cut points on real files, batches that match the
-layout of `data.make_batch`, and a file format that round-trips."""
+"""The token bank (engine/train/bank.py): cut points on real files, batches (engine/train/bank_sampler.py)
+that match the layout of `data.make_batch`, and a file format that round-trips."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import torch
 from engine.model.checkpoint import EMBEDDED_DIR
 from engine.model.native import NOISY
 from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
-from engine.train.bank import CUT_FIELDS, BankSampler, TokenBank
+from engine.train.bank import CUT_FIELDS, TokenBank
+from engine.train.bank_sampler import BankSampler
 from engine.train.data import MAX_MIDDLE, Encoded, make_batch
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])

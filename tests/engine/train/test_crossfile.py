@@ -1,4 +1,5 @@
-"""Cross-file definitions (engine/train/crossfile.py), its training examples, and
+"""Cross-file definitions (engine/train/crossfile.py), its training examples
+(engine/train/crossfile_examples.py), and
 bench/crossfile.py end to end on a couple of tasks."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from engine.model.checkpoint import EMBEDDED_DIR
 from engine.prompt.builder import PromptBuilder
 from engine.prompt.prompt_format import render_context
 from engine.train import crossfile as xf
+from engine.train.crossfile_examples import CrossfileStream
 from tests.bench.watchdog import WATCHDOG_S
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -77,7 +79,7 @@ def test_names_skip_strings_comments_and_module_attributes() -> None:
 
 def test_training_examples_place_context_as_the_engine_does() -> None:
     builder = PromptBuilder.from_dir(EMBEDDED_DIR, 448)
-    stream = xf.CrossfileStream(FILES, builder, block=16, seed=0)
+    stream = CrossfileStream(FILES, builder, block=16, seed=0)
     seen_context = False
     for _ in range(40):
         got = stream.example()
@@ -126,14 +128,14 @@ def test_a_training_batch_takes_its_share_of_crossfile_rows() -> None:
     import torch
 
     from engine.model.native import preset
+    from engine.train.batches import next_batch
     from engine.train.data import ExampleStream
-    from engine.train.train import next_batch
 
     builder = PromptBuilder.from_dir(EMBEDDED_DIR, 448)
     sp = builder.sp
     cfg = preset("tiny-code", vocab_size=builder.tok.get_vocab_size(), special=sp)
     plain = ExampleStream([CONFIG, MODEL], [1.0, 1.0], builder.tok, sp, cfg.block_size, seed=0)
-    cross = xf.CrossfileStream(FILES, builder, cfg.block_size, seed=0)
+    cross = CrossfileStream(FILES, builder, cfg.block_size, seed=0)
     drawn = []
     own_next = cross.next
     cross.next = lambda: drawn.append(1) or own_next()  # type: ignore[method-assign]

@@ -19,9 +19,10 @@ from engine.decoding.policies import make_policy
 from engine.model.checkpoint import EMBEDDED_DIR, load_checkpoint
 from engine.model.native import Transformer
 from engine.prompt.tokenizer import load_tokenizer, special_tokens_of
+from engine.train.batches import TeacherRows
 from engine.train.data import Encoded, ExampleStream, make_batch
 from engine.train.distill import adds_parse_error, load_rows, save_rows, teacher_row, teacher_rows
-from engine.train.train import TeacherRows, losses
+from engine.train.train import losses
 from tests.engine.conftest import steps_alone
 from tests.engine.train.test_train import TEXTS, _train
 
