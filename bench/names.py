@@ -4,15 +4,10 @@ scope (issue 43), against the same requests without the constraint.
     python bench/names.py [--quick] [--per-kind N] [--model DIR] [--preset speedy] [--scope-only]
                           [--latency-tasks N] [--latency-repeats N] [--scope-repeats N]
 
-Tasks (bench/name_tasks.py, deterministic from --seed), from held-out files (engine/train/heldout.txt) that parse:
-the cursor sits inside an identifier (1..len-1 of its characters typed, the rest of the line
-removed, stop rule "line"), at a use (`ast.Name` or attribute load) of a name that is
-- `same_file`: bound in the file itself (a definition, parameter, assignment),
-- `imported`: bound by an import of the file, and defined outside its package,
-- `package`: defined in another file of the package (engine.train.crossfile.PackageIndex:
-  imported from it, or reached as an attribute of one of its modules);
-and, as controls, `definition` (the cursor inside a name at its first binding: def, class,
-parameter, assignment target: new names) and `ordinary` (bench/tasks.py's single_line tasks).
+Tasks: the cursor inside an identifier at a use of a name bound in the same file, imported,
+or defined in another file of the package, and the `definition` control (bench/name_tasks.py
+says how they are drawn, deterministic from --seed, from held-out files that parse); the
+`ordinary` control is bench/tasks.py's single_line tasks.
 
 The names come from the language server's own analysis (`llada_lsp.context.name_hints.NameHints`):
 the target document open with the line cut at the cursor, its directory indexed as the
