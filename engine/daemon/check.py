@@ -21,7 +21,7 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
              trust_remote_code: bool = False) -> dict[str, Any]:
     from engine.model.adapters import find_family
     from engine.model.loader import (
-        cpu_has_bf16_matmul,
+        dtype_choice,
         end_id_sources,
         no_adapter_message,
         resolve,
@@ -55,13 +55,10 @@ def describe(model: str, dtype: str = "auto", device: str = "cpu", max_len: int 
     rows = int(cfg.get("embedding_size") or cfg.get("vocab_size") or 0)
     ctx = int(cfg.get("max_position_embeddings") or cfg.get("max_sequence_length") or cfg.get("max_seq_len") or 0)
     tokens = min(max_len or (EMBEDDED_MAX_LEN if embedded else REAL_MAX_LEN), ctx or 1 << 30)
-    dt = str(resolve_dtype(dtype, device, path, tokens, available)).removeprefix("torch.")
+    chosen, why = (dtype_choice(cfg, device, path, tokens, available) if dtype == "auto"
+                   else (resolve_dtype(dtype, device), ""))
+    dt = str(chosen).removeprefix("torch.")
     stored = cfg.get("torch_dtype") or cfg.get("dtype") or stored_dtype(path)
-    why = ""
-    if dtype == "auto" and device == "cpu" and not embedded and stored in ("bfloat16", "float16") \
-            and not cpu_has_bf16_matmul():  # engine.model.loader.default_dtype's choice, said
-        why = ("this CPU has no bf16 matrix units and float32 needs at most half the free memory" if dt == "float32"
-               else "this CPU has no bf16 matrix units, but float32 would need more than half the free memory")
     p = plan(path, cfg, dt, device, tokens, available)
     return {"path": str(path), "family": fam, "model_type": cfg.get("model_type"),
             "prompt_format": fmt.kind, "prompt_reason": fmt.reason, "template": fmt.source or "",

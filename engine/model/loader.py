@@ -29,7 +29,7 @@ from engine.model.adapters.common import AdapterModel
 from engine.model.model_path import ModelNotFoundError, resolve
 from engine.model.native import ModelConfig, SpecialTokens
 
-__all__ = ["LoadedModel", "ModelNotFoundError", "default_dtype", "generation_end_ids", "load_model", "resolve",
+__all__ = ["LoadedModel", "ModelNotFoundError", "default_dtype", "dtype_choice", "generation_end_ids", "load_model", "resolve",
            "resolve_dtype"]
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,15 @@ def checkpoint_dtype(cfg: dict[str, Any]) -> torch.dtype | None:
 
 def default_dtype(cfg: dict[str, Any], device: str | torch.device, path: Path | None = None,
                   max_len: int = DEFAULT_MAX_LEN, available: int | None = None) -> torch.dtype:
-    """A real checkpoint runs in the dtype it is stored in (config.json's torch_dtype, else its
+    """The dtype `auto` runs a checkpoint in (`dtype_choice`)."""
+    return dtype_choice(cfg, device, path, max_len, available)[0]
+
+
+def dtype_choice(cfg: dict[str, Any], device: str | torch.device, path: Path | None = None,
+                 max_len: int = DEFAULT_MAX_LEN, available: int | None = None) -> tuple[torch.dtype, str]:
+    """The dtype `auto` runs a checkpoint in, and why where that is not plain ("" otherwise).
+
+    A real checkpoint runs in the dtype it is stored in (config.json's torch_dtype, else its
     weights' own, read from the safetensors headers: LLaDA-8B's config names none): bfloat16
     for LLaDA2, LLaDA-8B and Dream on an accelerator and on a CPU with native bf16 matrix units;
     float16 runs as bfloat16 on the CPU. A CPU without them multiplies bfloat16 matrices several
@@ -250,13 +258,15 @@ def default_dtype(cfg: dict[str, Any], device: str | torch.device, path: Path | 
             stored = DTYPES.get(stored_dtype(path) or "")
     if stored is not None:
         if not cpu or stored == torch.float32:
-            return stored
-        if path is not None and not cpu_has_bf16_matmul() and float32_fits(path, cfg, max_len, available):
-            return torch.float32
-        return torch.bfloat16
+            return stored, ""
+        if path is None or cpu_has_bf16_matmul():
+            return torch.bfloat16, ""
+        if float32_fits(path, cfg, max_len, available):
+            return torch.float32, "this CPU has no bf16 matrix units and float32 needs at most half the free memory"
+        return torch.bfloat16, "this CPU has no bf16 matrix units, but float32 would need more than half the free memory"
     if not cpu:
-        return torch.bfloat16
-    return torch.bfloat16 if cpu_has_bf16_matmul() else torch.float32
+        return torch.bfloat16, ""
+    return (torch.bfloat16 if cpu_has_bf16_matmul() else torch.float32), ""
 
 
 def float32_fits(path: Path, cfg: dict[str, Any], max_len: int, available: int | None = None) -> bool:
