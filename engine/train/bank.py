@@ -146,13 +146,17 @@ class TokenBank:
         bank is ~5 MB: small enough to carry to a lent GPU)."""
         if len(self.ids) >= 2**31 or int(self.ids.max(initial=0)) >= 2**16:
             raise ValueError("token bank too large for its file format")
-        arrays = {"ids": self.ids.astype(np.uint16), "file_start": self.file_start.astype(np.int32),
-                  "file_weight": self.file_weight}
+        arrays: dict[str, np.ndarray] = {"ids": self.ids.astype(np.uint16),
+                                         "file_start": self.file_start.astype(np.int32),
+                                         "file_weight": self.file_weight}
         for kind in ("line", "block"):
             cuts = getattr(self, f"{kind}s")
             arrays |= {f"{kind}_{k}": getattr(cuts, k).astype(np.int32) for k in CUT_FIELDS}
+        arrays |= {f"held_{k}": v for k, v in _pack_rows(self.held).items()}
         raw = io.BytesIO()
-        np.savez(raw, **arrays, **{f"held_{k}": v for k, v in _pack_rows(self.held).items()})
+        # mypy checks an unpacked **dict against every keyword parameter, here recent numpy's
+        # `allow_pickle: bool`; passing allow_pickle would store it as an array under numpy 1.26
+        np.savez(raw, **arrays)  # type: ignore[arg-type]
         path.write_bytes(lzma.compress(raw.getvalue(), preset=6))
 
     @classmethod

@@ -75,7 +75,8 @@ def from_wire(d: dict[str, Any]) -> Batch:
         t = torch.from_numpy(v)
         return t.long() if t.dtype == torch.int32 else t
 
-    return Batch(**{k: (back(v) if isinstance(v, np.ndarray) else v) for k, v in d.items()})
+    values: dict[str, Any] = {k: (back(v) if isinstance(v, np.ndarray) else v) for k, v in d.items()}
+    return Batch(**values)
 
 
 def pick_transport(b: Batch) -> tuple[bool, dict[str, float]]:
@@ -125,7 +126,7 @@ class ParallelStream:
             p.join(5)
 
 
-def probe(seconds: float, workers: int, batch: int) -> dict[str, float]:
+def probe(seconds: float, workers: int, batch: int) -> dict[str, object]:
     """Where a machine's example pipeline spends its time: examples a second in this process,
     one batch's tensors (no mask), and whole batches a second through `workers` processes
     (queue transfer included). Run on a lent GPU's host before training on it."""

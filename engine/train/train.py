@@ -209,7 +209,10 @@ def main() -> None:
     if args.bank is not None:  # the files come as tokens, the held-out rows with them
         tb = TokenBank.load(args.bank)
         bank = BankSampler(tb, sp, cfg.block_size, cfg.vocab_size, dev, data_seed)
-        texts, weights, held_texts, held_rows = [], [], [], tb.held
+        texts: list[str] = []
+        weights: list[float] = []
+        held_texts: list[str] = []
+        held_rows = tb.held
         print(f"token bank {args.bank}: {tb.n_files} files, {len(tb.ids) / 1e6:.2f}M tokens")
     else:
         texts, weights, held_texts = load_texts()
@@ -253,8 +256,8 @@ def main() -> None:
     if build is not None and args.data_workers > 0:
         wire = args.transport == "arrays"
         if args.transport == "auto":
-            probe_rows = ExampleStream(texts, weights, tok, sp, cfg.block_size, seed=data_seed + 1)
-            sample = make_batch([probe_rows.next() for _ in range(args.batch)], sp, cfg.vocab_size,
+            probe_stream = ExampleStream(texts, weights, tok, sp, cfg.block_size, seed=data_seed + 1)
+            sample = make_batch([probe_stream.next() for _ in range(args.batch)], sp, cfg.vocab_size,
                                 cfg.block_size, torch.Generator().manual_seed(0), True, with_mask=False)
             wire, ms = pick_transport(sample)
             print(f"batch transport: {'arrays' if wire else 'tensors'} (ms a batch: {ms})")
