@@ -16,6 +16,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -69,7 +70,8 @@ def main() -> None:
     out: dict[str, dict[str, float]] = {}
     print(f"{'dtype':9} {'1 seq ms':>9} {f'{args.batch} seq ms':>9} {'ceiling':>8}")
     for dtype in (torch.float32, torch.bfloat16):
-        model = load_model(args.model or default_model_dir(), device=args.device, dtype=dtype).model
+        # any family's decoder keeps the native Transformer's contract (as engine/service.py reads it)
+        model = cast(Transformer, load_model(args.model or default_model_dir(), device=args.device, dtype=dtype).model)
         model.setup_cache(args.batch, args.context + 2 * model.config.block_size)
         one = step_ms(model, 1, args.context, args.reps, args.device != "cpu")
         many = step_ms(model, args.batch, args.context, args.reps, args.device != "cpu")

@@ -60,8 +60,9 @@ async def request(svc: CompletionService, line: int, char: int, invoked: bool) -
     return answer, ms
 
 
-async def one(engine: EngineClient, task: Task, opts: dict[str, Any]) -> dict[str, Any] | None:
-    """Both requests at the task's cursor; None when the server offers nothing there."""
+async def one(engine: EngineClient, task: Task, opts: dict[str, Any]) -> dict[str, Any]:
+    """Both requests at the task's cursor (`auto_empty` and no `items` when the server offers
+    nothing there)."""
     store = DocumentStore()
     store.open(URI, "python", 1, task.prefix + task.suffix)
     options, _ = parse_options(opts)
@@ -86,7 +87,7 @@ async def run(args: argparse.Namespace) -> None:
     await engine.start(lambda *a, **k: None)
     opts = {"mode": args.mode, "invokedAlternatives": args.invoked, "rescueAlternatives": args.rescue,
             "speculative": False}
-    rows = []
+    rows: list[dict[str, Any]] = []  # a kind's name and figures, as the JSON line has them
     try:
         if tasks:
             await one(engine, tasks[0], opts)  # warm-up, not measured

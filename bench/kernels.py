@@ -19,6 +19,7 @@ shapes you pass, to check the script itself (set TRITON_INTERPRET=1; timings mea
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -170,7 +171,7 @@ def bench_moe(tokens: int, dtype: torch.dtype, device: str, reps: int, flush,
             continue
         got = fn(*args)
         result[f"{name}_max_err"] = float((got - want).abs().max())
-        ms = time_ms(lambda fn=fn: fn(*args), device, reps, flush)
+        ms = time_ms(functools.partial(fn, *args), device, reps, flush)
         result[f"{name}_ms"] = round(ms, 4)
         result[f"{name}_gbps"] = round(nbytes / ms / 1e6, 1)
     for name in ("triton", "eager"):

@@ -59,7 +59,7 @@ def _uses_and_defs(tree: ast.AST) -> tuple[list[tuple[int, int, str]], list[tupl
 
 
 def _imported(tree: ast.AST) -> set[str]:
-    out = set()
+    out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             out.update(a.asname or a.name for a in node.names)
@@ -109,7 +109,7 @@ def make_name_tasks(per_kind: int, seed: int = 0, max_chars: int = 60_000) -> di
         cross: PackageIndex | None = None
         if pkg in pkgs and not f.key.startswith("stdlib/"):
             if pkg not in indexes:
-                indexes[pkg] = PackageIndex((k, t) for k in pkgs[pkg] if (t := read_text(files[k])) is not None)
+                indexes[pkg] = PackageIndex((k, src) for k in pkgs[pkg] if (src := read_text(files[k])) is not None)
             cross = indexes[pkg]
         imported = _imported(tree)
         lines = text.split("\n")

@@ -26,8 +26,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from torch import Tensor  # noqa: E402
+
 from bench.concurrency import Task, sessions  # noqa: E402
 from engine.api import CompletionRequest, EngineEvent  # noqa: E402
+from engine.decoding.decode import Feed  # noqa: E402
+from engine.decoding.jobs import Key  # noqa: E402
 from engine.decoding.rejections import Rejection
 from engine.decoding.scheduler import Job, Scheduler  # noqa: E402
 from engine.service import TextEngine  # noqa: E402
@@ -49,9 +53,9 @@ class TracedScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         self.trace = Trace()
 
-    def _forward(self, group: list) -> dict:  # type: ignore[type-arg]
+    def _forward(self, group: list[tuple[Job, Feed]]) -> dict[Key, Tensor]:
         lens = [len(f.ids) for _, f in group]
-        b = self.engine.config.block_size
+        b = self.engine.model.config.block_size
         kind = PREFILL if max(lens) > self.prefill_split else ("block+clean" if max(lens) > b else "block")
         t0 = time.perf_counter()
         out = super()._forward(group)
@@ -59,7 +63,7 @@ class TracedScheduler(Scheduler):
                                     (time.perf_counter() - t0) * 1000))
         return out
 
-    def _update(self, jobs: list[Job], results: dict) -> None:  # type: ignore[type-arg]
+    def _update(self, jobs: list[Job], results: dict[Key, Tensor]) -> None:
         t0 = time.perf_counter()
         super()._update(jobs, results)
         self.trace.update_ms += (time.perf_counter() - t0) * 1000
