@@ -12,6 +12,10 @@
 - `rotary`: a forward of the embedded model's shape (tiny-code, 32-token block): queries and
   keys rotated in one pass (`engine.model.native.Attention` now) against two passes (kept
   here as `two_pass_attention`); the logits are checked bit-identical.
+- `gemm_layout`: tiny-code's forward of a decode step (a 16-token block over a 300-token KV
+  cache) and of a 250-token prefill, its float32 linear weights as stored ([out, in]) against
+  laid out [in, out] as the product loads them (`engine.model.checkpoint.cpu_gemm_layout`);
+  the logits are checked bit-identical. Alternated `8 x --reps` times.
 - `rss`: a fresh process's peak RSS after `import engine.service` (before any model), with
   Triton imported as before (`TRITON_INTERPRET=1` forces it) and without (a CPU machine now).
 - `cold_start`: a fresh process loads the embedded model (`TextEngine`, one thread): the load's
@@ -29,6 +33,7 @@ JSON line.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -45,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from engine.model.checkpoint import EMBEDDED_DIR, load_checkpoint  # noqa: E402
+from engine.model.checkpoint import EMBEDDED_DIR, cpu_gemm_layout, load_checkpoint  # noqa: E402
 from engine.model.native import Attention, CacheAt, ModelConfig, Transformer, apply_rope  # noqa: E402
 from kernels.eager import eager_confidence_tensors  # noqa: E402
 
@@ -151,6 +156,35 @@ def bench_rotary(reps: int) -> dict[str, Any]:
             "speedup": round(before / after, 3), "bit_identical": same}
 
 
+def step_of(vocab: int, tokens: int, kv_len: int) -> Callable[[Transformer], Tensor]:
+    """A forward of `tokens` new tokens over a `kv_len`-slot cache row, for any model of `vocab`."""
+    ids = torch.randint(8, vocab, (1, tokens), generator=torch.Generator().manual_seed(tokens))
+    pos = torch.arange(kv_len - tokens, kv_len)[None]
+    mask = torch.ones(1, 1, tokens, kv_len, dtype=torch.bool)
+    rows = torch.zeros(1, dtype=torch.long)
+
+    def run(m: Transformer) -> Tensor:
+        with torch.inference_mode():
+            return m(ids, pos, mask, rows=rows, slots=pos, kv_len=kv_len)
+
+    return run
+
+
+def bench_gemm_layout(reps: int) -> list[dict[str, Any]]:
+    stored, laid = load_checkpoint(EMBEDDED_DIR), load_checkpoint(EMBEDDED_DIR)
+    cpu_gemm_layout(laid)
+    out = []
+    for tokens, kv_len in ((16, 300), (250, 250)):
+        for m in (stored, laid):
+            m.setup_cache(1, 512)
+        run = step_of(stored.config.vocab_size, tokens, kv_len)
+        same = bool(torch.equal(run(stored), run(laid)))
+        before, after = interleaved(functools.partial(run, stored), functools.partial(run, laid), 8 * reps)
+        out.append({"tokens": tokens, "kv_len": kv_len, "before_ms": round(before, 3), "after_ms": round(after, 3),
+                    "speedup": round(before / after, 3), "bit_identical": same})
+    return out
+
+
 def rss_mib(triton: bool) -> float:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if triton:
@@ -208,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     conf = bench_confidence(args.reps)
     share = [bench_share(args.reps, args.dim, args.layers, w) for w in (torch.bfloat16, torch.float32)]
     rotary = bench_rotary(args.reps)
+    layout = bench_gemm_layout(args.reps)
     rss = {"with_triton_mib": rss_mib(True), "without_triton_mib": rss_mib(False)}
     cold = bench_cold_start(args.cold_reps)
     print(f"step work: {args.threads} torch thread(s), load {load[0]:.2f}, medians of {args.reps}")
@@ -219,13 +254,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{sh['forward_ms']} ms; float32 logits): {sh['share_before']} -> {sh['share_after']}")
     print(f"tiny-code forward, rotary in one pass: {rotary['before_ms']} -> {rotary['after_ms']} ms "
           f"(x{rotary['speedup']}, bit-identical: {rotary['bit_identical']})")
+    for r in layout:
+        print(f"tiny-code forward, {r['tokens']} tokens over {r['kv_len']}, weights laid out [in, out]: "
+              f"{r['before_ms']} -> {r['after_ms']} ms (x{r['speedup']}, bit-identical: {r['bit_identical']})")
     print(f"RSS after import engine.service: {rss['with_triton_mib']} MiB with Triton, "
           f"{rss['without_triton_mib']} MiB without")
     print(f"cold start, embedded model: load {cold['before_load_s']} -> {cold['after_load_s']} s "
           f"(x{cold['speedup']}), RSS {cold['before_rss_mib']} -> {cold['after_rss_mib']} MiB, "
           f"torch._dynamo imported: {cold['before_dynamo']} -> {cold['after_dynamo']}")
     print(json.dumps({"bench": "step_work", "threads": args.threads, "load1": round(load[0], 2), "reps": args.reps,
-                      "confidence": conf, "share": share, "rotary": rotary, "rss": rss, "cold_start": cold}))
+                      "confidence": conf, "share": share, "rotary": rotary, "gemm_layout": layout, "rss": rss, "cold_start": cold}))
     return 0
 
 

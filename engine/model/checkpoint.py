@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from engine.model.model_path import EMBEDDED_DIR
 from engine.model.native import ModelConfig, Transformer
 
-__all__ = ["EMBEDDED_DIR", "load_checkpoint", "load_config", "save_checkpoint"]
+__all__ = ["EMBEDDED_DIR", "cpu_gemm_layout", "load_checkpoint", "load_config", "save_checkpoint"]
 
 MODEL_TYPE = "llada_lsp"
 WEIGHT_PREFIX = "model."
@@ -63,3 +63,24 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
     if missing:
         raise ValueError(f"{path}: checkpoint lacks weights {missing[:5]}")
     return model.eval()
+
+
+def cpu_gemm_layout(model: Transformer) -> None:
+    """Lay each float32 linear weight of a model that runs on the CPU out as [in, out] in
+    memory (the parameter stays the same [out, in] tensor, a transposed view: same values,
+    same shapes, same state dict). The CPU GEMM then reads the weights without transposing
+    them: the same bits for a block's 4-250 rows (`tests/engine/model/test_checkpoint.py`), a
+    few percent faster a forward of a small model here (BENCHMARKS.md "The busy machine"). A
+    tied output head gets its own copy so that the embedding's rows stay contiguous for its
+    lookups. For inference only: a trainer keeps the stored layout."""
+    tied = model.output.weight is model.tok_embeddings.weight
+    for mod in model.modules():
+        w = getattr(mod, "weight", None)
+        if not isinstance(mod, torch.nn.Linear) or w is None or w.device.type != "cpu" or w.dtype != torch.float32:
+            continue
+        laid = w.detach().t().contiguous().t()
+        if mod is model.output and tied:
+            mod.weight = torch.nn.Parameter(laid, requires_grad=w.requires_grad)
+        else:
+            mod.weight.data = laid
+

@@ -344,11 +344,12 @@ def load_model(model: str | Path, device: str | torch.device = "cpu", dtype: tor
     dev = torch.device(device)
     path = resolve(model)
     cfg = _json(path / "config.json")
-    from engine.model.checkpoint import MODEL_TYPE, load_checkpoint
+    from engine.model.checkpoint import MODEL_TYPE, cpu_gemm_layout, load_checkpoint
 
     if cfg.get("model_type") == MODEL_TYPE:
         dt = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
         emb = load_checkpoint(path, device=dev, dtype=dt)
+        cpu_gemm_layout(emb)  # float32 on the CPU: weights laid out as the GEMM reads them
         return LoadedModel(emb, path, path, emb.config.special, "embedded", "exact")
     fam = find_family(cfg)
     if fam is not None:

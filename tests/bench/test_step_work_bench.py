@@ -21,6 +21,7 @@ def test_step_work_quick_runs_every_arm_and_they_agree() -> None:
     assert [c["dtype"] for c in res["confidence"]] == ["bf16", "fp32"]
     assert all(c["same"] for c in res["confidence"]), res["confidence"]
     assert res["rotary"]["bit_identical"] is True
+    assert [(r["tokens"], r["bit_identical"]) for r in res["gemm_layout"]] == [(16, True), (250, True)], res["gemm_layout"]
     assert [sh["weights"] for sh in res["share"]] == ["bfloat16", "float32"]
     assert all(0 < sh["share_after"] < 1 and 0 < sh["share_before"] < 1 for sh in res["share"]), res["share"]
     assert res["rss"]["without_triton_mib"] > 0 and res["rss"]["with_triton_mib"] > 0

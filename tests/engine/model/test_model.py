@@ -155,3 +155,33 @@ def test_an_embedding_built_on_meta_skips_the_init_that_imports_dynamo() -> None
     assert out.strip() == "False"
     real = embedding(64, 8)
     assert not real.weight.is_meta and real.weight.std().item() > 0.5  # N(0, 1) as nn.Embedding's
+
+
+def test_the_cpu_gemm_layout_keeps_the_embedded_models_values_and_its_logits_bit_for_bit(tmp_path: Path) -> None:
+    """The product's load (`engine.model.loader.load_model`) lays tiny-code's float32 linear
+    weights out as [in, out] (`cpu_gemm_layout`): same values and shapes, the tied head its own
+    copy, the embedding's rows contiguous, the same logits to the bit for a decode step's rows
+    and a prefill's, and a checkpoint saved from it equal to the stored one."""
+    from engine.model.checkpoint import EMBEDDED_DIR
+    from engine.model.loader import load_model
+
+    stored = load_checkpoint(EMBEDDED_DIR)
+    laid = load_model(str(EMBEDDED_DIR)).model
+    assert isinstance(laid, Transformer)
+    linears = [n for n, m in laid.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert "output" in linears and len(linears) == 2 * 2 * laid.config.n_layer + 1
+    for name in linears:
+        w, ref = laid.get_submodule(name).weight, stored.get_submodule(name).weight
+        assert w.shape == ref.shape and torch.equal(w, ref)
+        assert w.t().is_contiguous() and not w.is_contiguous(), name  # stored [in, out]
+    assert laid.output.weight is not laid.tok_embeddings.weight and laid.tok_embeddings.weight.is_contiguous()
+    for T in (16, 250):
+        x = torch.randint(8, laid.config.vocab_size, (1, T), generator=torch.Generator().manual_seed(T))
+        pos = torch.arange(T)[None]
+        k, b = torch.full_like(x, CLEAN), torch.full_like(x, -1)
+        mask = layout_mask(k, pos, b, k, pos, b)
+        with torch.no_grad():
+            assert torch.equal(laid(x, pos, mask), stored(x, pos, mask)), T
+    save_checkpoint(laid, tmp_path)
+    again = load_checkpoint(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), stored.state_dict().values(), strict=True))
