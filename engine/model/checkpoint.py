@@ -69,8 +69,8 @@ def cpu_gemm_layout(model: Transformer) -> None:
     """Lay each float32 linear weight of a model that runs on the CPU out as [in, out] in
     memory (the parameter stays the same [out, in] tensor, a transposed view: same values,
     same shapes, same state dict). The CPU GEMM then reads the weights without transposing
-    them: the same bits for a block's 4-250 rows (`tests/engine/model/test_checkpoint.py`), a
-    few percent faster a forward of a small model here (BENCHMARKS.md "The busy machine"). A
+    them: the same bits for a block's 4-250 rows (`tests/engine/model/test_model.py`), a decode
+    step of tiny-code ~1.13x faster here (`bench/step_work.py` `gemm_layout`). A
     tied output head gets its own copy so that the embedding's rows stay contiguous for its
     lookups. For inference only: a trainer keeps the stored layout."""
     tied = model.output.weight is model.tok_embeddings.weight
