@@ -75,9 +75,9 @@ def cpu_gemm_layout(model: Transformer) -> None:
     lookups. For inference only: a trainer keeps the stored layout."""
     tied = model.output.weight is model.tok_embeddings.weight
     for mod in model.modules():
-        w = getattr(mod, "weight", None)
-        if not isinstance(mod, torch.nn.Linear) or w is None or w.device.type != "cpu" or w.dtype != torch.float32:
+        if not isinstance(mod, torch.nn.Linear) or mod.weight.device.type != "cpu" or mod.weight.dtype != torch.float32:
             continue
+        w = mod.weight
         laid = w.detach().t().contiguous().t()
         if mod is model.output and tied:
             mod.weight = torch.nn.Parameter(laid, requires_grad=w.requires_grad)
