@@ -4,17 +4,31 @@ Same contract as ``kernels.reference`` (which stays the readable specification).
 confidence is ``exp(max - logsumexp) = 1 / sum(exp(x - max))``, computed a chunk of rows at a
 time (``rows_per_chunk``: about ``CHUNK_VALUES`` values, 4 rows of a 126,464 vocabulary, a
 whole 16-row block of tiny-code's 4,096, where four calls of a dozen small ops each cost more
-than the arithmetic: 1.0 against 0.43 ms a step, same bits): each chunk is converted to float32,
-reduced to its maximum and the maximum's first index (``first_max``: segment maxima, then one
-short ``argmax``; ``max`` with indices is ~8x slower on a CPU), shifted, exponentiated in place
-and summed while it is still in cache, and the current token's probability is read from the same
-exponentials. Nothing of size [N, V] is materialised (no float32 copy of bf16 logits, no
-softmax, no second pass of ``logsumexp``). 32 rows of the LLaDA-8B vocabulary (126,464), one
-thread, against ``max`` + ``logsumexp``: 3.8x faster for bf16 logits, 1.3x for float32 (bound by
-its exponentials: ~4 of its 8 ms), same results (``python bench/step_work.py``, BENCHMARKS.md).
+than the arithmetic). Each row's maximum and its first index come first (``first_max``:
+segment maxima, then one short ``argmax``; ``max`` with indices is ~8x slower on a CPU). Each
+chunk is then shifted into one reused float32 buffer (bf16/fp16 logits are converted into it
+first), exponentiated in place and summed while it is still in cache. Nothing of size [N, V]
+is materialised (no float32 copy of bf16 logits, no softmax, no second pass of ``logsumexp``).
+
+The exponentials are most of the work. ``exp(x - max)`` is computed as
+``exp2((x - max) log2 e)``: torch's float32 ``exp2`` is ~1.8x faster than its ``exp`` on a
+CPU, and the shift and scale are one fused multiply-add (``torch.add`` with ``alpha``) from
+the scaled maximum, so each exponent is rounded once, as ``x - max`` was: the same accuracy
+(~2e-7 relative against float64, as before), not the same bits. The exponents are floored at
+``EXP2_FLOOR`` (2^-120), so no exponential is a subnormal float: a CPU computes those ~10x
+slower, and with logits spread over more than ~87 (a confident model) the old ``exp`` path
+took 60-80 ms instead of 8. What the floor adds to a sum of at least 1 is below 126,464 x
+2^-120 (~1e-31). The probabilities asked for (top, current token, second) are recomputed
+from their logits without the floor, so a token at ``-inf`` still gets exactly 0.
+
+32 rows of the LLaDA-8B vocabulary, one thread (``python bench/step_work.py``,
+BENCHMARKS.md): float32 logits 11.0 -> 5.4 ms against ``max`` + ``logsumexp`` (7.7 ms with
+``exp``), bf16 logits 31 -> 5.7 ms.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -22,6 +36,8 @@ from kernels.reference import NEG_INF, Tensors, check_confidence_args
 
 CHUNK_VALUES = 4 * 126_464  # float32 values a chunk holds: ~2 MB, an L2's worth on a desktop core
 SEGMENT = 256  # columns per segment of the first-maximum search (first_max)
+LOG2_E = math.log2(math.e)
+EXP2_FLOOR = -120.0  # 2^-120: every exponential stays a normal float (see the module doc)
 SEGMENTED_FROM = 128 * 1024  # values from which first_max searches by segments (16 x 4,096 is faster without)
 
 
@@ -56,34 +72,49 @@ def eager_confidence_tensors(logits: torch.Tensor, current_ids: torch.Tensor | N
     """Return ``(top_id, top_prob, cur_prob, margin)`` as ``kernels.reference`` specifies."""
     check_confidence_args(logits, current_ids, allowed)
     n, v = logits.shape
-    dev = logits.device
-    top_id = torch.zeros(n, dtype=torch.int64, device=dev)
-    top_prob = torch.zeros(n, dtype=torch.float32, device=dev)
-    cur_prob = torch.zeros(n, dtype=torch.float32, device=dev) if current_ids is not None else None
-    margin = torch.zeros(n, dtype=torch.float32, device=dev) if want_margin else None
-    blocked = None if allowed is None else ~allowed
+    dev, f32 = logits.device, torch.float32
     rows = rows_per_chunk(v)
-    for a in range(0, n, rows):
-        b = min(n, a + rows)
-        x = logits[a:b].float()  # a copy for bf16/fp16, a view for float32
-        if blocked is not None:
-            x = x.masked_fill(blocked, NEG_INF)
-        top, ids = first_max(x)
-        alive = top.squeeze(1) > NEG_INF
-        second = x.topk(2, dim=1).values[:, 1:] if want_margin and v >= 2 else None
-        owned = logits.dtype != torch.float32 or blocked is not None  # x is a copy: shift it in place
-        e = (x.sub_(top) if owned else x.sub(top)).exp_()  # dead rows (all -inf) give NaN here and are zeroed below
-        inv = 1.0 / e.sum(dim=1)
-        top_id[a:b] = torch.where(alive, ids, torch.zeros_like(ids))
-        top_prob[a:b] = torch.where(alive, inv, torch.zeros_like(inv))
-        if cur_prob is not None and current_ids is not None:
-            cur = current_ids[a:b]
-            valid = (cur >= 0) & (cur < v) & alive
-            safe = torch.where(valid, cur, torch.zeros_like(cur))
-            p = e.gather(1, safe[:, None]).squeeze(1) * inv
-            cur_prob[a:b] = torch.where(valid, p, torch.zeros_like(p))
-        if margin is not None:
-            p2 = torch.exp(second.squeeze(1) - top.squeeze(1)) * inv if second is not None \
-                else torch.zeros_like(inv)
-            margin[a:b] = torch.where(alive, inv - p2, torch.zeros_like(inv))
-    return top_id, top_prob, cur_prob, margin
+    buf = torch.empty(min(rows, n), v, dtype=f32, device=dev)  # one chunk's exponents, reused
+    cur = None if current_ids is None else current_ids.clamp(0, v - 1)[:, None]
+    total = torch.empty(n, dtype=f32, device=dev)
+    if logits.dtype == f32 and allowed is None:  # the logits themselves are read: no copy
+        top, top_id = first_max(logits)
+        picked = pick(logits, top, cur, want_margin)
+        neg = top * -LOG2_E
+        for a in range(0, n, rows):
+            b = min(n, a + rows)
+            exp2_sum(torch.add(neg[a:b], logits[a:b], alpha=LOG2_E, out=buf[: b - a]), total[a:b])
+    else:  # each chunk is converted (and masked) into the buffer, then shifted there in place
+        blocked = None if allowed is None else ~allowed
+        top = torch.empty(n, 1, dtype=f32, device=dev)
+        top_id = torch.empty(n, dtype=torch.int64, device=dev)
+        picked = torch.empty(n, 3, dtype=f32, device=dev)
+        for a in range(0, n, rows):
+            b = min(n, a + rows)
+            x = buf[: b - a].copy_(logits[a:b])
+            if blocked is not None:
+                x.masked_fill_(blocked, NEG_INF)
+            top[a:b], top_id[a:b] = first_max(x)
+            picked[a:b] = pick(x, top[a:b], None if cur is None else cur[a:b], want_margin)
+            exp2_sum(torch.add(top[a:b] * -LOG2_E, x, alpha=LOG2_E, out=x), total[a:b])
+    num = torch.add(top * -LOG2_E, picked, alpha=LOG2_E).exp2_()  # the same exponentials, unfloored
+    alive = top > NEG_INF  # a dead row (all -inf) gives NaN above: zeroed here
+    prob = torch.where(alive, num / total[:, None], 0.0)
+    cur_prob = None
+    if current_ids is not None:
+        cur_prob = torch.where((current_ids >= 0) & (current_ids < v), prob[:, 1], 0.0)
+    margin = prob[:, 0] - prob[:, 2] if want_margin else None
+    return torch.where(alive.squeeze(1), top_id, 0), prob[:, 0], cur_prob, margin
+
+
+def pick(x: torch.Tensor, top: torch.Tensor, cur: torch.Tensor | None, want_margin: bool) -> torch.Tensor:
+    """[rows, 3]: the logits whose probabilities are asked for: each row's top, its current
+    token's and its second largest (-inf where not asked: probability 0)."""
+    none = torch.full_like(top, NEG_INF)
+    second = x.topk(2, dim=1).values[:, 1:] if want_margin and x.shape[1] >= 2 else none
+    return torch.cat([top, none if cur is None else x.gather(1, cur), second], dim=1)
+
+
+def exp2_sum(e: torch.Tensor, out: torch.Tensor) -> None:
+    """Sum each row of ``2 ** e`` into ``out``, ``e`` floored at ``EXP2_FLOOR`` in place first."""
+    torch.sum(e.clamp_min_(EXP2_FLOOR).exp2_(), dim=1, out=out)

@@ -18,7 +18,7 @@ def test_step_work_quick_runs_every_arm_and_they_agree() -> None:
                          text=True, timeout=WATCHDOG_S, check=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
     assert res["bench"] == "step_work" and res["reps"] == 3
-    assert [c["dtype"] for c in res["confidence"]] == ["bf16", "fp32"]
+    assert [c["dtype"] for c in res["confidence"]] == ["bf16", "fp32", "fp32, wide"]
     assert all(c["same"] for c in res["confidence"]), res["confidence"]
     assert res["rotary"]["bit_identical"] is True
     assert [(r["tokens"], r["bit_identical"]) for r in res["gemm_layout"]] == [(16, True), (250, True)], res["gemm_layout"]

@@ -122,3 +122,38 @@ def test_first_max_is_max_with_indices_bit_for_bit(v: int, monkeypatch: pytest.M
         top, ids = first_max(y)
         want_top, want_ids = y.max(dim=1, keepdim=True)
         assert torch.equal(top, want_top) and torch.equal(ids, want_ids.squeeze(1))
+
+
+def test_wide_logits_match_and_a_disallowed_current_token_is_exactly_zero() -> None:
+    """Gaps to the maximum past 87 (where `exp` gives subnormal floats; the exponents are
+    floored at 2^-120) still match the reference, a row with one logit far above the rest has
+    probability 1, and a current token at -inf (disallowed) has probability exactly 0, not the
+    floor's 2^-120 over the sum."""
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(8, 5000, generator=g) * 20
+    logits[0, 7] = 400.0  # every other logit is more than 120 x ln 2 below
+    check(logits, current_ids(8, 5000, 9))
+    allowed = torch.zeros(5000, dtype=torch.bool)
+    allowed[::2] = True
+    cur = torch.arange(8) * 2 + 1  # odd: disallowed
+    top_id, top_prob, cur_prob, _ = eager_confidence_tensors(logits, cur, allowed=allowed)
+    assert cur_prob is not None and torch.equal(cur_prob, torch.zeros(8))
+    assert bool((top_id % 2 == 0).all())
+    assert float(eager_confidence_tensors(logits)[1][0]) == 1.0
+
+
+@pytest.mark.parametrize("spread", [1.0, 4.0, 10.0])
+def test_the_probabilities_are_as_accurate_as_float32_exp(spread: float) -> None:
+    """Against float64, the top and current probabilities err by about one float32 rounding
+    of each exponent (~2e-7 relative), as `exp(x - max)` did: the exp2 form must not scale
+    the logits before the shift (that rounding costs ~1e-6 at these spreads)."""
+    g = torch.Generator().manual_seed(int(spread))
+    logits = torch.randn(32, 126_464, generator=g) * spread
+    cur = logits.topk(3, dim=1).indices[:, 2]  # each row's third token: a probability that counts
+    want = torch.softmax(logits.double(), dim=1)
+    top_id, top_prob, cur_prob, _ = eager_confidence_tensors(logits, cur)
+    assert cur_prob is not None
+    for got, exact in ((top_prob, want.amax(dim=1)), (cur_prob, want.gather(1, cur[:, None]).squeeze(1))):
+        err = float(((got.double() - exact) / exact).abs().max())
+        assert err < 5e-7, err
+    assert torch.equal(top_id, want.argmax(dim=1))
