@@ -137,7 +137,8 @@ def bench_share(reps: int, dim: int, layers: int, weights: torch.dtype) -> dict[
     return {"weights": str(weights).removeprefix("torch."), "dim": dim, "layers": layers, "forward_ms": round(fwd, 2),
             "confidence_before_ms": round(before, 2),
             "confidence_after_ms": round(after, 2), "share_before": round(before / (fwd + before), 3),
-            "share_after": round(after / (fwd + after), 3)}
+            "share_after": round(after / (fwd + after), 3),
+            "share_ratio": round(after / (fwd + after) / (before / (fwd + before)), 3)}
 
 
 def bench_rotary(reps: int) -> dict[str, Any]:
@@ -255,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['dtype']:<28} {r['before_ms']:>10} {r['after_ms']:>9} {r['speedup']:>6} {r['same']!s:>5}")
     for sh in share:
         print(f"share of a step ({sh['weights']} weights, dim {sh['dim']}, {sh['layers']} layers, forward "
-              f"{sh['forward_ms']} ms; float32 logits): {sh['share_before']} -> {sh['share_after']}")
+              f"{sh['forward_ms']} ms; float32 logits): {sh['share_before']} -> {sh['share_after']} "
+              f"(x{sh['share_ratio']})")
     print(f"tiny-code forward, rotary in one pass: {rotary['before_ms']} -> {rotary['after_ms']} ms "
           f"(x{rotary['speedup']}, bit-identical: {rotary['bit_identical']})")
     for r in layout:
