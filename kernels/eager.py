@@ -12,9 +12,10 @@ is materialised (no float32 copy of bf16 logits, no softmax, no second pass of `
 
 The exponentials are most of the work. ``exp(x - max)`` is computed as
 ``exp2((x - max) log2 e)``: torch's float32 ``exp2`` is ~1.8x faster than its ``exp`` on a
-CPU, and the shift and scale are one fused multiply-add (``torch.add`` with ``alpha``) from
-the scaled maximum, so each exponent is rounded once, as ``x - max`` was: the same accuracy
-(~2e-7 relative against float64, as before), not the same bits. The exponents are floored at
+CPU, and the shift and scale are one fused multiply-add (``torch.add`` with ``alpha``, from
+the scaled maximum: vectorised as an FMA on AVX2, AVX-512 and NEON), so each exponent is
+rounded once, as ``x - max`` was: the same accuracy (~2e-7 relative against float64, as
+before; ~1e-6 on torch's portable build, which rounds twice), not the same bits. The exponents are floored at
 ``EXP2_FLOOR`` (2^-120), so no exponential is a subnormal float: a CPU computes those ~10x
 slower, and with logits spread over more than ~87 (a confident model) the old ``exp`` path
 took 60-80 ms instead of 8. What the floor adds to a sum of at least 1 is below 126,464 x

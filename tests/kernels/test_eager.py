@@ -146,7 +146,10 @@ def test_wide_logits_match_and_a_disallowed_current_token_is_exactly_zero() -> N
 def test_the_probabilities_are_as_accurate_as_float32_exp(spread: float) -> None:
     """Against float64, the top and current probabilities err by about one float32 rounding
     of each exponent (~2e-7 relative), as `exp(x - max)` did: the exp2 form must not scale
-    the logits before the shift (that rounding costs ~1e-6 at these spreads)."""
+    the logits before the shift (that rounding costs ~1e-6 at these spreads). One rounding
+    needs torch's vectorised fused multiply-add (AVX2, AVX-512, NEON); its portable build
+    rounds twice, still well inside the contract's 1e-5."""
+    bound = 2e-6 if torch.backends.cpu.get_cpu_capability() == "DEFAULT" else 5e-7
     g = torch.Generator().manual_seed(int(spread))
     logits = torch.randn(32, 126_464, generator=g) * spread
     cur = logits.topk(3, dim=1).indices[:, 2]  # each row's third token: a probability that counts
@@ -155,5 +158,5 @@ def test_the_probabilities_are_as_accurate_as_float32_exp(spread: float) -> None
     assert cur_prob is not None
     for got, exact in ((top_prob, want.amax(dim=1)), (cur_prob, want.gather(1, cur[:, None]).squeeze(1))):
         err = float(((got.double() - exact) / exact).abs().max())
-        assert err < 5e-7, err
+        assert err < bound, err
     assert torch.equal(top_id, want.argmax(dim=1))
