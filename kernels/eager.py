@@ -15,12 +15,14 @@ The exponentials are most of the work. ``exp(x - max)`` is computed as
 CPU, and the shift and scale are one fused multiply-add (``torch.add`` with ``alpha``, from
 the scaled maximum: vectorised as an FMA on AVX2, AVX-512 and NEON), so each exponent is
 rounded once, as ``x - max`` was: the same accuracy (~2e-7 relative against float64, as
-before; ~1e-6 on torch's portable build, which rounds twice), not the same bits. The exponents are floored at
-``EXP2_FLOOR`` (2^-120), so no exponential is a subnormal float: a CPU computes those ~10x
-slower, and with logits spread over more than ~87 (a confident model) the old ``exp`` path
-took 60-80 ms instead of 8. What the floor adds to a sum of at least 1 is below 126,464 x
-2^-120 (~1e-31). The probabilities asked for (top, current token, second) are recomputed
-from their logits without the floor, so a token at ``-inf`` still gets exactly 0.
+before; ~1e-6 on torch's portable build, which rounds twice), not the same bits.
+
+The exponents are floored at ``EXP2_FLOOR`` (2^-120), so no exponential is a subnormal
+float: a CPU computes those ~10x slower, and with logits spread over more than ~87 (a
+confident model) the old ``exp`` path took 60-80 ms instead of 8. What the floor adds to a
+sum of at least 1 is below 126,464 x 2^-120 (~1e-31). The probabilities asked for (top,
+current token, second) are recomputed from their logits without the floor, so a token at
+``-inf`` still gets exactly 0.
 
 32 rows of the LLaDA-8B vocabulary, one thread (``python bench/step_work.py``,
 BENCHMARKS.md): float32 logits 10.5 -> 4.9 ms against ``max`` + ``logsumexp`` (7.7 ms with
