@@ -70,7 +70,7 @@ def cpu_gemm_layout(model: Transformer) -> None:
     memory (the parameter stays the same [out, in] tensor, a transposed view: same values,
     same shapes, same state dict). The CPU GEMM then reads the weights without transposing
     them: the same bits for a block's 4-250 rows (`tests/engine/model/test_model.py`), a decode
-    step of tiny-code ~1.13x faster here (`bench/step_work.py` `gemm_layout`). A
+    step of tiny-code 1.11-1.15x faster here (`bench/step_work.py` `gemm_layout`). A
     tied output head gets its own copy so that the embedding's rows stay contiguous for its
     lookups. For inference only: a trainer keeps the stored layout."""
     tied = model.output.weight is model.tok_embeddings.weight
@@ -83,4 +83,3 @@ def cpu_gemm_layout(model: Transformer) -> None:
             mod.weight = torch.nn.Parameter(laid, requires_grad=w.requires_grad)
         else:
             mod.weight.data = laid
-
