@@ -51,29 +51,23 @@ def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_at
     picks = [[j for j, x in enumerate(feeds[i].logits_at) if a <= x < b] for i, a, b in pieces]
     K = max(1, max(len(p) for p in picks))
     S = max(f.kv_len for f in feeds)
-    ids = torch.zeros((B, T), dtype=torch.long)
-    pos = torch.zeros((B, T), dtype=torch.long)
     scratch = slot_attrs[0].shape[1] - 1  # the last slot absorbs padding writes
-    slots = torch.full((B, T), scratch, dtype=torch.long)
-    qk = torch.full((B, T), CLEAN, dtype=torch.long)
-    qb = torch.full((B, T), -1, dtype=torch.long)
-    at = torch.zeros((B, K), dtype=torch.long)
     for i, (seq, f) in enumerate(zip(seqs, feeds, strict=True)):  # each cache row's slots, whole
         attrs = slot_attrs[i]
         attrs[0, seq.clean_len if seq.phase != "multi" else seq.P:] = INVALID
-        sl = torch.tensor(f.slots)
-        attrs[0, sl] = torch.tensor(f.kind)
-        attrs[1, sl] = torch.tensor(f.pos)
-        attrs[2, sl] = torch.tensor(f.blk)
+        attrs[:, torch.tensor(f.slots)] = torch.tensor([f.kind, f.pos, f.blk])
     keys = torch.stack([slot_attrs[i][:, :S] for i, _, _ in pieces])
-    for r, (i, a, b) in enumerate(pieces):
-        f, n = feeds[i], b - a
-        ids[r, :n] = torch.tensor(f.ids[a:b])
-        pos[r, :n] = torch.tensor(f.pos[a:b])
-        slots[r, :n] = torch.tensor(f.slots[a:b])
-        qk[r, :n] = torch.tensor(f.kind[a:b])
-        qb[r, :n] = torch.tensor(f.blk[a:b])
-        at[r, : len(picks[r])] = torch.tensor([f.logits_at[j] - a for j in picks[r]], dtype=torch.long)
+    # every piece's five input rows, padded to T (id 0, position 0, the scratch slot, a clean
+    # token of no block), built as one tensor: a dozen small tensors cost more than the forward's
+    # own set-up on a one-row step
+    table = []
+    for i, a, b in pieces:
+        f, pad = feeds[i], [0] * (T - (b - a))
+        table.append([f.ids[a:b] + pad, f.pos[a:b] + pad, f.slots[a:b] + [scratch] * len(pad),
+                      f.kind[a:b] + [CLEAN] * len(pad), f.blk[a:b] + [-1] * len(pad)])
+    ids, pos, slots, qk, qb = torch.tensor(table, dtype=torch.long).unbind(1)
+    at = torch.tensor([[feeds[i].logits_at[j] - a for j in p] + [0] * (K - len(p))
+                       for (i, a, _), p in zip(pieces, picks, strict=True)], dtype=torch.long)
     rows = torch.tensor([seqs[i].row for i, _, _ in pieces], dtype=torch.long)
     lens = torch.tensor([b - a for _, a, b in pieces], dtype=torch.long)
     ids, pos, slots, qk, qb, at, rows, lens, keys = to_device([ids, pos, slots, qk, qb, at, rows, lens, keys], dev)

@@ -90,6 +90,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # nothing to cast, so the two orders agree: torch's one call for the six below, the
+            # same bits (tests/engine/model/test_one_row_step.py); 13 a decode step of tiny-code
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         xf = x.float()
         return self.scale(xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps), x)
 
@@ -115,6 +119,22 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return rot if r == x.shape[-1] else torch.cat([rot, x[..., r:]], dim=-1)
 
 
+def rope_pair(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """cos/sin [B, T, D/2] -> the whole-width tables [B, T, 1, D] that `rotate` reads:
+    [cos, cos] and [-sin, sin]. Built once a forward, shared by every layer."""
+    return torch.cat([cos, cos], -1)[:, :, None], torch.cat([-sin, sin], -1)[:, :, None]
+
+
+def rotate(x: Tensor, cos2: Tensor, sin2: Tensor) -> Tensor:
+    """`apply_rope` over the whole head width from `rope_pair`'s tables, in four kernels instead
+    of seven: x * [c, c] + [x2, x1] * [-s, s]. The same products and sums as `apply_rope`
+    (a - b is a + (-b) in IEEE arithmetic), so the same bits."""
+    B, T, H, D = x.shape
+    xf = x.float()
+    swapped = xf.view(B, T, H, 2, D // 2).flip(3).view(B, T, H, D)
+    return (xf * cos2 + swapped * sin2).type_as(x)
+
+
 def embedding(rows: int, dim: int) -> nn.Embedding:
     """An embedding table. Built under `torch.device("meta")` (the loaders: the weights are
     assigned afterwards) it skips the random init, whose meta kernel imports torch._dynamo:
@@ -122,6 +142,9 @@ def embedding(rows: int, dim: int) -> nn.Embedding:
     if torch.get_default_device().type == "meta":
         return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
     return nn.Embedding(rows, dim)
+
+
+Span = tuple[int, int] | None  # (cache row, first slot) of a one-row batch writing consecutive slots
 
 
 class KVCache(nn.Module):
@@ -137,8 +160,14 @@ class KVCache(nn.Module):
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def write(self, rows: Tensor, slots: Tensor, k: Tensor, v: Tensor) -> None:
-        """Write k/v [B, T, H, D] at cache rows `rows` [B] and slots [B, T]."""
+    def write(self, rows: Tensor, slots: Tensor, k: Tensor, v: Tensor, span: Span = None) -> None:
+        """Write k/v [B, T, H, D] at cache rows `rows` [B] and slots [B, T]. With `span` (one
+        row, consecutive slots: `span_of`) as two slice copies, half an index_put's cost."""
+        if span is not None:
+            row, first = span
+            self.k[row, first : first + k.shape[1]] = k[0]
+            self.v[row, first : first + v.shape[1]] = v[0]
+            return
         self.k[rows[:, None], slots] = k.to(self.k.dtype)
         self.v[rows[:, None], slots] = v.to(self.v.dtype)
 
@@ -161,7 +190,17 @@ class KVCache(nn.Module):
 GQA_MODES = ("native", "expand")
 
 Run = tuple[int, int, int]  # batch rows [start, stop) that read cache rows first_row, first_row + 1, ...
-CacheAt = tuple[Tensor, Tensor, int, list[Run]]  # rows [B], slots [B, T], kv_len, row_runs(rows)
+CacheAt = tuple[Tensor, Tensor, int, list[Run], Span]  # rows [B], slots [B, T], kv_len, row_runs, span_of
+
+
+def span_of(rows: Tensor, slots: Tensor) -> Span:
+    """(cache row, first slot) when the batch is one row that writes consecutive slots (an
+    editor's request decoding alone: the usual step), else None. Read once a forward, on the
+    CPU only (an accelerator's index_put is one kernel, and the read would wait for it)."""
+    if rows.numel() != 1 or slots.device.type != "cpu":
+        return None
+    s = slots[0].tolist()
+    return (int(rows[0]), s[0]) if s == list(range(s[0], s[0] + len(s))) else None
 
 
 def row_runs(rows: list[int]) -> list[Run]:
@@ -187,31 +226,37 @@ class Attention(nn.Module):
         self.wo = nn.Linear(c.n_head * hd, c.dim, bias=False)
         self.kv_cache: KVCache | None = None
         self.gqa: str = "native"  # see GQA_MODES
+        self.widths = ([(c.n_head + c.n_kv_head) * hd, c.n_kv_head * hd], [c.n_head, c.n_kv_head])
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
                 cache_at: CacheAt | None) -> Tensor:
-        c, (B, T, _) = self.c, x.shape
-        hd = c.head_dim
-        qk, v = self.wqkv(x).split([(c.n_head + c.n_kv_head) * hd, c.n_kv_head * hd], dim=-1)
+        (B, T, _), hd, (qkv_split, qk_split) = x.shape, self.c.head_dim, self.widths
+        qk, v = F.linear(x, self.wqkv.weight).split(qkv_split, dim=-1)
         # queries and keys rotated in one pass (the same element-wise ops as two: bit-identical,
         # half the small ops of a layer's rotary on a small model)
-        q, k = apply_rope(qk.reshape(B, T, c.n_head + c.n_kv_head, hd), cos, sin).split([c.n_head, c.n_kv_head], 2)
-        v = v.view(B, T, c.n_kv_head, hd)
-        if self.kv_cache is not None and cache_at is not None:
-            rows, slots, kv_len, runs = cache_at
-            self.kv_cache.write(rows, slots, k, v)
-            ck, cv = self.kv_cache.k, self.kv_cache.v
-            parts = [self._attend(q[a:b], ck[r : r + b - a, :kv_len], cv[r : r + b - a, :kv_len],
-                                  None if mask is None else mask[a:b]) for a, b, r in runs]
-            y = parts[0] if len(parts) == 1 else torch.cat(parts)
+        q, k = rotate(qk.reshape(B, T, -1, hd), cos, sin).split(qk_split, 2)
+        v = v.view(B, T, -1, hd)
+        cache = self.kv_cache
+        if cache is not None and cache_at is not None:
+            rows, slots, kv_len, runs, span = cache_at
+            cache.write(rows, slots, k, v, span)
+            ck, cv = cache.k, cache.v
+            if len(runs) == 1:  # consecutive cache rows: one view, the mask whole
+                r = runs[0][2]
+                y = self._attend(q, ck[r : r + B, :kv_len], cv[r : r + B, :kv_len], mask)
+            else:
+                y = torch.cat([self._attend(q[a:b], ck[r : r + b - a, :kv_len], cv[r : r + b - a, :kv_len],
+                                            None if mask is None else mask[a:b]) for a, b, r in runs])
         else:
             y = self._attend(q, k, v, mask)
-        return self.wo(y.transpose(1, 2).reshape(B, T, c.n_head * hd))
+        return F.linear(y.transpose(1, 2).reshape(B, T, -1), self.wo.weight)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """q [B, T, H, D] over k/v [B, S, Hkv, D] -> [B, H, T, D]."""
         c, (B, T, _, hd) = self.c, q.shape
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if k.dtype != q.dtype:  # a cache kept in another dtype
+            k, v = k.to(q.dtype), v.to(q.dtype)
         if mask is not None and mask.dtype != torch.bool:
             # an additive bias for the query heads folded onto their key/value head (see
             # `folded_bias`): one attention per kv head, its g query heads as g*T rows
@@ -233,8 +278,8 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(c.intermediate_size, c.dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.w13(x).chunk(2, dim=-1)
-        return self.w2(F.silu(gate) * up)
+        gate, up = F.linear(x, self.w13.weight).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, self.w2.weight)
 
 
 class Block(nn.Module):
@@ -341,11 +386,13 @@ class Transformer(CachedModel):
         only those positions to the vocabulary (a prefill needs one row, not thousands)."""
         x = self.tok_embeddings(idx)
         rc, rs = self.rope(idx.device)
-        cos, sin = rc[pos], rs[pos]
+        cos, sin = rope_pair(rc[pos], rs[pos])
         cache_at: CacheAt | None = None
         if rows is not None:
-            cache_at = (rows, slots if slots is not None else pos, kv_len or int(pos.max()) + 1,
-                        row_runs(rows.tolist()))
+            slots = slots if slots is not None else pos
+            cache_at = (rows, slots, kv_len or int(pos.max()) + 1, row_runs(rows.tolist()), span_of(rows, slots))
+            if mask is not None and all_visible(mask):
+                mask = None  # a block decoding alone: no bias to build or add
             if mask is not None:
                 mask = folded_bias(mask, self.config.n_head // self.config.n_kv_head, x.dtype)
         for layer in self.layers:
@@ -353,6 +400,12 @@ class Transformer(CachedModel):
         if logits_at is not None:
             x = torch.gather(x, 1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))
         return self.output(self.norm(x)).float()
+
+
+def all_visible(mask: Tensor) -> bool:
+    """Whether a bool mask lets every query read every key, so attention needs none. Read on
+    the CPU only (on an accelerator the read would wait for the device)."""
+    return mask.device.type == "cpu" and bool(mask.all())
 
 
 def folded_bias(mask: Tensor, groups: int, dtype: torch.dtype) -> Tensor:

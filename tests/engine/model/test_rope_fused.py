@@ -1,6 +1,7 @@
-"""The native attention rotates queries and keys in one pass (issue 50, fewer small ops a
-layer): its logits are bit-identical to rotating them one after the other, cached and not,
-for float32 and bfloat16, on the embedded model's shape."""
+"""The native attention rotates queries and keys in one pass, from whole-width tables built
+once a forward (issue 50, fewer small ops a layer): its logits are bit-identical to rotating
+them one after the other with `apply_rope`, cached and not, for float32 and bfloat16, on the
+embedded model's shape."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ def two_pass_forward(self: Attention, x: Tensor, cos: Tensor, sin: Tensor, mask:
     """The attention as it was: queries, then keys, rotated apart."""
     c, (B, T, _) = self.c, x.shape
     hd = c.head_dim
+    cos, sin = cos[:, :, 0, : hd // 2], sin[:, :, 0, hd // 2 :]  # the half tables of `rope_pair`'s
     q, k, v = self.wqkv(x).split([c.n_head * hd, c.n_kv_head * hd, c.n_kv_head * hd], dim=-1)
     q = apply_rope(q.view(B, T, c.n_head, hd), cos, sin)
     k = apply_rope(k.view(B, T, c.n_kv_head, hd), cos, sin)
     v = v.view(B, T, c.n_kv_head, hd)
     if self.kv_cache is not None and cache_at is not None:
-        rows, slots, kv_len, runs = cache_at
-        self.kv_cache.write(rows, slots, k, v)
+        rows, slots, kv_len, runs, _span = cache_at
+        self.kv_cache.write(rows, slots, k, v)  # index_put, as it was
         ck, cv = self.kv_cache.k, self.kv_cache.v
         parts = [self._attend(q[a:b], ck[r: r + b - a, :kv_len], cv[r: r + b - a, :kv_len],
                               None if mask is None else mask[a:b]) for a, b, r in runs]
