@@ -18,6 +18,11 @@
   cache) and of a 250-token prefill, its float32 linear weights as stored ([out, in]) against
   laid out [in, out] as the product loads them (`engine.model.checkpoint.cpu_gemm_layout`);
   the logits are checked bit-identical. Alternated `8 x --reps` times.
+- `one_row`: tiny-code's decode step as an editor's request makes it (one cache row, a 16-token
+  block over 300 slots, every key visible), its KV written by two slice copies and attention
+  without a bias (`engine.model.native.span_of`, `all_visible`: the product's way) against the
+  general way (an index_put, the folded bias); the logits are checked bit-identical.
+  Alternated `8 x --reps` times.
 - `rss`: a fresh process's peak RSS after `import engine.service` (before any model), with
   Triton imported as before (`TRITON_INTERPRET=1` forces it) and without (a CPU machine now).
 - `cold_start`: a fresh process loads the embedded model (`TextEngine`, one thread): the load's
@@ -53,6 +58,7 @@ import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 from engine.model.checkpoint import EMBEDDED_DIR, cpu_gemm_layout, load_checkpoint  # noqa: E402
+from engine.model import native  # noqa: E402
 from engine.model.native import Attention, CacheAt, ModelConfig, Transformer, apply_rope  # noqa: E402
 from kernels.eager import eager_confidence_tensors  # noqa: E402
 
@@ -75,6 +81,7 @@ def two_pass_attention(self: Attention, x: Tensor, cos: Tensor, sin: Tensor, mas
     """The native attention as it was: queries, then keys, rotated apart (no cache here)."""
     c, (B, T, _) = self.c, x.shape
     hd = c.head_dim
+    cos, sin = cos[:, :, 0, : hd // 2], sin[:, :, 0, hd // 2 :]  # the half tables of `rope_pair`'s
     q, k, v = self.wqkv(x).split([c.n_head * hd, c.n_kv_head * hd, c.n_kv_head * hd], dim=-1)
     q = apply_rope(q.view(B, T, c.n_head, hd), cos, sin)
     k = apply_rope(k.view(B, T, c.n_kv_head, hd), cos, sin)
@@ -190,6 +197,26 @@ def bench_gemm_layout(reps: int) -> list[dict[str, Any]]:
     return out
 
 
+def bench_one_row(reps: int) -> dict[str, Any]:
+    model = load_checkpoint(EMBEDDED_DIR)
+    cpu_gemm_layout(model)
+    model.setup_cache(1, 512)
+    run = step_of(model.config.vocab_size, 16, 300)
+    short_ways = native.span_of, native.all_visible
+
+    def general() -> Tensor:
+        native.span_of, native.all_visible = lambda rows, slots: None, lambda mask: False  # type: ignore[assignment]
+        try:
+            return run(model)
+        finally:
+            native.span_of, native.all_visible = short_ways
+
+    same = bool(torch.equal(general(), run(model)))
+    before, after = interleaved(general, functools.partial(run, model), 8 * reps)
+    return {"tokens": 16, "kv_len": 300, "before_ms": round(before, 3), "after_ms": round(after, 3),
+            "speedup": round(before / after, 3), "bit_identical": same}
+
+
 def rss_mib(triton: bool) -> float:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if triton:
@@ -248,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     share = [bench_share(args.reps, args.dim, args.layers, w) for w in (torch.bfloat16, torch.float32)]
     rotary = bench_rotary(args.reps)
     layout = bench_gemm_layout(args.reps)
+    one_row = bench_one_row(args.reps)
     rss = {"with_triton_mib": rss_mib(True), "without_triton_mib": rss_mib(False)}
     cold = bench_cold_start(args.cold_reps)
     print(f"step work: {args.threads} torch thread(s), load {load[0]:.2f}, medians of {args.reps}")
@@ -263,13 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     for r in layout:
         print(f"tiny-code forward, {r['tokens']} tokens over {r['kv_len']}, weights laid out [in, out]: "
               f"{r['before_ms']} -> {r['after_ms']} ms (x{r['speedup']}, bit-identical: {r['bit_identical']})")
+    print(f"tiny-code decode step, one row: slice writes, no bias: {one_row['before_ms']} -> {one_row['after_ms']} ms "
+          f"(x{one_row['speedup']}, bit-identical: {one_row['bit_identical']})")
     print(f"RSS after import engine.service: {rss['with_triton_mib']} MiB with Triton, "
           f"{rss['without_triton_mib']} MiB without")
     print(f"cold start, embedded model: load {cold['before_load_s']} -> {cold['after_load_s']} s "
           f"(x{cold['speedup']}), RSS {cold['before_rss_mib']} -> {cold['after_rss_mib']} MiB, "
           f"torch._dynamo imported: {cold['before_dynamo']} -> {cold['after_dynamo']}")
     print(json.dumps({"bench": "step_work", "threads": args.threads, "load1": round(load[0], 2), "reps": args.reps,
-                      "confidence": conf, "share": share, "rotary": rotary, "gemm_layout": layout, "rss": rss, "cold_start": cold}))
+                      "confidence": conf, "share": share, "rotary": rotary, "gemm_layout": layout, "one_row": one_row, "rss": rss, "cold_start": cold}))
     return 0
 
 

@@ -1,5 +1,5 @@
 """bench/step_work.py at its smallest size (--quick): every arm runs and checks its own
-results (the confidences agree, the rotary logits are bit-identical); no timing asserted."""
+results (the confidences agree; the rotary, layout and one-row logits are bit-identical); no timing asserted."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def test_step_work_quick_runs_every_arm_and_they_agree() -> None:
     assert all(c["same"] for c in res["confidence"]), res["confidence"]
     assert res["rotary"]["bit_identical"] is True
     assert [(r["tokens"], r["bit_identical"]) for r in res["gemm_layout"]] == [(16, True), (250, True)], res["gemm_layout"]
+    assert res["one_row"]["bit_identical"] is True, res["one_row"]
     assert [sh["weights"] for sh in res["share"]] == ["bfloat16", "float32"]
     assert all(0 < sh["share_after"] < 1 and 0 < sh["share_before"] < 1 for sh in res["share"]), res["share"]
     assert res["rss"]["without_triton_mib"] > 0 and res["rss"]["with_triton_mib"] > 0
