@@ -57,8 +57,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from engine.model.checkpoint import EMBEDDED_DIR, cpu_gemm_layout, load_checkpoint  # noqa: E402
 from engine.model import native  # noqa: E402
+from engine.model.checkpoint import EMBEDDED_DIR, cpu_gemm_layout, load_checkpoint  # noqa: E402
 from engine.model.native import Attention, CacheAt, ModelConfig, Transformer, apply_rope  # noqa: E402
 from kernels.eager import eager_confidence_tensors  # noqa: E402
 
