@@ -126,7 +126,7 @@ class InDelSequence(Sequence):
     def commit(self, st: Staged, conf: Confidence) -> TokenEvent:
         if st.multi or st.edit_only or self.phase != "draft":
             return super().commit(st, conf)
-        return self._step(st)
+        return self._step(st, conf)
 
     def _cleanup_due(self, s: _Block, n_orig: int) -> bool:
         c = self.cfg
@@ -134,17 +134,16 @@ class InDelSequence(Sequence):
             return True
         return (c.max_post_edit_steps == 0 and n_orig == 0) or s.steps > self.b + c.max_post_edit_steps
 
-    def _step(self, st: Staged) -> TokenEvent:
-        sl, c = st.where, self.cfg
-        logits = st.logits.float().cpu()
+    def _step(self, st: Staged, conf: Confidence) -> TokenEvent:
+        """x, p: the step's confidences (`kernels.confidence` over the staged rows, where the
+        forward left them); the few rows that need another token read their logits alone."""
+        sl, c, logits = st.where, self.cfg, st.logits
         cur = self.middle[sl].clone()
         n, mask = cur.shape[0], self.sp.mask
         if self._state is None:
             self._state = _Block(cur == mask, torch.zeros((n, logits.shape[-1]), dtype=torch.bool))
         s = self._state
-        probs = logits.softmax(-1)
-        x = logits.argmax(-1)
-        p = probs.gather(-1, x[:, None])[:, 0]
+        x, p = conf.top_id.cpu().clone(), conf.top_prob.cpu().clone()
         masked = cur == mask
         orig = s.orig & masked
         n_orig, n_mask = int(orig.sum()), int(masked.sum())
@@ -155,10 +154,12 @@ class InDelSequence(Sequence):
         if not cleanup:  # [MASK] fallback at the original masks
             at = orig & (x == mask)
             if bool(at.any()):
-                alt = logits[at].clone()
+                rows = logits[at.to(logits.device)].float()
+                alt = rows.clone()
                 alt[:, mask] = float("-inf")
-                x[at] = alt.argmax(-1)
-                p[at] = probs[at].gather(-1, x[at][:, None])[:, 0]
+                best = alt.argmax(-1)
+                x[at] = best.cpu()
+                p[at] = rows.softmax(-1).gather(-1, best[:, None])[:, 0].cpu()
                 self.counts.fallbacks += int(at.sum())
         fill = self._fill(masked, orig, p, n_orig, n_mask, cleanup)
         if c.max_post_edit_steps == 0 and n_orig > 0 and not bool((orig & ~fill).any()):
@@ -172,15 +173,15 @@ class InDelSequence(Sequence):
         if cleanup:  # no [MASK], DELETE or INSERT is written
             bad = write & ((x == mask) | (x == self.delete) | (x == self.split))
             if bool(bad.any()):
-                alt = logits[bad].clone()
+                alt = logits[bad.to(logits.device)].float()
                 alt[:, [mask, self.delete, self.split]] = float("-inf")
-                x[bad] = alt.argmax(-1)
+                x[bad] = alt.argmax(-1).cpu()
         key = tuple(cur.tolist())
         if key in s.seen and not cleanup:
             changing = write & (x != cur)
             if bool(changing.any()):
                 at_i = int(torch.where(changing, p, float("inf")).argmin())
-                row = logits[at_i].masked_fill(s.written[at_i], float("-inf"))
+                row = logits[at_i].float().cpu().masked_fill(s.written[at_i], float("-inf"))
                 if bool(orig[at_i]):
                     row[mask] = float("-inf")
                 x[at_i] = int(row.argmax())
