@@ -20,7 +20,7 @@
   the logits are checked bit-identical. Alternated `8 x --reps` times.
 - `one_row`: tiny-code's decode step as an editor's request makes it (one cache row, a 16-token
   block over 300 slots, every key visible), its KV written by two slice copies and attention
-  without a bias (`engine.model.native.span_of`, `all_visible`: the product's way) against the
+  without a bias (`engine.model.kv_cache.span_of`, `native.all_visible`: the product's way) against the
   general way (an index_put, the folded bias); the logits are checked bit-identical.
   Alternated `8 x --reps` times.
 - `rss`: a fresh process's peak RSS after `import engine.service` (before any model), with

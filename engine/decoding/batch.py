@@ -21,7 +21,7 @@ def pieces_of(feeds: list[Feed], chunk: int) -> list[tuple[int, int, int]]:
     """(feed, start, end) batch rows: each feed whole, or with `chunk` > 0 cut into pieces of at
     most `chunk` tokens, each its own batch row on the feed's cache row. Every feed's first
     piece comes first, in feed order, then the other pieces: feeds on consecutive cache rows
-    keep consecutive batch rows, which attention reads as views (`engine.model.native.row_runs`)."""
+    keep consecutive batch rows, which attention reads as views (`engine.model.kv_cache.row_runs`)."""
     first: list[tuple[int, int, int]] = []
     rest: list[tuple[int, int, int]] = []
     for i, f in enumerate(feeds):

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine.model import native
-from engine.model.native import KVCache, ModelConfig, SpecialTokens
+from engine.model.kv_cache import KVCache
+from engine.model.native import ModelConfig, SpecialTokens
 from engine.model.native import apply_rope as apply_rope  # re-exported (partial rotary too)
 
 # (rows [B], slots [B, T], kv_len, rows[0] when the rows are consecutive, else None)

@@ -30,7 +30,8 @@ from engine.model.adapters.common import (
     attend,
     known_keys,
 )
-from engine.model.native import KVCache, ModelConfig, SpecialTokens
+from engine.model.kv_cache import KVCache
+from engine.model.native import ModelConfig, SpecialTokens
 
 MODEL_TYPES = ("llada",)
 ARCHITECTURES = ("LLaDAModelLM",)

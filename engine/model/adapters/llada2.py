@@ -34,7 +34,8 @@ import kernels
 from engine.model import native
 from engine.model.adapters import common
 from engine.model.adapters.common import CacheAt, HeadedModel, RMSNorm, Rope, apply_rope, attend
-from engine.model.native import KVCache, SpecialTokens
+from engine.model.kv_cache import KVCache
+from engine.model.native import SpecialTokens
 from kernels.moe_reference import block_allowed, route_groups, topk_lowest
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,8 @@ from torch import Tensor, nn
 from engine.model import native
 from engine.model.adapters import common
 from engine.model.adapters.common import CacheAt, HeadedModel, RMSNorm, Rope, apply_rope, attend
-from engine.model.native import KVCache, SpecialTokens
+from engine.model.kv_cache import KVCache
+from engine.model.native import SpecialTokens
 
 MODEL_TYPES = ("lladamoe", "llada_moe")
 ARCHITECTURES = ("LLaDAMoEModelLM", "LLaDAMoEModel")

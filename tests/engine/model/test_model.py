@@ -10,7 +10,8 @@ from engine.decoding.batch import execute, new_slot_attrs
 from engine.decoding.decode import Sequence
 from engine.decoding.policies import make_policy
 from engine.model.checkpoint import load_checkpoint, save_checkpoint
-from engine.model.native import CLEAN, NOISY, Transformer, embedding, layout_mask, row_runs
+from engine.model.kv_cache import row_runs
+from engine.model.native import CLEAN, NOISY, Transformer, embedding, layout_mask
 from tests.engine.conftest import prompt_of
 
 # fp32 on the CPU: cached and uncached paths sum in different orders, nothing more

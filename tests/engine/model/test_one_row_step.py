@@ -12,7 +12,8 @@ from torch import Tensor
 
 from engine.model import native
 from engine.model.checkpoint import EMBEDDED_DIR, load_checkpoint
-from engine.model.native import KVCache, Transformer, all_visible, span_of
+from engine.model.kv_cache import KVCache, span_of
+from engine.model.native import Transformer, all_visible
 
 
 def step(model: Transformer, prompt: int, block: int) -> tuple[Tensor, Tensor]:
