@@ -165,15 +165,15 @@ class Attention(nn.Module):
         self.wo = nn.Linear(c.n_head * hd, c.dim, bias=False)
         self.kv_cache: KVCache | None = None
         self.gqa: str = "native"  # see GQA_MODES
-        self.widths = ([(c.n_head + c.n_kv_head) * hd, c.n_kv_head * hd], [c.n_head, c.n_kv_head])
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
                 cache_at: CacheAt | None) -> Tensor:
-        (B, T, _), hd, (qkv_split, qk_split) = x.shape, self.c.head_dim, self.widths
-        qk, v = F.linear(x, self.wqkv.weight).split(qkv_split, dim=-1)
+        c, (B, T, _) = self.c, x.shape
+        hd = c.head_dim
+        qk, v = F.linear(x, self.wqkv.weight).split([(c.n_head + c.n_kv_head) * hd, c.n_kv_head * hd], dim=-1)
         # queries and keys rotated in one pass (the same element-wise ops as two: bit-identical,
         # half the small ops of a layer's rotary on a small model)
-        q, k = rotate(qk.reshape(B, T, -1, hd), cos, sin).split(qk_split, 2)
+        q, k = rotate(qk.reshape(B, T, -1, hd), cos, sin).split([c.n_head, c.n_kv_head], 2)
         v = v.view(B, T, -1, hd)
         cache = self.kv_cache
         if cache is not None and cache_at is not None:
