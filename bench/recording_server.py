@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import Any, Literal
 
 from engine.api import CompletionRequest
 from engine.decoding.scheduler import Scheduler
@@ -22,14 +22,16 @@ OUT = open(os.environ["LLADA_BENCH_RECORD"], "a", encoding="utf-8")  # noqa: SIM
 SUBMIT = Scheduler.submit
 
 
-def recorded_submit(self: Scheduler, req: CompletionRequest, *args: Any, **kwargs: Any) -> Any:
-    if kwargs.get("op", "complete") == "complete" and (len(args) < 4 or args[3] == "complete"):
+def recorded_submit(self: Scheduler, req: CompletionRequest, owner: Any, emit: Any,
+                    deadline_ms: int | None = None, op: Literal["complete", "remask"] = "complete",
+                    **kwargs: Any) -> Any:
+    if op == "complete":
         OUT.write(json.dumps(dataclasses.asdict(req)) + "\n")
         OUT.flush()
-    return SUBMIT(self, req, *args, **kwargs)
+    return SUBMIT(self, req, owner, emit, deadline_ms, op=op, **kwargs)
 
 
-Scheduler.submit = recorded_submit  # type: ignore[method-assign]
+Scheduler.submit = recorded_submit  # type: ignore[method-assign,assignment]
 
 if __name__ == "__main__":
     raise SystemExit(main())
