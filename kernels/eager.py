@@ -2,52 +2,97 @@
 
 Same contract as ``kernels.reference`` (which stays the readable specification). The
 confidence is ``exp(max - logsumexp) = 1 / sum(exp(x - max))``, computed a chunk of rows at a
-time (``rows_per_chunk``: about ``CHUNK_VALUES`` values, 4 rows of a 126,464 vocabulary, a
-whole 16-row block of tiny-code's 4,096, where four calls of a dozen small ops each cost more
-than the arithmetic). Each row's maximum and its first index come first (``first_max``:
-segment maxima, then one short ``argmax``; ``max`` with indices is ~8x slower on a CPU). Each
-chunk is then shifted into one reused float32 buffer (bf16/fp16 logits are converted into it
-first), exponentiated in place and summed while it is still in cache. Nothing of size [N, V]
-is materialised (no float32 copy of bf16 logits, no softmax, no second pass of ``logsumexp``).
+time (``rows_per_chunk``: about ``CHUNK_VALUES`` values, one row of a 126,464 vocabulary, ~0.5
+MB, inside a core's L2; a whole 32-row block of tiny-code's 4,096, where many calls of a dozen
+small ops each cost more than the arithmetic). Each row's maximum and its first index come first
+(``first_max``: segment maxima, then one short ``argmax``; ``max`` with indices is ~8x slower on
+a CPU). Each chunk is then shifted into one reused float32 buffer (bf16/fp16 logits are
+converted into it first), exponentiated in place and summed while it is still in cache. Nothing
+of size [N, V] is materialised (no float32 copy of bf16 logits, no softmax, no second pass of
+``logsumexp``).
 
-The exponentials are most of the work. ``exp(x - max)`` is computed as
-``exp2((x - max) log2 e)``: torch's float32 ``exp2`` is ~1.8x faster than its ``exp`` on a
-CPU, and the shift and scale are one fused multiply-add (``torch.add`` with ``alpha``, from
-the scaled maximum: vectorised as an FMA on AVX2, AVX-512 and NEON), so each exponent is
-rounded once, as ``x - max`` was: the same accuracy (~2e-7 relative against float64, as
-before; ~1e-6 on torch's portable build, which rounds twice), not the same bits.
+The exponentials are most of the work, and which of torch's two float32 exponentials is faster
+depends on the CPU: on an AMD EPYC (AVX2) ``exp2`` took ~2.2 ms of 32 x 126,464 where ``exp``
+took ~4; on an Intel Xeon with AVX-512 ``exp`` runs at memory speed and ``exp2`` is 1.2-2.5x
+slower. So ``base()`` times both once per process, on a buffer of this module's chunk size, and
+keeps the faster (``exp`` unless ``exp2`` wins by ``EXP2_MARGIN``: a machine close to even
+decides the same way every run). ``exp(x - max)`` is then either ``exp`` of ``x - max`` or
+``exp2((x - max) log2 e)``; in both the shift and the scale are one fused multiply-add
+(``torch.add`` with ``alpha``, from the scaled maximum: vectorised as an FMA on AVX2, AVX-512
+and NEON), so each exponent is rounded once, as ``x - max`` is: the same accuracy (~2e-7
+relative against float64; ~1e-6 on torch's portable build, which rounds twice), not the same
+bits.
 
-The exponents are floored at ``EXP2_FLOOR`` (2^-120), so no exponential is a subnormal
-float: a CPU computes those ~10x slower, and with logits spread over more than ~87 (a
-confident model) the old ``exp`` path took 60-80 ms instead of 8. What the floor adds to a
-sum of at least 1 is below 126,464 x 2^-120 (~1e-31). The probabilities asked for (top,
-current token, second) are recomputed from their logits without the floor, so a token at
-``-inf`` still gets exactly 0.
+The exponents are floored at 2^-120 (``FLOOR_LOG2``), so no exponential is a subnormal float: a
+CPU computes those 10-30x slower (with logits spread over more than ~87, a confident model, the
+unfloored path took 60-120 ms instead of 4-8). What the floor adds to a sum of at least 1 is
+below 126,464 x 2^-120 (~1e-31). The probabilities asked for (top, current token, second) are
+recomputed from their logits without the floor, so a token at ``-inf`` still gets exactly 0.
 
 32 rows of the LLaDA-8B vocabulary, one thread (``python bench/step_work.py``,
-BENCHMARKS.md): float32 logits 10.5 -> 4.9 ms against ``max`` + ``logsumexp`` (7.7 ms with
-``exp`` in place of ``exp2``), bf16 logits 28.6 -> 5.6 ms, float32 logits spread wide (std 20)
-91 -> 5.1 ms.
+BENCHMARKS.md): on the EPYC, float32 logits 10.5 -> 4.9 ms against ``max`` + ``logsumexp``,
+bf16 logits 28.6 -> 5.6 ms, float32 logits spread wide (std 20) 91 -> 5.1 ms.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import time
+from dataclasses import dataclass
 
 import torch
 
 from kernels.reference import NEG_INF, Tensors, check_confidence_args
 
-CHUNK_VALUES = 4 * 126_464  # float32 values a chunk holds: ~2 MB, an L2's worth on a desktop core
+CHUNK_VALUES = 128 * 1024  # float32 values a chunk of float32 logits takes: 0.5 MB, inside a core's L2
+CONVERTED_CHUNK_VALUES = 4 * 126_464  # the same for converted (or masked) logits, ~2 MB: a dozen more ops a chunk
 SEGMENT = 256  # columns per segment of the first-maximum search (first_max)
 LOG2_E = math.log2(math.e)
-EXP2_FLOOR = -120.0  # 2^-120: every exponential stays a normal float (see the module doc)
+FLOOR_LOG2 = -120.0  # exponentials floored at 2^-120: every one stays a normal float (see the module doc)
+EXP2_MARGIN = 1.25  # exp2 is kept only when this many times faster than exp (base)
 SEGMENTED_FROM = 128 * 1024  # values from which first_max searches by segments (16 x 4,096 is faster without)
 
 
-def rows_per_chunk(vocab: int) -> int:
-    """The rows of `vocab` logits a chunk takes (each row is reduced alone: any count gives the same bits)."""
-    return max(1, CHUNK_VALUES // max(1, vocab))
+def rows_per_chunk(vocab: int, values: int | None = None) -> int:
+    """The rows of `vocab` logits a chunk of about `values` (``CHUNK_VALUES``) takes (each row
+    is reduced alone: any count gives the same bits)."""
+    return max(1, (CHUNK_VALUES if values is None else values) // max(1, vocab))
+
+
+@dataclass(frozen=True)
+class Base:
+    """How ``exp(x - max)`` is computed: ``exp_`` of ``(x - max) * scale``, floored at ``floor``."""
+    name: str  # "exp" or "exp2"
+    scale: float  # 1 for exp, log2 e for exp2
+    floor: float  # 2^-120 in this base's exponent
+
+    def exp_(self, e: torch.Tensor) -> torch.Tensor:
+        return e.exp2_() if self.name == "exp2" else e.exp_()
+
+
+EXP = Base("exp", 1.0, FLOOR_LOG2 * math.log(2.0))
+EXP2 = Base("exp2", LOG2_E, FLOOR_LOG2)
+
+
+@functools.cache
+def base() -> Base:
+    """The faster exponential on this CPU, timed once per process (a few ms): ``exp_`` and
+    ``exp2_`` in place over one chunk, alternated, the best of each; see the module doc."""
+    src = torch.linspace(-30.0, 0.0, CHUNK_VALUES)
+    buf = torch.empty_like(src)
+    best = {EXP.name: math.inf, EXP2.name: math.inf}
+    for _ in range(5):
+        for b in (EXP, EXP2):
+            t0 = time.perf_counter()
+            b.exp_(buf.copy_(src))
+            best[b.name] = min(best[b.name], time.perf_counter() - t0)
+    return choose(best[EXP.name], best[EXP2.name])
+
+
+def choose(exp_s: float, exp2_s: float) -> Base:
+    """``exp`` unless ``exp2`` took ``EXP2_MARGIN`` times less (a near tie decides alike every run)."""
+    return EXP2 if exp2_s * EXP2_MARGIN < exp_s else EXP
 
 
 def first_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,17 +122,19 @@ def eager_confidence_tensors(logits: torch.Tensor, current_ids: torch.Tensor | N
     check_confidence_args(logits, current_ids, allowed)
     n, v = logits.shape
     dev, f32 = logits.device, torch.float32
-    rows = rows_per_chunk(v)
+    direct = logits.dtype == f32 and allowed is None  # the logits themselves are read: no copy
+    rows = rows_per_chunk(v, CHUNK_VALUES if direct else CONVERTED_CHUNK_VALUES)
+    how = base()
     buf = torch.empty(min(rows, n), v, dtype=f32, device=dev)  # one chunk's exponents, reused
     cur = None if current_ids is None else current_ids.clamp(0, v - 1)[:, None]
     total = torch.empty(n, dtype=f32, device=dev)
-    if logits.dtype == f32 and allowed is None:  # the logits themselves are read: no copy
+    if direct:
         top, top_id = first_max(logits)
         picked = pick(logits, top, cur, want_margin)
-        neg = top * -LOG2_E
+        neg = top * -how.scale
         for a in range(0, n, rows):
             b = min(n, a + rows)
-            exp2_sum(torch.add(neg[a:b], logits[a:b], alpha=LOG2_E, out=buf[: b - a]), total[a:b])
+            exp_sum(how, torch.add(neg[a:b], logits[a:b], alpha=how.scale, out=buf[: b - a]), total[a:b])
     else:  # each chunk is converted (and masked) into the buffer, then shifted there in place
         blocked = None if allowed is None else ~allowed
         top = torch.empty(n, 1, dtype=f32, device=dev)
@@ -100,8 +147,8 @@ def eager_confidence_tensors(logits: torch.Tensor, current_ids: torch.Tensor | N
                 x.masked_fill_(blocked, NEG_INF)
             top[a:b], top_id[a:b] = first_max(x)
             picked[a:b] = pick(x, top[a:b], None if cur is None else cur[a:b], want_margin)
-            exp2_sum(torch.add(top[a:b] * -LOG2_E, x, alpha=LOG2_E, out=x), total[a:b])
-    num = torch.add(top * -LOG2_E, picked, alpha=LOG2_E).exp2_()  # the same exponentials, unfloored
+            exp_sum(how, torch.add(top[a:b] * -how.scale, x, alpha=how.scale, out=x), total[a:b])
+    num = how.exp_(torch.add(top * -how.scale, picked, alpha=how.scale))  # the same exponentials, unfloored
     alive = top > NEG_INF  # a dead row (all -inf) gives NaN above: zeroed here
     prob = torch.where(alive, num / total[:, None], 0.0)
     cur_prob = None
@@ -119,6 +166,6 @@ def pick(x: torch.Tensor, top: torch.Tensor, cur: torch.Tensor | None, want_marg
     return torch.cat([top, none if cur is None else x.gather(1, cur), second], dim=1)
 
 
-def exp2_sum(e: torch.Tensor, out: torch.Tensor) -> None:
-    """Sum each row of ``2 ** e`` into ``out``, ``e`` floored at ``EXP2_FLOOR`` in place first."""
-    torch.sum(e.clamp_min_(EXP2_FLOOR).exp2_(), dim=1, out=out)
+def exp_sum(how: Base, e: torch.Tensor, out: torch.Tensor) -> None:
+    """Sum each row of the exponentials of ``e`` into ``out``, ``e`` floored in place first."""
+    torch.sum(how.exp_(e.clamp_min_(how.floor)), dim=1, out=out)

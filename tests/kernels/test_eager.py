@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.eager import eager_confidence_tensors
+import kernels.eager as eager
+from kernels.eager import EXP, EXP2, Base, eager_confidence_tensors
 from kernels.reference import reference_confidence_tensors
 
 NEG_INF = float("-inf")
@@ -26,6 +27,13 @@ def check(logits: torch.Tensor, current: torch.Tensor | None, allowed: torch.Ten
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.fixture(params=[EXP, EXP2], ids=lambda b: b.name)
+def each_base(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Base:
+    """Run a test with each exponential: the process keeps whichever is faster on its CPU."""
+    monkeypatch.setattr(eager, "base", lambda: request.param)
+    return request.param  # type: ignore[no-any-return]
+
+
 def current_ids(n: int, v: int, seed: int) -> torch.Tensor:
     ids = torch.randint(0, v, (n,), generator=torch.Generator().manual_seed(seed))
     ids[::3] = -1  # no current token
@@ -36,7 +44,7 @@ def current_ids(n: int, v: int, seed: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n,v", [(1, 1000), (7, 4099), (33, 4096), (16, 157_184)])
-def test_irregular_shapes(n: int, v: int, dtype: torch.dtype) -> None:
+def test_irregular_shapes(n: int, v: int, dtype: torch.dtype, each_base: Base) -> None:
     logits = (torch.randn(n, v, generator=torch.Generator().manual_seed(n + v)) * 4).to(dtype)
     check(logits, current_ids(n, v, n), None)
     check(logits, None, None)
@@ -68,10 +76,11 @@ def test_single_column_and_bad_arguments() -> None:
 def test_chunks_leave_the_logits_unchanged_and_match_on_every_row(dtype: torch.dtype) -> None:
     """The one-pass path works a few rows at a time and shifts copies in place: rows in every
     chunk (and a last partial one) match the reference, and the caller's logits are untouched."""
-    from kernels.eager import rows_per_chunk
+    from kernels.eager import CHUNK_VALUES, CONVERTED_CHUNK_VALUES, rows_per_chunk
 
     v = 65_536
-    rows = rows_per_chunk(v)
+    rows = rows_per_chunk(v, CHUNK_VALUES if dtype == torch.float32 else CONVERTED_CHUNK_VALUES)
+    assert rows >= 2
     n = 3 * rows + 1
     logits = (torch.randn(n, v, generator=torch.Generator().manual_seed(11)) * 3).to(dtype)
     logits[rows + 1] = NEG_INF  # a dead row inside a middle chunk
@@ -82,14 +91,13 @@ def test_chunks_leave_the_logits_unchanged_and_match_on_every_row(dtype: torch.d
 
 def test_a_small_vocabulary_block_is_one_chunk_and_the_chunking_changes_no_bit(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """tiny-code's 16-row block over 4,096 ids goes in one chunk (four calls of a dozen small
-    ops cost more than the arithmetic); cut into 4-row chunks, as a 126,464 vocabulary is, every
-    output is bit for bit the same."""
-    import kernels.eager as eager
-
-    assert eager.rows_per_chunk(4096) >= 16 and eager.rows_per_chunk(126_464) == 4
-    logits = torch.randn(16, 4096, generator=torch.Generator().manual_seed(3)) * 4
-    cur = current_ids(16, 4096, 7)
+    """tiny-code's 32-row block over 4,096 ids goes in one chunk (four calls of a dozen small
+    ops cost more than the arithmetic); cut into 4-row chunks, as converted logits of a 126,464
+    vocabulary are, every output is bit for bit the same."""
+    assert eager.rows_per_chunk(4096) >= 32 and eager.rows_per_chunk(126_464) == 1
+    assert eager.rows_per_chunk(126_464, eager.CONVERTED_CHUNK_VALUES) == 4
+    logits = torch.randn(32, 4096, generator=torch.Generator().manual_seed(3)) * 4
+    cur = current_ids(32, 4096, 7)
     whole = eager_confidence_tensors(logits, cur, want_margin=True)
     monkeypatch.setattr(eager, "CHUNK_VALUES", 4 * 4096)
     assert eager.rows_per_chunk(4096) == 4
@@ -124,7 +132,7 @@ def test_first_max_is_max_with_indices_bit_for_bit(v: int, monkeypatch: pytest.M
         assert torch.equal(top, want_top) and torch.equal(ids, want_ids.squeeze(1))
 
 
-def test_wide_logits_match_and_a_disallowed_current_token_is_exactly_zero() -> None:
+def test_wide_logits_match_and_a_disallowed_current_token_is_exactly_zero(each_base: Base) -> None:
     """Gaps to the maximum past 87 (where `exp` gives subnormal floats; the exponents are
     floored at 2^-120) still match the reference, a row with one logit far above the rest has
     probability 1, and a current token at -inf (disallowed) has probability exactly 0, not the
@@ -143,9 +151,9 @@ def test_wide_logits_match_and_a_disallowed_current_token_is_exactly_zero() -> N
 
 
 @pytest.mark.parametrize("spread", [1.0, 4.0, 10.0])
-def test_the_probabilities_are_as_accurate_as_float32_exp(spread: float) -> None:
+def test_the_probabilities_are_as_accurate_as_float32_exp(spread: float, each_base: Base) -> None:
     """Against float64, the top and current probabilities err by about one float32 rounding
-    of each exponent (~2e-7 relative), as `exp(x - max)` did: the exp2 form must not scale
+    of each exponent (~2e-7 relative), with either exponential: the exp2 form must not scale
     the logits before the shift (that rounding costs ~1e-6 at these spreads). One rounding
     needs torch's vectorised fused multiply-add (AVX2, AVX-512, NEON); its portable build
     rounds twice, still well inside the contract's 1e-5."""
@@ -160,3 +168,16 @@ def test_the_probabilities_are_as_accurate_as_float32_exp(spread: float) -> None
         err = float(((got.double() - exact) / exact).abs().max())
         assert err < bound, err
     assert torch.equal(top_id, want.argmax(dim=1))
+
+
+def test_the_exponential_is_timed_once_and_exp2_needs_a_clear_lead() -> None:
+    """`base` keeps one exponential for the process (timed on first use, then cached): exp2 only
+    when it beats exp by the margin, so a CPU where the two run even decides alike every run.
+    Each base's floor is 2^-120, the smallest exponential it leaves unfloored a normal float."""
+    chosen = eager.base()
+    assert chosen in (EXP, EXP2) and eager.base() is chosen
+    assert eager.choose(1.0, 0.5) is EXP2 and eager.choose(1.0, 0.9) is EXP and eager.choose(0.5, 1.0) is EXP
+    for b in (EXP, EXP2):
+        smallest = b.exp_(torch.tensor([b.floor]))
+        assert float(smallest) == pytest.approx(2.0 ** -120, rel=1e-5)
+        assert float(smallest) >= torch.finfo(torch.float32).tiny
