@@ -14,7 +14,7 @@ of size [N, V] is materialised (no float32 copy of bf16 logits, no softmax, no s
 The exponentials are most of the work, and which of torch's two float32 exponentials is faster
 depends on the CPU: on an AMD EPYC (AVX2) ``exp2`` took ~2.2 ms of 32 x 126,464 where ``exp``
 took ~4; on an Intel Xeon with AVX-512 ``exp`` runs at memory speed and ``exp2`` is 1.2-2.5x
-slower. So ``base()`` times both once per process, on a buffer of this module's chunk size, and
+slower. So ``base()`` times both once per process, on a buffer in L2, and
 keeps the faster (``exp`` unless ``exp2`` wins by ``EXP2_MARGIN``: a machine close to even
 decides the same way every run). ``exp(x - max)`` is then either ``exp`` of ``x - max`` or
 ``exp2((x - max) log2 e)``; in both the shift and the scale are one fused multiply-add
@@ -51,6 +51,7 @@ SEGMENT = 256  # columns per segment of the first-maximum search (first_max)
 LOG2_E = math.log2(math.e)
 FLOOR_LOG2 = -120.0  # exponentials floored at 2^-120: every one stays a normal float (see the module doc)
 EXP2_MARGIN = 1.25  # exp2 is kept only when this many times faster than exp (base)
+PROBE_VALUES = 16 * 1024  # values base() times each exponential over (64 KB: in L2, one thread)
 SEGMENTED_FROM = 128 * 1024  # values from which first_max searches by segments (16 x 4,096 is faster without)
 
 
@@ -77,16 +78,24 @@ EXP2 = Base("exp2", LOG2_E, FLOOR_LOG2)
 
 @functools.cache
 def base() -> Base:
-    """The faster exponential on this CPU, timed once per process (a few ms): ``exp_`` and
-    ``exp2_`` in place over one chunk, alternated, the best of each; see the module doc."""
-    src = torch.linspace(-30.0, 0.0, CHUNK_VALUES)
+    """The faster exponential on this CPU, timed once per process (~1 ms): ``exp_`` and ``exp2_``
+    in place over ``PROBE_VALUES`` values, alternated, the best of each, on one torch thread
+    (torch runs ``exp_`` in parallel from a smaller size than ``exp2_``: on a busy machine the
+    threads' wake-ups would be timed, not the exponentials); see the module doc."""
+    src = torch.linspace(-30.0, 0.0, PROBE_VALUES)
     buf = torch.empty_like(src)
     best = {EXP.name: math.inf, EXP2.name: math.inf}
-    for _ in range(5):
-        for b in (EXP, EXP2):
-            t0 = time.perf_counter()
-            b.exp_(buf.copy_(src))
-            best[b.name] = min(best[b.name], time.perf_counter() - t0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(5):
+            for b in (EXP, EXP2):
+                t0 = time.perf_counter()
+                for _ in range(8):
+                    b.exp_(buf.copy_(src))
+                best[b.name] = min(best[b.name], time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
     return choose(best[EXP.name], best[EXP2.name])
 
 

@@ -171,10 +171,18 @@ def test_the_probabilities_are_as_accurate_as_float32_exp(spread: float, each_ba
 
 
 def test_the_exponential_is_timed_once_and_exp2_needs_a_clear_lead() -> None:
-    """`base` keeps one exponential for the process (timed on first use, then cached): exp2 only
+    """`base` keeps one exponential for the process (timed on first use, on one thread, then
+    cached; the caller's thread count is left as it was): exp2 only
     when it beats exp by the margin, so a CPU where the two run even decides alike every run.
     Each base's floor is 2^-120, the smallest exponential it leaves unfloored a normal float."""
-    chosen = eager.base()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        eager.base.cache_clear()  # timed here, on one thread, and the count in force put back
+        chosen = eager.base()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
     assert chosen in (EXP, EXP2) and eager.base() is chosen
     assert eager.choose(1.0, 0.5) is EXP2 and eager.choose(1.0, 0.9) is EXP and eager.choose(0.5, 1.0) is EXP
     for b in (EXP, EXP2):
