@@ -24,6 +24,7 @@ from typing import Any, cast
 
 import torch
 
+import kernels
 from engine.api import CompletionRequest, ContextChunk, EngineEvent, Plan
 from engine.decoding import local
 from engine.decoding.alternatives import only
@@ -87,6 +88,7 @@ class TextEngine:
         self.loaded = load_model(model_dir or default_model_dir(), device=device, dtype=dtype,
                                  trust_remote_code=trust_remote_code, max_len=max_len or REAL_MAX_LEN)
         self.model_dir = self.loaded.path
+        kernels.warm_up(device)  # what the first request's step would otherwise time
         # every family's model has the native model's decoding interface (engine.model.adapters)
         self.model = cast(Transformer, self.loaded.model)
         self.config = self.loaded.config

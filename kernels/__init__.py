@@ -37,7 +37,7 @@ from types import ModuleType
 import torch
 
 from kernels.dispatch import BACKENDS, ENV_VAR, choose
-from kernels.eager import eager_confidence_tensors
+from kernels.eager import base, eager_confidence_tensors
 from kernels.moe_eager import eager_moe, grouped_mm_supported
 from kernels.moe_reference import reference_moe
 from kernels.reference import reference_confidence_tensors
@@ -70,6 +70,7 @@ __all__ = [
     "moe_experts",
     "reference_moe",
     "triton_available",
+    "warm_up",
 ]
 
 
@@ -114,6 +115,15 @@ def confidence(logits: torch.Tensor, current_ids: torch.Tensor | None = None, *,
     else:
         impl = eager_confidence_tensors if name == "eager" else reference_confidence_tensors
     return Confidence(*impl(logits, current_ids, want_margin=want_margin, allowed=allowed))
+
+
+def warm_up(device: torch.device | str) -> None:
+    """The kernels' once-per-process set-up for decoding on `device`, done when a model loads
+    rather than inside its first request: on the CPU, the eager confidence's timing of ``exp``
+    against ``exp2`` (``kernels.eager.base``: ~1 ms quiet, more on a busy machine). Nothing
+    elsewhere (Triton compiles its kernel on first use, per shape)."""
+    if torch.device(device).type == "cpu":
+        base()
 
 
 def moe_backend_name(x: torch.Tensor, backend: str | None = None) -> str:

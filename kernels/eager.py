@@ -14,7 +14,8 @@ of size [N, V] is materialised (no float32 copy of bf16 logits, no softmax, no s
 The exponentials are most of the work, and which of torch's two float32 exponentials is faster
 depends on the CPU: on an AMD EPYC (AVX2) ``exp2`` took ~2.2 ms of 32 x 126,464 where ``exp``
 took ~4; on an Intel Xeon with AVX-512 ``exp`` runs near memory speed and ``exp2`` is 1.5-1.9x
-slower (one thread). So ``base()`` times both once per process, on a buffer in L2, and
+slower (one thread). So ``base()`` times both once per process (``kernels.warm_up``, when a
+model loads), on a buffer in L2, and
 keeps the faster (``exp`` unless ``exp2`` wins by ``EXP2_MARGIN``: a machine close to even
 decides the same way every run). ``exp(x - max)`` is then either ``exp`` of ``x - max`` or
 ``exp2((x - max) log2 e)``; in both the shift and the scale are one fused multiply-add

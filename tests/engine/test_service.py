@@ -142,3 +142,17 @@ def test_the_default_preset_is_decided_once_on_the_way_in(eng: TextEngine, monke
     assert (evs[-1].stats or {})["tpf"] <= 1.0  # one_per_step's policy ran: a token a forward at most
     with pytest.raises(ValueError, match="names no preset"):
         real(request(text, "def main(argv):\n", Plan(max_tokens=4)), 0)
+
+
+def test_the_kernels_are_set_up_when_the_model_loads_not_in_the_first_request() -> None:
+    """The CPU confidence's choice of exponential (`kernels.eager.base`, timed once a process)
+    is made while the engine loads: the first request's step finds it made."""
+    from kernels import eager
+
+    eager.base.cache_clear()
+    fresh = TextEngine(threads=1)
+    assert eager.base.cache_info().misses == 1  # timed at load
+    text = SAMPLE.read_text()
+    list(fresh.complete(request(text, "    for word in words:\n        ", Plan(max_tokens=8, stop="line"))))
+    info = eager.base.cache_info()
+    assert info.misses == 1 and info.hits >= 1  # the request's steps read the choice, timed nothing
