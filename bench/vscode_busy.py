@@ -22,10 +22,11 @@ by the same clock). Each cell (a hog count) types into a file of its own whose f
 names it (so no cell is answered from another's suggestion cache), the same trials in the same
 order, and the cells take turns trial by trial in a rotated order: trial i of every cell is the
 same work under the same drift of the machine, and `paired` is the median over trials of a
-trial's time over the same trial's 0-hog time (trials shown in both).
+trial's time over the same trial's 0-hog time (trials shown, and `fresh` (below), in both).
 
-Per cell: ghost text shown (n of N trials), the p50/p95 of the shown trials, the median load
-average at its turns, the fewest of its hogs alive at a turn, the engine requests that a
+Per cell: ghost text shown (n of N trials), the p50/p95 of the shown trials, the tasks runnable
+on the machine as its trials ended (median; the 1-minute load average, `load1` in the JSON, mixes
+the cells, which take turns within seconds), the fewest of its hogs alive at a turn, the engine requests that a
 deadline ended (the server log's "timed out" lines during its turns), the status bar's text
 after each trial that showed nothing (`warming`, `slow: ...` tell the user why), its ratio to the
 0-hog p50 beside the goal (1 + k/c) x that + 10 ms (c: the CPUs this process may use), and the
@@ -100,6 +101,7 @@ class Cell:
     ms: list[float | None] = field(default_factory=list)  # per trial; None: no ghost text in time
     carried: list[bool] = field(default_factory=list)  # per trial: ghost text shown before its last key
     load1: list[float] = field(default_factory=list)
+    runnable: list[int] = field(default_factory=list)  # runnable tasks as each trial ended (/proc/loadavg)
     hogs_alive_min: int = 1 << 30
     deadline_empty: int = 0
     status_when_missed: list[str] = field(default_factory=list)
@@ -133,6 +135,14 @@ def switch_to(page: Any, name: str) -> None:
         == name)
     page.keyboard.press("Enter")
     wait_for(f"{name} in front", lambda: page.query_selector(f'.tab.active[data-resource-name="{name}"]'))
+
+
+def runnable() -> int:
+    """The tasks runnable on this machine now (Linux's /proc/loadavg; -1 elsewhere): unlike the
+    load average, it is the cell's own (the cells take turns within seconds)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+    return -1
 
 
 def status_text(wb: Workbench) -> str:
@@ -193,6 +203,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                         cell.hogs_alive_min = min(cell.hogs_alive_min, pool.spin(k))
                         try:
                             ms, carried = trial(wb, page, i, args.cps, args.wait_s)
+                            cell.runnable.append(runnable())
                         finally:
                             pool.spin(0)
                         cell.ms.append(ms)
@@ -208,10 +219,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 def row(c: Cell, quiet: Cell, hogs_left: int) -> dict[str, Any]:
     shown = [ms for ms in c.ms if ms is not None]
     fresh = [ms for ms, carried in zip(c.ms, c.carried, strict=True) if ms is not None and not carried]
-    paired = [ms / q for ms, q in zip(c.ms, quiet.ms, strict=True) if ms is not None and q]
-    return {"hogs": c.hogs, "load1": round(statistics.median(c.load1), 2), "trials": len(c.ms),
+    # the same trial fresh in both cells: a trial that VS Code answered from the ghost text on the
+    # screen in one cell and by a request in the other compares two different things
+    paired = [ms / q for ms, q, a, b in zip(c.ms, quiet.ms, c.carried, quiet.carried, strict=True)
+              if ms is not None and q and not a and not b]
+    return {"hogs": c.hogs, "load1": round(statistics.median(c.load1), 2),
+            "runnable": statistics.median(c.runnable) if c.runnable else None, "trials": len(c.ms),
             "shown": len(shown), "p50_ms": round(pct(shown, 0.5), 1), "p95_ms": round(pct(shown, 0.95), 1),
-            "paired_ratio_p50": round(statistics.median(paired), 2) if paired else None,
+            "paired_ratio_p50": round(statistics.median(paired), 2) if paired else None, "paired": len(paired),
             "fresh": len(fresh), "fresh_p50_ms": round(pct(fresh, 0.5), 1),
             "deadline_empty": c.deadline_empty, "hogs_alive_min": c.hogs_alive_min, "hogs_left": hogs_left,
             "status_when_missed": c.status_when_missed}
@@ -231,10 +246,10 @@ def judge(rows: list[dict[str, Any]], cpus: int) -> None:
 
 
 def table(rows: list[dict[str, Any]], cpus: int) -> None:
-    print(f"{'hogs':>4} {'load1':>6} {'shown':>7} {'p50 ms':>8} {'p95 ms':>8} {'vs 0':>5} {'goal ms':>8} "
+    print(f"{'hogs':>4} {'runnable':>8} {'shown':>7} {'p50 ms':>8} {'p95 ms':>8} {'vs 0':>5} {'goal ms':>8} "
           f"{'paired':>6} {'goal':>5} {'fresh':>7} {'fresh p50':>9} {'deadline':>8}")
     for r in rows:
-        print(f"{r['hogs']:>4} {r['load1']:>6.2f} {r['shown']:>3}/{r['trials']:<3} {r['p50_ms']:>8.1f} "
+        print(f"{r['hogs']:>4} {r['runnable']!s:>8} {r['shown']:>3}/{r['trials']:<3} {r['p50_ms']:>8.1f} "
               f"{r['p95_ms']:>8.1f} {r.get('vs_quiet', float('nan')):>5} {r.get('goal_ms', float('nan')):>8} "
               f"{r['paired_ratio_p50']!s:>6} {1 + r['hogs'] / cpus:>5.2f} {r['fresh']:>3}/{r['shown']:<3} "
               f"{r['fresh_p50_ms']:>9.1f} {r['deadline_empty']:>8}")

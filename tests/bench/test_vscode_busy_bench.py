@@ -42,14 +42,16 @@ def test_vscode_busy_quick_shows_ghost_text_in_every_cell() -> None:
 
 
 def test_the_report_pairs_trials_and_keeps_fresh_ones_apart() -> None:
-    quiet = Cell(0, "q.py", ms=[100.0, 200.0, None, 50.0], carried=[False, True, False, False], load1=[0.5])
-    busy = Cell(2, "b.py", ms=[300.0, None, 400.0, 100.0], carried=[False, False, False, True], load1=[3.0, 4.0],
-                hogs_alive_min=2, status_when_missed=["llada slow: 0.4 s/step"])
+    quiet = Cell(0, "q.py", ms=[100.0, 200.0, None, 50.0, 80.0], carried=[False, True, False, False, False],
+                 load1=[0.5], runnable=[1, 2])
+    busy = Cell(2, "b.py", ms=[300.0, None, 400.0, 100.0, 240.0], carried=[False, False, False, True, False],
+                load1=[3.0, 4.0], runnable=[3, 4, 5], hogs_alive_min=2, status_when_missed=["llada slow: 0.4 s/step"])
     rows = [row(quiet, quiet, 0), row(busy, quiet, 0)]
     q, b = rows
-    assert (q["shown"], q["fresh"], q["fresh_p50_ms"]) == (3, 2, 50.0)  # the carried 200 ms is not fresh
-    assert (b["shown"], b["fresh"], b["paired_ratio_p50"]) == (3, 2, 2.5)  # 300/100 and 100/50; None pairs skipped
-    assert b["load1"] == 3.5 and b["status_when_missed"] == ["llada slow: 0.4 s/step"]
+    assert (q["shown"], q["fresh"], q["fresh_p50_ms"]) == (4, 3, 80.0)  # the carried 200 ms is not fresh
+    # fresh in both: 300/100 and 240/80 (not 100/50: carried in the busy cell; None never pairs)
+    assert (b["shown"], b["fresh"], b["paired"], b["paired_ratio_p50"]) == (4, 3, 2, 3.0)
+    assert b["load1"] == 3.5 and b["runnable"] == 4 and b["status_when_missed"] == ["llada slow: 0.4 s/step"]
     judge(rows, cpus=2)
     assert b["goal_ms"] == (1 + 2 / 2) * q["p50_ms"] + 10 and b["vs_quiet"] == round(b["p50_ms"] / q["p50_ms"], 2)
     assert b["meets_goal"] == (b["p50_ms"] <= b["goal_ms"])
