@@ -229,7 +229,7 @@ def row(c: Cell, quiet: Cell, hogs_left: int) -> dict[str, Any]:
             "paired_ratio_p50": round(statistics.median(paired), 2) if paired else None, "paired": len(paired),
             "fresh": len(fresh), "fresh_p50_ms": round(pct(fresh, 0.5), 1),
             "deadline_empty": c.deadline_empty, "hogs_alive_min": c.hogs_alive_min, "hogs_left": hogs_left,
-            "status_when_missed": c.status_when_missed}
+            "status_when_missed": c.status_when_missed, "trial_ms": c.ms}
 
 
 def judge(rows: list[dict[str, Any]], cpus: int) -> None:
