@@ -246,14 +246,20 @@ def judge(rows: list[dict[str, Any]], cpus: int) -> None:
     for r in rows:
         quiet = next((q["p50_ms"] for q in rows if q["engine"] == r["engine"] and q["threads"] == r["threads"]
                       and q["hogs"] == 0), None)
-        if quiet is None or quiet != quiet:  # no 0-hog row, or it answered nothing
-            continue
-        goal = (1 + r["hogs"] / cpus) * quiet + 10
-        r["vs_quiet"] = round(r["p50_ms"] / quiet, 2) if quiet else None
-        r["goal_ms"] = round(goal, 1)
-        r["meets_goal"] = bool(r["p50_ms"] <= goal)
-        if r["paired_ratio_p50"] is not None:  # the same bursts' own ratios: the work cancels out
-            r["meets_goal_paired"] = bool(r["paired_ratio_p50"] <= 1 + r["hogs"] / cpus + 10 / max(quiet, 1e-9))
+        if quiet is not None and quiet == quiet:  # NaN: the 0-hog row answered nothing
+            mark_goal(r, quiet, cpus)
+
+
+def mark_goal(r: dict[str, Any], quiet: float, cpus: int) -> None:
+    """Row `r` (k = r["hogs"]) against the quiet p50: its ratio, the goal (1 + k/c) x quiet + 10
+    ms, and whether its p50 and its paired ratio (the same samples' own ratios: the work cancels
+    out) meet it."""
+    goal = (1 + r["hogs"] / cpus) * quiet + 10
+    r["vs_quiet"] = round(r["p50_ms"] / quiet, 2) if quiet else None
+    r["goal_ms"] = round(goal, 1)
+    r["meets_goal"] = bool(r["p50_ms"] <= goal)
+    if r["paired_ratio_p50"] is not None:
+        r["meets_goal_paired"] = bool(r["paired_ratio_p50"] <= 1 + r["hogs"] / cpus + 10 / max(quiet, 1e-9))
 
 
 def table(rows: list[dict[str, Any]], cpus: int) -> None:

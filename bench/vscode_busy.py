@@ -56,10 +56,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.busy import HOG_LIMIT_S, Hogs, child_env  # noqa: E402
+from bench.busy import HOG_LIMIT_S, Hogs, child_env, mark_goal  # noqa: E402
 from bench.lsp_latency import DEFAULT_FILE, pct  # noqa: E402
 from engine.model.threads import usable_cpus  # noqa: E402
-from tests.editors.vscode_real import Workbench, vscode_session, wait_for  # noqa: E402
+from tests.editors.vscode_real import QUIET_SETTINGS, Workbench, vscode_session, wait_for  # noqa: E402
 
 # (the new function's def line, the start of its body typed at a human pace): held-out shapes,
 # each a place where a user waits for the rest of the line
@@ -77,20 +77,6 @@ TRIALS = (
     ("def last(items):", "return items["),
     ("def double(values):", "return ["),
 )
-SETTINGS = {
-    "editor.inlineSuggest.enabled": True,
-    "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
-    "editor.suggestOnTriggerCharacters": False,
-    "llada.nextEdit.enabled": False,
-    "workbench.startupEditor": "none",
-    "workbench.tips.enabled": False,
-    "security.workspace.trust.enabled": False,
-    "telemetry.telemetryLevel": "off",
-    "extensions.autoUpdate": False,
-    "extensions.autoCheckUpdates": False,
-    "update.mode": "none",
-    "python.defaultInterpreterPath": "",
-}
 TIMED_OUT = re.compile(r"engine request \S+ timed out")  # engine_base's log line for a deadline
 
 
@@ -182,7 +168,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     files = {"warm.py": f"# warm-up\n{base}", **{c.file: f"# {k} hogs\n{base}" for k, c in cells.items()}}
     with tempfile.TemporaryDirectory(prefix="llada-vscode-busy-") as tmp:
         home = Path(tmp)
-        settings = {**SETTINGS, "llada.serverPath": str(server_script(home))}
+        settings = {**QUIET_SETTINGS, "llada.nextEdit.enabled": False, "llada.serverPath": str(server_script(home))}
         # the product's own threads: no OMP_NUM_THREADS (bench/busy.py's child_env drops the same)
         env: dict[str, str | None] = {k: None for k in os.environ if k not in child_env()}
         log = home / "server.log"
@@ -236,13 +222,8 @@ def judge(rows: list[dict[str, Any]], cpus: int) -> None:
     """Each row's ratio to the 0-hog p50 of this run, and the goal (1 + k/c) x quiet + 10 ms."""
     quiet = next((r["p50_ms"] for r in rows if r["hogs"] == 0), None)
     for r in rows:
-        if quiet is None or quiet != quiet or r["p50_ms"] != r["p50_ms"]:  # no 0-hog row, or nothing shown
-            continue
-        goal = (1 + r["hogs"] / cpus) * quiet + 10
-        r["vs_quiet"], r["goal_ms"] = round(r["p50_ms"] / quiet, 2), round(goal, 1)
-        r["meets_goal"] = bool(r["p50_ms"] <= goal)
-        if r["paired_ratio_p50"] is not None:
-            r["meets_goal_paired"] = bool(r["paired_ratio_p50"] <= 1 + r["hogs"] / cpus + 10 / max(quiet, 1e-9))
+        if quiet is not None and quiet == quiet and r["p50_ms"] == r["p50_ms"]:  # NaN: nothing shown
+            mark_goal(r, quiet, cpus)
 
 
 def table(rows: list[dict[str, Any]], cpus: int) -> None:

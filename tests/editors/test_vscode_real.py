@@ -25,6 +25,7 @@ import pytest
 
 from tests.editors.conftest import ROOT
 from tests.editors.vscode_real import (
+    QUIET_SETTINGS,
     Workbench,
     vscode_session,
     wait_for,
@@ -82,17 +83,7 @@ def vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         "llada.nextEdit.enabled": True,
         "llada.nextEdit.debounceMs": 100,
         "llada.trace.server": "messages",
-        "editor.inlineSuggest.enabled": True,
-        "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
-        "editor.suggestOnTriggerCharacters": False,
-        "workbench.startupEditor": "none",
-        "workbench.tips.enabled": False,
-        "security.workspace.trust.enabled": False,
-        "telemetry.telemetryLevel": "off",
-        "extensions.autoUpdate": False,
-        "extensions.autoCheckUpdates": False,
-        "update.mode": "none",
-        "python.defaultInterpreterPath": "",
+        **QUIET_SETTINGS,
     }
     # calc.py is opened; mid_line.py is the mid-line case's, the others the placeholder cases'
     files = {"calc.py": SOURCE, "mid_line.py": MID_LINE,

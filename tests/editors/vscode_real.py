@@ -63,6 +63,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# A workbench that only the extension draws on: inline suggestions on, VS Code's own suggest
+# widget, tips, trust prompts, telemetry and updates off.
+QUIET_SETTINGS: dict[str, Any] = {
+    "editor.inlineSuggest.enabled": True,
+    "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
+    "editor.suggestOnTriggerCharacters": False,
+    "workbench.startupEditor": "none",
+    "workbench.tips.enabled": False,
+    "security.workspace.trust.enabled": False,
+    "telemetry.telemetryLevel": "off",
+    "extensions.autoUpdate": False,
+    "extensions.autoCheckUpdates": False,
+    "update.mode": "none",
+    "python.defaultInterpreterPath": "",
+}
 WATCHDOG_S = 120.0  # the waits are for what must come: a hang guard, generous for a machine shared 2x or more
 
 
