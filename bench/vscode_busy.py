@@ -6,7 +6,7 @@ at load averages of 11-27, where ghost text came within 15 s 1-9 times in 10. Th
 repeats it with the product as it is, against bounded hogs instead of a test run:
 
 - code-server 4.100.3 (VS Code 1.100.3) with the .vsix built from this checkout, in Debian's
-  chromium through Playwright (`tests/editors/vscode_real.py`; `editors/vscode/test-real/setup.sh`
+  chromium through Playwright (`tests/fakes/vscode_real.py`; `editors/vscode/test-real/setup.sh`
   installs them once, cached);
 - this checkout's real `llada-lsp` (the .venv's console script, beside this Python), with its
   defaults: the embedded model, the in-process engine, the threads it chooses (no
@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 from bench.busy import HOG_LIMIT_S, Hogs, child_env, mark_goal  # noqa: E402
 from bench.lsp_latency import DEFAULT_FILE, pct  # noqa: E402
 from engine.model.threads import usable_cpus  # noqa: E402
-from tests.editors.vscode_real import QUIET_SETTINGS, Workbench, vscode_session, wait_for  # noqa: E402
+from tests.fakes.vscode_real import QUIET_SETTINGS, Workbench, vscode_session, wait_for  # noqa: E402
 
 # (the new function's def line, the start of its body typed at a human pace): held-out shapes,
 # each a place where a user waits for the rest of the line

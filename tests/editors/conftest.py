@@ -2,38 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fakes.vscode_real import vscode_build_lock  # noqa: F401 - the editor tests' lock, beside the driver
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@contextlib.contextmanager
-def vscode_build_lock() -> Iterator[None]:
-    """Held while a test builds or installs editors/vscode's outputs (`npm ci`, out/, the .vsix,
-    code-server's cached install): `./dev test` runs two pytest workers, and two tests
-    rebuilding them at once would delete or rewrite each other's files. One lock per checkout,
-    across processes (flock: released by the kernel if its holder dies)."""
-    key = hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]
-    with (Path(tempfile.gettempdir()) / f"llada-lsp-vscode-build-{key}.lock").open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def nvim_binary() -> str | None:

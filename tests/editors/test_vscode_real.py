@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 
 from tests.editors.conftest import ROOT
-from tests.editors.vscode_real import (
+from tests.editors.vscode_scripted_server import OTHERS, STEPS
+from tests.fakes.vscode_real import (
     QUIET_SETTINGS,
     Workbench,
     vscode_session,
     wait_for,
 )
-from tests.editors.vscode_scripted_server import OTHERS, STEPS
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("npm") is None or shutil.which("node") is None, reason="node/npm not installed"),

@@ -18,7 +18,7 @@ import pytest
 
 from tests.editors.conftest import ROOT, needs_model, vscode_build_lock
 from tests.editors.test_vscode_real import screenshot_on_failure
-from tests.editors.vscode_real import (
+from tests.fakes.vscode_real import (
     Workbench,
     vscode_session,
     wait_for,

@@ -8,5 +8,7 @@ the repository root; `python -m pytest` and the bench scripts put the root on `s
   directory (the tiny-code tokenizer under a LLaDA2 config). Each module's docstring lists
   what it follows and what it does not model.
 - `raw_lsp`: a raw JSON-RPC driver of the real server process (framed bytes, no client library).
+- `vscode_real`: a driver of real VS Code (code-server + chromium through Playwright) and the
+  editor tests' build lock (tests/editors/test_vscode_real.py, bench/vscode_busy.py).
 - `samples/sample.py`: a small Python file the engine tests complete.
 """

@@ -1,4 +1,4 @@
-"""Real VS Code for the tests: code-server 4.100.3 (VS Code 1.100.3) with the extension's .vsix
+"""Real VS Code for the tests and bench/vscode_busy.py: code-server 4.100.3 (VS Code 1.100.3) with the extension's .vsix
 installed, in Debian's chromium driven by Playwright (editors/vscode/test-real/setup.sh
 installs them, cached). `CodeServer` starts one on a free port with its own user-data and
 extensions directories and user settings; `Workbench` reads the editor's DOM: Monaco's ghost
@@ -7,25 +7,41 @@ text, the view lines, the status bar, the next-edit decorations."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.editors.conftest import ROOT, vscode_build_lock
-from tests.procs import stop_process
-
+ROOT = Path(__file__).resolve().parents[2]
 VSCODE = ROOT / "editors" / "vscode"
 SETUP = VSCODE / "test-real" / "setup.sh"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def vscode_build_lock() -> Iterator[None]:
+    """Held while a test builds or installs editors/vscode's outputs (`npm ci`, out/, the .vsix,
+    code-server's cached install): `./dev test` runs two pytest workers, and two tests
+    rebuilding them at once would delete or rewrite each other's files. One lock per checkout,
+    across processes (flock: released by the kernel if its holder dies)."""
+    key = hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]
+    with (Path(tempfile.gettempdir()) / f"llada-lsp-vscode-build-{key}.lock").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def install() -> tuple[str, float]:
@@ -136,8 +152,13 @@ class CodeServer:
         return f"http://127.0.0.1:{self.port}/?folder={folder}"
 
     def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc, 15, 5)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
         self.log.close()
 
 
@@ -303,7 +324,7 @@ def vscode_session(home: Path, files: dict[str, str], settings: dict[str, Any],
     this checkout and `settings`, serving home/project with `files` in it, the first of them open
     in chromium; `env` changes code-server's environment (None: the variable is removed).
     (workbench, page, code-server, set-up seconds); code-server stopped on exit."""
-    with vscode_build_lock():  # another worker's test may be building them (tests.editors.conftest)
+    with vscode_build_lock():  # another worker's test may be building them (vscode_build_lock above)
         binary, setup_s = install()
         vsix = build_vsix()
         folder = home / "project"
