@@ -25,9 +25,9 @@ same work under the same drift of the machine, and `paired` is the median over t
 trial's time over the same trial's 0-hog time (trials shown, and `fresh` (below), in both).
 
 Per cell: ghost text shown (n of N trials), the p50/p95 of the shown trials, the tasks runnable
-on the machine as its trials ended (median; the 1-minute load average, `load1` in the JSON, mixes
-the cells, which take turns within seconds), the fewest of its hogs alive at a turn, the engine requests that a
-deadline ended (the server log's "timed out" lines during its turns), the status bar's text
+on the machine as its trials ended (median; the 1-minute load average, `load1` in the JSON,
+mixes the cells, which take turns within seconds), the fewest of its hogs alive at a turn, the
+engine requests that a deadline ended (the server log's "timed out" lines during its turns), the status bar's text
 after each trial that showed nothing (`warming`, `slow: ...` tell the user why), its ratio to the
 0-hog p50 beside the goal (1 + k/c) x that + 10 ms (c: the CPUs this process may use), and the
 p50 of the `fresh` trials alone: those with no ghost text on the screen just before the last key
@@ -61,8 +61,8 @@ from bench.lsp_latency import DEFAULT_FILE, pct  # noqa: E402
 from engine.model.threads import usable_cpus  # noqa: E402
 from tests.fakes.vscode_real import QUIET_SETTINGS, Workbench, vscode_session, wait_for  # noqa: E402
 
-# (the new function's def line, the start of its body typed at a human pace): held-out shapes,
-# each a place where a user waits for the rest of the line
+# (the new function's def line, the start of its body typed at a human pace): small everyday
+# functions, each stopped where a user waits for the rest of the line
 TRIALS = (
     ("def area(width, height):", "return "),
     ("def mean(values):", "return sum("),
