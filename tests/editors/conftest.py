@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.vscode_real import vscode_build_lock  # noqa: F401 - the editor tests' lock, beside the driver
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

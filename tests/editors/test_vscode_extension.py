@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.editors.conftest import ROOT, server_command, server_env, vscode_build_lock
+from tests.editors.conftest import ROOT, server_command, server_env
+from tests.fakes.vscode_real import vscode_build_lock
 
 VSCODE = ROOT / "editors" / "vscode"
 NPM = shutil.which("npm")

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from tests.editors.conftest import ROOT, needs_model, vscode_build_lock
+from tests.editors.conftest import ROOT, needs_model
 from tests.editors.test_vscode_real import screenshot_on_failure
 from tests.fakes.vscode_real import (
     Workbench,
+    vscode_build_lock,
     vscode_session,
     wait_for,
 )
