@@ -22,8 +22,9 @@ does only roughly.
 Per cell: the burst's last keystroke -> its answer, p50/p95 (ms); the share of those answers
 that are empty (the requests a newer keystroke superseded are not counted: nothing was to be
 shown for them); the empty answers caused by a deadline (the server's empty reasons that say
-"timed out"); the median 1-minute load average at its turns; the fewest of its hogs alive at a
-turn; its ratio to the same arm's 0-hog p50, beside the goal (1 + k/c) x that + 10 ms (c: the
+"timed out"); the tasks runnable on the machine as its bursts ended (median: /proc/loadavg's
+count, the cell's own, where the 1-minute load average, `load1` in the JSON, blurs the cells
+that take turns within seconds); the fewest of its hogs alive at a turn; its ratio to the same arm's 0-hog p50, beside the goal (1 + k/c) x that + 10 ms (c: the
 CPUs this process may use), and the paired ratio beside 1 + k/c. A table, then one JSON line.
 
     python bench/busy.py [--quick] [--engines inprocess daemon] [--threads auto 1 nproc]
@@ -160,8 +161,17 @@ class Cell:
     ms: list[float] = field(default_factory=list)
     shown: list[bool] = field(default_factory=list)
     load1: list[float] = field(default_factory=list)
+    runnable: list[int] = field(default_factory=list)  # runnable tasks as each burst ended
     deadline_empty: int = 0
     hogs_left: int = 0
+
+
+def runnable() -> int:
+    """The tasks runnable on this machine now (Linux's /proc/loadavg; -1 elsewhere): unlike the
+    load average, it is the cell's own (the cells take turns within seconds)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+    return -1
 
 
 def timed_out(info: dict[str, Any]) -> int:
@@ -187,6 +197,7 @@ async def type_cells(client: lc.LladaClient, engine: str, threads: str, hogs: li
                 try:
                     for _ in range(n):
                         ms, shown = await cell.typist.type_burst()
+                        cell.runnable.append(runnable())
                         cell.ms.append(ms)
                         cell.shown.append(shown)
                 finally:
@@ -232,6 +243,7 @@ async def run_arm(engine: str, threads: str, hogs: list[int], args: argparse.Nam
         paired = [ms / q for ms, q in zip(c.ms, quiet, strict=True) if q > 0] if quiet else []
         out.append({"engine": engine, "threads": threads, "hogs": k,
                     "load1": round(statistics.median(c.load1), 2),
+                    "runnable": statistics.median(c.runnable) if c.runnable else None,
                     "p50_ms": round(pct(c.ms, 0.5), 1), "p95_ms": round(pct(c.ms, 0.95), 1),
                     "paired_ratio_p50": round(statistics.median(paired), 2) if paired else None,
                     "requests": len(c.ms), "empty": empty,
@@ -263,10 +275,10 @@ def mark_goal(r: dict[str, Any], quiet: float, cpus: int) -> None:
 
 
 def table(rows: list[dict[str, Any]], cpus: int) -> None:
-    print(f"{'engine':>9} {'threads':>7} {'hogs':>4} {'load1':>6} {'p50 ms':>8} {'p95 ms':>8} {'vs 0':>5} "
+    print(f"{'engine':>9} {'threads':>7} {'hogs':>4} {'runnable':>8} {'p50 ms':>8} {'p95 ms':>8} {'vs 0':>5} "
           f"{'goal ms':>8} {'paired':>6} {'goal':>5} {'empty':>6} {'deadline':>8} {'torch thr':>9}")
     for r in rows:
-        print(f"{r['engine']:>9} {r['threads']:>7} {r['hogs']:>4} {r['load1']:>6.2f} {r['p50_ms']:>8.1f} "
+        print(f"{r['engine']:>9} {r['threads']:>7} {r['hogs']:>4} {r['runnable']!s:>8} {r['p50_ms']:>8.1f} "
               f"{r['p95_ms']:>8.1f} {r.get('vs_quiet', float('nan')):>5} {r.get('goal_ms', float('nan')):>8} "
               f"{r['paired_ratio_p50']!s:>6} {1 + r['hogs'] / cpus:>5.2f} {r['empty_share']:>6.3f} {r['deadline_empty']:>8} {r['engine_threads']!s:>9}")
 

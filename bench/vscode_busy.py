@@ -56,7 +56,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.busy import HOG_LIMIT_S, Hogs, child_env, mark_goal  # noqa: E402
+from bench.busy import HOG_LIMIT_S, Hogs, child_env, mark_goal, runnable  # noqa: E402
 from bench.lsp_latency import DEFAULT_FILE, pct  # noqa: E402
 from engine.model.threads import usable_cpus  # noqa: E402
 from tests.fakes.vscode_real import QUIET_SETTINGS, Workbench, vscode_session, wait_for  # noqa: E402
@@ -121,14 +121,6 @@ def switch_to(page: Any, name: str) -> None:
         == name)
     page.keyboard.press("Enter")
     wait_for(f"{name} in front", lambda: page.query_selector(f'.tab.active[data-resource-name="{name}"]'))
-
-
-def runnable() -> int:
-    """The tasks runnable on this machine now (Linux's /proc/loadavg; -1 elsewhere): unlike the
-    load average, it is the cell's own (the cells take turns within seconds)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
-    return -1
 
 
 def status_text(wb: Workbench) -> str:

@@ -327,7 +327,7 @@ class CompletionService:
         if ev.kind == "done":
             self.refiner.finish(req, ev, text, out.others)
             if not text:
-                self.report.stats(req, "engine")
+                self.report.stats(req, "engine", shown=False)
                 return Verdict(None, f"empty after post-processing ({req.note or 'nothing left'})")
         self._show(req.uri, req.cid, req.doc_text, req.offset, text, kind, out.others)
         self.counters["answered"] += 1

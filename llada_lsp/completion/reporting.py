@@ -3,8 +3,8 @@ the engine's health, `llada/status` (with `window/showMessage` once per outage a
 
 Shapes (docs/lsp.md; the VS Code and Neovim clients read them):
   llada/refine {completionId, uri, version, edits, text, step, final, reason?}
-  llada/stats  {completionId, uri, kind, source, cacheHit, reason, queueMs, forwards, tokens,
-                tpf, prefillTokens, reusedTokens, firstDraftMs, engineMs, firstMs,
+  llada/stats  {completionId, uri, kind, source, cacheHit, shown, reason, queueMs, forwards,
+                tokens, tpf, prefillTokens, reusedTokens, firstDraftMs, engineMs, firstMs,
                 overheadMs, totalMs}
   llada/status {state: "loading"|"ready"|"error", message, engine, nextEdit,
                 pace: ""|"warming"|"slow: 3.1 s/step"|"stuck: <why>"}
@@ -96,10 +96,12 @@ class Reporter:
             engineMs=st.get("total_ms", 0.0), alternatives=len(ev.alternatives),
             groupForwards=st.get("group_forwards", st.get("forwards", ev.step)))
 
-    def stats(self, req: InFlight, source: str) -> None:
+    def stats(self, req: InFlight, source: str, shown: bool = True) -> None:
+        """`shown`: False for an answer that came out empty (the clients keep the latency of
+        the last suggestion they showed)."""
         s = req.stats
         params = {"completionId": req.cid, "uri": req.uri, "kind": req.plan.kind,
-                  "source": source, "cacheHit": False, "reason": s.get("reason"),
+                  "source": source, "cacheHit": False, "shown": shown, "reason": s.get("reason"),
                   "queueMs": s.get("queueMs", 0.0), "forwards": s.get("forwards", 0),
                   "tokens": s.get("tokens", 0), "tpf": s.get("tpf", 0.0),
                   "prefillTokens": s.get("prefillTokens", 0),
@@ -117,7 +119,7 @@ class Reporter:
         refine and stats (to run once the response is written)."""
         ms = (time.perf_counter() - t0) * 1000
         params = {"completionId": cid, "uri": uri, "kind": kind, "source": source,
-                  "cacheHit": True, "reason": source, "queueMs": 0.0, "forwards": 0, "tokens": 0,
+                  "cacheHit": True, "shown": True, "reason": source, "queueMs": 0.0, "forwards": 0, "tokens": 0,
                   "tpf": 0.0, "prefillTokens": 0, "reusedTokens": 0, "firstDraftMs": 0.0,
                   "engineMs": 0.0, "firstMs": ms, "overheadMs": ms, "totalMs": ms}
         self.history.append(params)

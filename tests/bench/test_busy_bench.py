@@ -31,7 +31,9 @@ def test_busy_quick_types_every_cell_and_stops_its_hogs() -> None:
         assert r["paired_ratio_p50"] is not None and r["paired_ratio_p50"] > 0, r
         assert 1 <= r["engine_threads"] <= res["cpus"], r  # the product's own choice, reported
         assert r["deadline_empty"] >= 0 and r["load1"] >= 0
-    assert "goal ms" in out
+        # the reader itself and the cell's spinning hogs are runnable as its bursts end
+        assert r["runnable"] >= 1 + r["hogs"], r
+    assert "goal ms" in out and "runnable" in out
 
 
 def state(pid: int) -> str:

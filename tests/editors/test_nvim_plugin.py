@@ -382,6 +382,26 @@ print(vim.json.encode(out))
 
 
 @needs_nvim
+def test_statusline_keeps_the_last_shown_latency_after_an_empty_answer(tmp_path: Path) -> None:
+    """llada/stats with shown = false (the answer came out empty) is no new latency."""
+    got = run_lua("""
+package.loaded['llada.client'] = { get = function() return { id = 7 } end }
+local llada = require('llada')
+local status, stats = llada.handlers['llada/status'], llada.handlers['llada/stats']
+local out = {}
+status(nil, { state = 'ready', message = '', engine = {} }, { client_id = 7 })
+stats(nil, { completionId = '1', uri = 'u', shown = true, firstMs = 35, totalMs = 35 })
+out.shown = llada.statusline()
+stats(nil, { completionId = '2', uri = 'u', shown = false, firstMs = 61, totalMs = 61 })
+out.empty = llada.statusline()
+stats(nil, { completionId = '3', uri = 'u', firstMs = 48, totalMs = 48 })
+out.older_server = llada.statusline()
+print(vim.json.encode(out))
+""", tmp_path)
+    assert got == {"shown": "llada 35ms", "empty": "llada 35ms", "older_server": "llada 48ms"}
+
+
+@needs_nvim
 def test_server_search_order(tmp_path: Path) -> None:
     """$LLADA_LSP, then llada-lsp on PATH, then the .venv of the checkout the plugin is in;
     none: a reason for the status line."""

@@ -35,6 +35,8 @@ export interface StatsParams {
   kind?: string;
   source?: string;
   cacheHit?: boolean;
+  /** false: the answer came out empty (nothing was shown); absent from older servers */
+  shown?: boolean;
   queueMs?: number;
   forwards?: number;
   tokens?: number;

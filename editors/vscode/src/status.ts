@@ -88,13 +88,16 @@ export class StatusModel {
     if (this.candidate && this.candidate.completionId !== String(s.completionId)) {
       this.candidate = undefined;
     }
-    if (this.cycled.has(String(s.completionId)) && s.source !== "engine" && this.stats) {
-      return this.view();
-    }
-    this.stats = s;
     if (this.state === "starting" || this.state === "loading") {
       this.state = "ready"; // an answer came, so the engine is up
     }
+    if (this.cycled.has(String(s.completionId)) && s.source !== "engine" && this.stats) {
+      return this.view();
+    }
+    if (s.shown === false) {
+      return this.view(); // nothing was shown: the latency stays the last suggestion's
+    }
+    this.stats = s;
     return this.view();
   }
 

@@ -16,6 +16,18 @@ describe("StatusModel", () => {
     assert.equal(m.onStats({ completionId: "2", uri: "u", firstMs: 1506, totalMs: 1506 }).text, "$(sparkle) llada 1506ms");
   });
 
+  it("keeps the last suggestion's latency after an answer that came out empty", () => {
+    const m = new StatusModel();
+    m.onStatus({ state: "ready" });
+    assert.equal(m.onStats({ completionId: "1", uri: "u", firstMs: 35, totalMs: 35 }).text, "$(sparkle) llada 35ms");
+    assert.equal(m.onStats({ completionId: "2", uri: "u", shown: false, firstMs: 61, totalMs: 61 }).text, "$(sparkle) llada 35ms");
+    assert.equal(m.onStats({ completionId: "3", uri: "u", shown: true, firstMs: 48, totalMs: 48 }).text, "$(sparkle) llada 48ms");
+    // an empty first answer still says the engine is up, with no latency yet
+    const fresh = new StatusModel();
+    fresh.starting("llada-lsp");
+    assert.equal(fresh.onStats({ completionId: "1", uri: "u", shown: false, firstMs: 20 }).text, "$(sparkle) llada ready");
+  });
+
   it("shows a ready engine that is warming, slow or stuck (llada/status pace)", () => {
     const m = new StatusModel();
     assert.equal(m.onStatus({ state: "ready", pace: "warming" }).text, "$(sync~spin) llada warming");

@@ -278,14 +278,18 @@ def test_an_empty_answer_is_rescued_by_candidates(rescue: int) -> None:
     first that fits. Off (0): no suggestion, as before."""
     engine = Scripted("    x = = :", [], ("    return = w", "    return w * h", "    return h"),
                       only_when_asked=True)
-    svc, _ = _service(engine, BEFORE + "    " + AFTER, mode="speedy", rescueAlternatives=rescue)
+    svc, sent = _service(engine, BEFORE + "    " + AFTER, mode="speedy", rescueAlternatives=rescue)
     answer = _run(lambda: svc.complete("file:///a.py", 1, 4))
+    stats = [p for m, p in sent if m == "llada/stats"]
     if rescue:
         assert answer is not None and (answer.text, answer.others) == ("return w * h", ("return h",))
         assert [r.plan.alternatives for r in engine.requests] == [1, 4]
         assert (svc.counters["empty_rescues"], svc.counters["empty_rescued"]) == (1, 1)
+        assert all(p["shown"] for p in stats), stats
     else:
         assert answer is None and len(engine.requests) == 1 and svc.counters["empty_rescues"] == 0
+        # the stats say nothing was shown: the editors keep the last suggestion's latency
+        assert [p["shown"] for p in stats] == [False], stats
 
 
 def test_a_speculation_that_comes_out_empty_is_rescued_too() -> None:

@@ -74,9 +74,10 @@ M.handlers = {
   end,
   ['llada/stats'] = function(_, params)
     if type(params) == 'table' then
-      -- a cycle's answer from the candidates the server already had is no new latency
+      -- a cycle's answer from the candidates the server already had is no new latency, nor is
+      -- an answer that came out empty (shown = false): the last suggestion's latency stays
       local cycled = M.cycled[tostring(params.completionId)]
-      if not (cycled and params.source ~= 'engine') then
+      if not (cycled and params.source ~= 'engine') and params.shown ~= false then
         M.last_stats = params
       end
       changed('LladaStats')
