@@ -11,7 +11,14 @@ require('llada').setup(opts)
 -- answers as they arrive; `handled` counts them once the client's handler has run (drawn the
 -- suggestion or nothing) and `cancelled` the ones that will never reach it, so a driver can
 -- tell "answered, nothing to show" from "answered, not drawn yet".
-_G.llada_test = { sent = 0, done = 0, handled = 0, cancelled = 0, answers = {} }
+_G.llada_test = { sent = 0, done = 0, handled = 0, cancelled = 0, answers = {}, stats = {} }
+-- every llada/stats as it came (the plugin's handler, looked up per message, still runs)
+local llada = require('llada')
+local on_stats = llada.handlers['llada/stats']
+llada.handlers['llada/stats'] = function(err, params, ctx)
+  table.insert(_G.llada_test.stats, { id = params.completionId, shown = params.shown, firstMs = params.firstMs })
+  return on_stats(err, params, ctx)
+end
 vim.api.nvim_create_autocmd('LspAttach', {
   callback = function(ev)
     local client = vim.lsp.get_client_by_id(ev.data.client_id)

@@ -225,6 +225,54 @@ def test_statusline_follows_each_answer(tmp_path: Path, screens: list[Screen]) -
     print(f"{loading.split()[-3:]}; status lines: {latencies}", file=sys.stderr)
 
 
+# new lines typed below a line of APP: what the model shows there varies (tiny-code leaves about
+# half of its answers empty after the parse-error guard), so the test takes them in turn
+STATUS_SPOTS = [(9, "print("), (8, "x = "), (7, "assert "), (9, "return n "), (8, "ret"),
+                (9, "for i in "), (7, "if not inv"), (8, "print(inv"), (9, "total = "), (7, "return ")]
+
+
+def answer_below(s: Screen, line: int, typed: str) -> dict[str, Any] | None:
+    """Type a new line below `line`; the llada/stats of its answer (None: no answer drew)."""
+    before = len(s.lua("return _G.llada_test.stats"))
+    handled = s.lua("return _G.llada_test.handled")
+    s.input("<Esc>")
+    s.request("nvim_win_set_cursor", 0, [line, 0])
+    s.input("o" + typed)
+    try:
+        s.wait_until("the answer handled", lambda: (lambda c: c["handled"] > handled and c["sent"] == c["done"]
+                                                   and len(c["stats"]) > before)(s.lua("return _G.llada_test")), 60)
+    except TimeoutError:
+        return None
+    return dict(s.lua("return _G.llada_test.stats")[-1])
+
+
+@needs_model
+@pytest.mark.timeout(400)
+def test_statusline_keeps_the_shown_latency_after_an_empty_answer(tmp_path: Path, screens: list[Screen]) -> None:
+    """An answer that came out empty (llada/stats `shown: false`) leaves the status row on the
+    last suggestion that was shown: the row on screen, not a latency of nothing."""
+    s = start(tmp_path, setup_for("builtin"))
+    screens.append(s)
+    wait_ready(s)
+    shown: dict[str, Any] | None = None
+    for line, typed in STATUS_SPOTS:
+        st = answer_below(s, line, typed)
+        if st is not None and st.get("shown") is not False:
+            shown = st
+            want = f"llada {int(st['firstMs'] + 0.5)}ms"
+            s.wait_until(f"the status row to show {want!r}", lambda w=want: w in status_row(s) or None, GUARD_S)
+        elif st is not None and shown is not None:
+            # the empty answer's stats came last: its handler has run; the row is redrawn now
+            assert s.lua("return require('llada').last_stats.completionId") == shown["id"]
+            s.command("redrawstatus!")
+            row = status_row(s)
+            empty = f"llada {int(st['firstMs'] + 0.5)}ms"
+            assert want in row and (empty == want or empty not in row), (row, shown, st)
+            return
+        s.input("<Esc>u")
+    pytest.fail(f"no empty answer after a shown one at {STATUS_SPOTS}")
+
+
 def test_statusline_shows_a_failed_start(tmp_path: Path, screens: list[Screen]) -> None:
     """A server path that does not exist: the status line says so and names :LladaRestart;
     a server that exits at once: its exit code."""
