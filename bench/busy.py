@@ -24,8 +24,9 @@ that are empty (the requests a newer keystroke superseded are not counted: nothi
 shown for them); the empty answers caused by a deadline (the server's empty reasons that say
 "timed out"); the tasks runnable on the machine as its bursts ended (median: /proc/loadavg's
 count, the cell's own, where the 1-minute load average, `load1` in the JSON, blurs the cells
-that take turns within seconds); the fewest of its hogs alive at a turn; its ratio to the same arm's 0-hog p50, beside the goal (1 + k/c) x that + 10 ms (c: the
-CPUs this process may use), and the paired ratio beside 1 + k/c. A table, then one JSON line.
+that take turns within seconds); the fewest of its hogs alive at a turn; its ratio to the same
+arm's 0-hog p50, beside the goal (1 + k/c) x that + 10 ms (c: the CPUs this process may use),
+and the paired ratio beside 1 + k/c. A table, then one JSON line.
 
     python bench/busy.py [--quick] [--engines inprocess daemon] [--threads auto 1 nproc]
                          [--hogs 0 1 2 4] [--bursts 12] [--visit 2] [--burst 3] [--cps 10]

@@ -119,8 +119,8 @@ class Reporter:
         refine and stats (to run once the response is written)."""
         ms = (time.perf_counter() - t0) * 1000
         params = {"completionId": cid, "uri": uri, "kind": kind, "source": source,
-                  "cacheHit": True, "shown": True, "reason": source, "queueMs": 0.0, "forwards": 0, "tokens": 0,
-                  "tpf": 0.0, "prefillTokens": 0, "reusedTokens": 0, "firstDraftMs": 0.0,
+                  "cacheHit": True, "shown": True, "reason": source, "queueMs": 0.0, "forwards": 0,
+                  "tokens": 0, "tpf": 0.0, "prefillTokens": 0, "reusedTokens": 0, "firstDraftMs": 0.0,
                   "engineMs": 0.0, "firstMs": ms, "overheadMs": ms, "totalMs": ms}
         self.history.append(params)
 
