@@ -23,6 +23,10 @@
   without a bias (`engine.model.kv_cache.span_of`, `native.all_visible`: the product's way) against the
   general way (an index_put, the folded bias); the logits are checked bit-identical.
   Alternated `8 x --reps` times.
+- `no_mask`: tiny-code's requests through the product's step loop (`TextEngine.complete`, a few
+  prompts to their first complete draft), one-row steps whose block sees every key skipping the
+  attention mask (`engine.decoding.batch.sees_every_key`) against building it and letting the
+  model drop it; ms a step to the first draft, the texts checked equal. Alternated `--reps` times.
 - `rss`: a fresh process's peak RSS after `import engine.service` (before any model), with
   Triton imported as before (`TRITON_INTERPRET=1` forces it) and without (a CPU machine now).
 - `cold_start`: a fresh process loads the embedded model (`TextEngine`, one thread): the load's
@@ -217,6 +221,45 @@ def bench_one_row(reps: int) -> dict[str, Any]:
             "speedup": round(before / after, 3), "bit_identical": same}
 
 
+NO_MASK_PROMPTS = [("def area(width, height):\n    return ", "\n"),
+                   ("import os\n\n\ndef list_files(path):\n    ", "\n\nprint(list_files('.'))\n"),
+                   ("class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n"
+                    "        ", "\n")]
+
+
+def bench_no_mask(reps: int) -> dict[str, Any]:
+    from engine.api import CompletionRequest, Plan
+    from engine.decoding import batch
+    from engine.service import TextEngine
+
+    eng = TextEngine(threads=torch.get_num_threads())
+    skips = batch.sees_every_key
+    texts: dict[bool, list[str]] = {True: [], False: []}
+    per_step: dict[bool, list[float]] = {True: [], False: []}
+
+    def drafts(skip: bool) -> None:
+        batch.sees_every_key = skips if skip else (lambda *a: False)  # type: ignore[assignment]
+        try:
+            for i, (prefix, suffix) in enumerate(NO_MASK_PROMPTS):
+                eng.prompt_cache.clear()
+                req = CompletionRequest(f"m{len(texts[skip])}", f"d{i}.py", prefix, suffix, Plan(max_tokens=24, max_lines=2))
+                t0, first = time.perf_counter(), None
+                for ev in eng.complete(req):
+                    if first is None and (ev.draft_complete or ev.kind == "done"):
+                        first = (time.perf_counter() - t0) * 1000 / max(1, ev.step)
+                        texts[skip].append(ev.text)
+                per_step[skip].append(first or 0.0)
+        finally:
+            batch.sees_every_key = skips
+
+    for _ in range(reps):
+        drafts(False)
+        drafts(True)
+    before, after = statistics.median(per_step[False]), statistics.median(per_step[True])
+    return {"prompts": len(NO_MASK_PROMPTS), "before_ms_a_step": round(before, 3), "after_ms_a_step": round(after, 3),
+            "speedup": round(before / after, 3), "same_texts": texts[True] == texts[False]}
+
+
 def rss_mib(triton: bool) -> float:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if triton:
@@ -276,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     rotary = bench_rotary(args.reps)
     layout = bench_gemm_layout(args.reps)
     one_row = bench_one_row(args.reps)
+    no_mask = bench_no_mask(args.reps)
     rss = {"with_triton_mib": rss_mib(True), "without_triton_mib": rss_mib(False)}
     cold = bench_cold_start(args.cold_reps)
     print(f"step work: {args.threads} torch thread(s), load {load[0]:.2f}, medians of {args.reps}")
@@ -293,13 +337,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['before_ms']} -> {r['after_ms']} ms (x{r['speedup']}, bit-identical: {r['bit_identical']})")
     print(f"tiny-code decode step, one row: slice writes, no bias: {one_row['before_ms']} -> {one_row['after_ms']} ms "
           f"(x{one_row['speedup']}, bit-identical: {one_row['bit_identical']})")
+    print(f"tiny-code first drafts, the one-row block's mask skipped: {no_mask['before_ms_a_step']} -> "
+          f"{no_mask['after_ms_a_step']} ms a step (x{no_mask['speedup']}, same texts: {no_mask['same_texts']})")
     print(f"RSS after import engine.service: {rss['with_triton_mib']} MiB with Triton, "
           f"{rss['without_triton_mib']} MiB without")
     print(f"cold start, embedded model: load {cold['before_load_s']} -> {cold['after_load_s']} s "
           f"(x{cold['speedup']}), RSS {cold['before_rss_mib']} -> {cold['after_rss_mib']} MiB, "
           f"torch._dynamo imported: {cold['before_dynamo']} -> {cold['after_dynamo']}")
     print(json.dumps({"bench": "step_work", "threads": args.threads, "load1": round(load[0], 2), "reps": args.reps,
-                      "confidence": conf, "share": share, "rotary": rotary, "gemm_layout": layout, "one_row": one_row, "rss": rss, "cold_start": cold}))
+                      "confidence": conf, "share": share, "rotary": rotary, "gemm_layout": layout, "one_row": one_row, "no_mask": no_mask, "rss": rss, "cold_start": cold}))
     return 0
 
 

@@ -12,7 +12,7 @@ from torch import Tensor
 
 import kernels
 from engine.decoding.decode import Feed, Sequence, Staged, note_forward
-from engine.model.native import CLEAN, INVALID, Transformer, layout_mask
+from engine.model.native import CLEAN, INVALID, NOISY, Transformer, layout_mask
 from engine.model.torch_thread import FORWARDS
 from kernels import Confidence
 
@@ -71,7 +71,8 @@ def execute(model: Transformer, seqs: list[Sequence], feeds: list[Feed], slot_at
     rows = torch.tensor([seqs[i].row for i, _, _ in pieces], dtype=torch.long)
     lens = torch.tensor([b - a for _, a, b in pieces], dtype=torch.long)
     ids, pos, slots, qk, qb, at, rows, lens, keys = to_device([ids, pos, slots, qk, qb, at, rows, lens, keys], dev)
-    mask = device_mask(qk, pos, qb, keys, lens, model.config.attention == "bidirectional")
+    mask = None if sees_every_key(model, feeds, B, T, keys) else \
+        device_mask(qk, pos, qb, keys, lens, model.config.attention == "bidirectional")
     with torch.inference_mode():
         logits = model(ids, pos, mask, rows=rows, slots=slots, kv_len=S, logits_at=at)
     note_forward(seqs)  # the requests' forward counts (engine.decoding.decode.Tally)
@@ -97,6 +98,23 @@ def to_device(parts: list[Tensor], dev: torch.device) -> list[Tensor]:
         out.append(flat[at: at + p.numel()].view(p.shape))
         at += p.numel()
     return out
+
+
+def sees_every_key(model: Transformer, feeds: list[Feed], B: int, T: int, keys: Tensor) -> bool:
+    """Whether the step is one diffusion block at s over a clean prefix, so that its mask would
+    let every query read every key: the native model on the CPU drops such a mask
+    (`engine.model.native.all_visible`), so it need not be built (~0.3 ms of a one-row step).
+    Only there: another model, or a mask on an accelerator, attends by another kernel without
+    one. `keys` [B, 3, S]: the slots' (kind, pos, block start)."""
+    if B != 1 or type(model) is not Transformer or keys.device.type != "cpu":
+        return False
+    f = feeds[0]
+    s, n = f.blk[0], len(f.ids)
+    if n != T or f.kv_len != s + n or f.slots != list(range(s, s + n)) or \
+            any(k != NOISY for k in f.kind) or any(b != s for b in f.blk):
+        return False
+    kind, kpos = keys[0, 0, :s], keys[0, 1, :s]
+    return s == 0 or bool((kind == CLEAN).all()) and int(kpos.max()) < s
 
 
 def device_mask(qk: Tensor, pos: Tensor, qb: Tensor, keys: Tensor, lens: Tensor, bidirectional: bool) -> Tensor:

@@ -1,5 +1,6 @@
 """bench/step_work.py at its smallest size (--quick): every arm runs and checks its own
-results (the confidences agree; the rotary, layout and one-row logits are bit-identical); no timing asserted."""
+results (the confidences agree; the rotary, layout and one-row logits are bit-identical; the
+drafts are the same texts with the mask skipped); no timing asserted."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def test_step_work_quick_runs_every_arm_and_they_agree() -> None:
     assert res["rotary"]["bit_identical"] is True
     assert [(r["tokens"], r["bit_identical"]) for r in res["gemm_layout"]] == [(16, True), (250, True)], res["gemm_layout"]
     assert res["one_row"]["bit_identical"] is True, res["one_row"]
+    assert res["no_mask"]["same_texts"] is True and res["no_mask"]["after_ms_a_step"] > 0, res["no_mask"]
     assert [sh["weights"] for sh in res["share"]] == ["bfloat16", "float32"]
     assert all(0 < sh["share_after"] < 1 and 0 < sh["share_before"] < 1 for sh in res["share"]), res["share"]
     assert res["rss"]["without_triton_mib"] > 0 and res["rss"]["with_triton_mib"] > 0
