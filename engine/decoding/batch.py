@@ -103,7 +103,7 @@ def to_device(parts: list[Tensor], dev: torch.device) -> list[Tensor]:
 def sees_every_key(model: Transformer, feeds: list[Feed], B: int, T: int, keys: Tensor) -> bool:
     """Whether the step is one diffusion block at s over a clean prefix, so that its mask would
     let every query read every key: the native model on the CPU drops such a mask
-    (`engine.model.native.all_visible`), so it need not be built (~0.3 ms of a one-row step).
+    (`engine.model.native.all_visible`), so it need not be built (0.1-0.2 ms of a ~5-7 ms step).
     Only there: another model, or a mask on an accelerator, attends by another kernel without
     one. `keys` [B, 3, S]: the slots' (kind, pos, block start)."""
     if B != 1 or type(model) is not Transformer or keys.device.type != "cpu":
