@@ -102,10 +102,13 @@ def test_a_mask_that_hides_nothing_is_not_built() -> None:
     assert not sees_every_key(cast(Transformer, object()), [f], 1, 4, keys)  # an adapter's model
 
 
-def test_decoding_without_the_all_visible_mask_gives_the_same_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decoding_without_the_all_visible_mask_gives_the_same_logits(monkeypatch: pytest.MonkeyPatch,
+                                                                     dtype: torch.dtype) -> None:
     """The embedded model's one-row steps skip the mask (`sees_every_key`), and every forward's
-    logits are the same bits as with the mask built."""
-    eng = TextEngine(threads=1)
+    logits are the same bits as with the mask built, in float32 and in bfloat16."""
+    eng = TextEngine(threads=1, dtype=dtype)
+    assert next(eng.model.parameters()).dtype == dtype
     taken = []
     real = batch.sees_every_key
 
