@@ -371,6 +371,12 @@ class CompletionService:
         if self.options.speculative:
             self.speculator.accepted(cid)
 
+    def document_opened(self, doc: Document) -> None:
+        """`doc` opened: what its first completion would otherwise build at its keystroke."""
+        if self.options.names_constraint and not doc.refusal(self.options.language_enabled(doc.language_id)):
+            self.name_hints.warm(doc.language_id)
+            self.counters["names_warmed"] += 1
+
     def document_changed(self, uri: str, lines: tuple[int, ...] = ()) -> None:
         """`uri` changed (at these lines, 0-based, where the client said)."""
         self.speculator.document_changed(uri)

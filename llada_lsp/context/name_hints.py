@@ -8,6 +8,7 @@ import bisect
 from typing import Any
 
 from engine.api import Names
+from llada_lsp.context.name_queries import compiled
 from llada_lsp.context.names import NameScopes, use_site
 from llada_lsp.context.workspace_index import Entry, WorkspaceIndex
 from llada_lsp.text.documents import Document
@@ -39,6 +40,11 @@ class NameHints:
         names = self.scopes.candidates(doc.uri, doc.language_id, doc.text, tree, site,
                                        self.index_names, self.module_names, self.members_of)
         return Names(site.typed, names, keep_own_above) if names else None
+
+    def warm(self, language_id: str) -> None:
+        """Compile the language's name queries now (a document of it opened), so that its
+        first completion does not wait for them (`compiled` keeps them)."""
+        compiled(language_id)
 
     def forget(self, uri: str) -> None:
         self.scopes.forget(uri)

@@ -158,6 +158,8 @@ class LladaServer(LanguageServer):
         self.service.workspace.index.max_bytes = o.workspace_index.max_bytes
         self.service.workspace.index.exclusions.set_user_globs(o.exclude)
         self.service.workspace.set_roots(self.roots())
+        for doc in list(self.store.docs.values()):  # opened before the service existed
+            self.service.document_opened(doc)
         token: str | None = None
         caps = self.client_capabilities
         if caps.window is not None and caps.window.work_done_progress:

@@ -51,7 +51,9 @@ def did_change_workspace_folders(ls: LladaServer, params: t.DidChangeWorkspaceFo
 
 def did_open(ls: LladaServer, params: t.DidOpenTextDocumentParams) -> None:
     d = params.text_document
-    ls.store.open(d.uri, d.language_id, d.version, d.text)
+    doc = ls.store.open(d.uri, d.language_id, d.version, d.text)
+    if ls.service is not None:
+        ls.service.document_opened(doc)
 
 
 def did_change(ls: LladaServer, params: t.DidChangeTextDocumentParams) -> None:

@@ -69,6 +69,8 @@ async def test_apply_disc_completes_the_imported_name(client: Any) -> None:
             assert all(completed_word("        discounted = apply_disc", x) == "apply_discount" for x in texts), texts
     info = await debug_info(client)
     assert info["counters"].get("names_constrained", 0) >= 1
+    # the name queries were compiled as the document opened, not at its first request
+    assert info["counters"].get("names_warmed", 0) >= 1
 
 
 async def test_a_definition_is_not_constrained(client: Any) -> None:
