@@ -69,34 +69,43 @@ _PY_MEMBERS = (
     "(class_definition body: (block (expression_statement (assignment left: (identifier) @n))))",
 )
 
-_JS_LOCAL = (
-    "(variable_declarator name: (identifier) @n)", "(function_declaration name: (identifier) @n)",
-    "(class_declaration name: (identifier) @n)", "(class_declaration name: (type_identifier) @n)",
-    "(formal_parameters (identifier) @n)", "(required_parameter pattern: (identifier) @n)",
-    "(optional_parameter pattern: (identifier) @n)", "(assignment_pattern left: (identifier) @n)",
-    "(shorthand_property_identifier_pattern) @n", "(array_pattern (identifier) @n)",
-    "(arrow_function parameter: (identifier) @n)", "(catch_clause parameter: (identifier) @n)",
-    "(import_specifier name: (identifier) @n)", "(import_specifier alias: (identifier) @n)",
-    "(import_clause (identifier) @n)", "(namespace_import (identifier) @n)",
-)
-_JS_TOP = (
-    "(program (lexical_declaration (variable_declarator name: (identifier) @n)))",
-    "(program (variable_declaration (variable_declarator name: (identifier) @n)))",
-    "(program (function_declaration name: (identifier) @n))",
-    "(program (class_declaration name: (identifier) @n))",
-    "(program (class_declaration name: (type_identifier) @n))",
-    "(program (export_statement declaration: (lexical_declaration (variable_declarator name: (identifier) @n))))",
-    "(program (export_statement declaration: (function_declaration name: (identifier) @n)))",
-    "(program (export_statement declaration: (class_declaration name: (identifier) @n)))",
-    "(program (export_statement declaration: (class_declaration name: (type_identifier) @n)))",
-    "(import_specifier name: (identifier) @n)", "(import_specifier alias: (identifier) @n)",
-    "(import_clause (identifier) @n)", "(namespace_import (identifier) @n)",
-)
-_JS_MEMBERS = (
-    "(assignment_expression left: (member_expression object: (this) @o property: (property_identifier) @n))",
-    "(method_definition name: (property_identifier) @n)", "(field_definition property: (property_identifier) @n)",
-    "(public_field_definition name: (property_identifier) @n)",
-)
+# JavaScript's and TypeScript's grammars name a few nodes apart (a class's name, a parameter, a
+# field): each language's queries hold only its own, so that they compile as one query
+def _ecma(js: bool) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(top, local, members) patterns of JavaScript (`js`) or TypeScript."""
+    cls = "identifier" if js else "type_identifier"
+    params = ("(formal_parameters (identifier) @n)",) if js else (
+        "(required_parameter pattern: (identifier) @n)", "(optional_parameter pattern: (identifier) @n)")
+    field = "(field_definition property: (property_identifier) @n)" if js else \
+        "(public_field_definition name: (property_identifier) @n)"
+    imports = ("(import_specifier name: (identifier) @n)", "(import_specifier alias: (identifier) @n)",
+               "(import_clause (identifier) @n)", "(namespace_import (identifier) @n)")
+    local = (
+        "(variable_declarator name: (identifier) @n)", "(function_declaration name: (identifier) @n)",
+        f"(class_declaration name: ({cls}) @n)", *params, "(assignment_pattern left: (identifier) @n)",
+        "(shorthand_property_identifier_pattern) @n", "(array_pattern (identifier) @n)",
+        "(arrow_function parameter: (identifier) @n)", "(catch_clause parameter: (identifier) @n)",
+        *imports,
+    )
+    top = (
+        "(program (lexical_declaration (variable_declarator name: (identifier) @n)))",
+        "(program (variable_declaration (variable_declarator name: (identifier) @n)))",
+        "(program (function_declaration name: (identifier) @n))",
+        f"(program (class_declaration name: ({cls}) @n))",
+        "(program (export_statement declaration: (lexical_declaration (variable_declarator name: (identifier) @n))))",
+        "(program (export_statement declaration: (function_declaration name: (identifier) @n)))",
+        f"(program (export_statement declaration: (class_declaration name: ({cls}) @n)))",
+        *imports,
+    )
+    members = (
+        "(assignment_expression left: (member_expression object: (this) @o property: (property_identifier) @n))",
+        "(method_definition name: (property_identifier) @n)", field,
+    )
+    return top, local, members
+
+
+_JS_TOP, _JS_LOCAL, _JS_MEMBERS = _ecma(js=True)
+_TS_TOP, _TS_LOCAL, _TS_MEMBERS = _ecma(js=False)
 _JS_WORDS = ("await break case catch class const continue debugger default delete do else export extends "
              "false finally for function if import in instanceof let new null return super switch this "
              "throw true try typeof undefined var void while with yield async of static get set "
@@ -126,7 +135,7 @@ _JS = LanguageNames(
     frozenset({"string", "string_fragment", "template_string", "comment", "regex"}),
     frozenset(_JS_WORDS.split()),
 )
-_TS = LanguageNames(_JS.root, _JS.top, _JS.local, _JS.members, _JS.receiver, _JS.functions,
+_TS = LanguageNames(_JS.root, _TS_TOP, _TS_LOCAL, _TS_MEMBERS, _JS.receiver, _JS.functions,
                     _JS.classes | {"abstract_class_declaration"}, _JS.parameters, _JS.def_words, _JS.skip,
                     frozenset((_JS_WORDS + _TS_WORDS).split()))
 

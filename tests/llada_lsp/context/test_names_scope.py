@@ -231,6 +231,19 @@ def test_a_languages_patterns_compile_as_one_query_skipping_those_its_grammar_la
     assert compile_patterns(lang, ()) is None
 
 
+@pytest.mark.parametrize("lang", ["python", "javascript", "javascriptreact", "typescript", "typescriptreact"])
+def test_each_languages_patterns_are_its_grammars_own(lang: str) -> None:
+    """Every pattern of a served language compiles with the grammar wheel installed, so its
+    queries compile as one (the per-pattern fallback is for other grammar versions: three
+    times the work at the document's open)."""
+    from llada_lsp.context.name_queries import SPECS, compiled
+
+    comp, spec = compiled(lang), SPECS[lang]
+    assert comp is not None
+    for query, patterns in ((comp.top, spec.top), (comp.local, spec.local), (comp.members, spec.members)):
+        assert query is not None and query.pattern_count == len(patterns)
+
+
 @pytest.mark.parametrize("options, lang, warmed", [
     ({}, "python", True),
     ({"namesConstraint": False}, "python", False),  # the constraint off: nothing to build
