@@ -327,8 +327,9 @@ class CompletionService:
         if ev.kind == "done":
             self.refiner.finish(req, ev, text, out.others)
             if not text:
-                self.report.stats(req, "engine", shown=False)
-                return Verdict(None, f"empty after post-processing ({req.note or 'nothing left'})")
+                why = req.note or "nothing left"
+                self.report.stats(req, "engine", shown=False, empty=why)
+                return Verdict(None, f"empty after post-processing ({why})")
         self._show(req.uri, req.cid, req.doc_text, req.offset, text, kind, out.others)
         self.counters["answered"] += 1
         task = asyncio.current_task()

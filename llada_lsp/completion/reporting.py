@@ -96,9 +96,10 @@ class Reporter:
             engineMs=st.get("total_ms", 0.0), alternatives=len(ev.alternatives),
             groupForwards=st.get("group_forwards", st.get("forwards", ev.step)))
 
-    def stats(self, req: InFlight, source: str, shown: bool = True) -> None:
+    def stats(self, req: InFlight, source: str, shown: bool = True, empty: str = "") -> None:
         """`shown`: False for an answer that came out empty (the clients keep the latency of
-        the last suggestion they showed)."""
+        the last suggestion they showed, and say why nothing showed: `empty`, sent as
+        `emptyReason`)."""
         s = req.stats
         params = {"completionId": req.cid, "uri": req.uri, "kind": req.plan.kind,
                   "source": source, "cacheHit": False, "shown": shown, "reason": s.get("reason"),
@@ -110,6 +111,8 @@ class Reporter:
                   "firstMs": s.get("firstMs", 0.0), "overheadMs": s.get("overheadMs", 0.0),
                   "alternatives": s.get("alternatives", 0), "groupForwards": s.get("groupForwards", 0),
                   "totalMs": (time.perf_counter() - req.t0) * 1000}
+        if not shown:
+            params["emptyReason"] = empty or "nothing left"
         self.history.append(params)
         self.notify("llada/stats", params)
 

@@ -16,7 +16,8 @@ _G.llada_test = { sent = 0, done = 0, handled = 0, cancelled = 0, answers = {}, 
 local llada = require('llada')
 local on_stats = llada.handlers['llada/stats']
 llada.handlers['llada/stats'] = function(err, params, ctx)
-  table.insert(_G.llada_test.stats, { id = params.completionId, shown = params.shown, firstMs = params.firstMs })
+  table.insert(_G.llada_test.stats, { id = params.completionId, shown = params.shown, firstMs = params.firstMs,
+                                      emptyReason = params.emptyReason })
   return on_stats(err, params, ctx)
 end
 vim.api.nvim_create_autocmd('LspAttach', {

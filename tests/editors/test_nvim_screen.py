@@ -268,6 +268,10 @@ def test_statusline_keeps_the_shown_latency_after_an_empty_answer(tmp_path: Path
             row = status_row(s)
             empty = f"llada {int(st['firstMs'] + 0.5)}ms"
             assert want in row and (empty == want or empty not in row), (row, shown, st)
+            # :checkhealth llada says why the newest answer showed nothing
+            health = s.lua("vim.cmd('silent checkhealth llada'); "
+                           "return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+            assert f"last request (completion {st['id']}): nothing shown, {st['emptyReason']}" in health, health
             return
         s.input("<Esc>u")
     pytest.fail(f"no empty answer after a shown one at {STATUS_SPOTS}")

@@ -85,8 +85,9 @@ def vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         "llada.trace.server": "messages",
         **QUIET_SETTINGS,
     }
-    # calc.py is opened; mid_line.py is the mid-line case's, the others the placeholder cases'
-    files = {"calc.py": SOURCE, "mid_line.py": MID_LINE,
+    # calc.py is opened; mid_line.py is the mid-line case's, status_empty.py the empty answer's,
+    # the others the placeholder cases'
+    files = {"calc.py": SOURCE, "mid_line.py": MID_LINE, "status_empty.py": SOURCE,
              **dict.fromkeys(("calls.py", "calls_all.py", "orders.py", "orders_all.py"), CALLS)}
     env: dict[str, str | None] = {"LLADA_SCRIPT_DIR": str(control), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -231,6 +232,64 @@ def test_status_item_shows_the_last_latency(vscode: dict[str, Any]) -> None:
         item = wait_for("the status item with a latency",
                         lambda: next((s for s in wb.status() if re.search(r"llada \d+ms", s["text"])), None))
         assert not item["error"], item
+
+
+def hover_text(wb: Workbench, item_id: str) -> str:
+    """The status item's tooltip as VS Code draws it on hover (re-hovered each call: a hover
+    shown before the item changed may still hold the old text)."""
+    page = wb.page
+    page.mouse.move(0, 0)
+    page.locator(f'[id="{item_id}"]').hover()
+    return str(page.evaluate("() => [...document.querySelectorAll('.workbench-hover, .monaco-hover')]"
+                             ".map((e) => e.innerText).join('\\n')"))
+
+
+def test_status_item_keeps_the_latency_and_says_why_an_answer_showed_nothing(vscode: dict[str, Any]) -> None:
+    """A shown suggestion puts its latency in the status item; the next requests' answers come
+    out empty (the engine's text, UNPARSABLE, is dropped by the server's post-processing): no
+    ghost text, the item keeps the shown one's latency, and its tooltip (on hover, as a user
+    sees it) says why the newest request showed nothing, in the server's words."""
+    wb, page, control = vscode["wb"], vscode["page"], vscode["control"]
+    with screenshot_on_failure(page, "status-empty"):
+        wait_ready(wb)
+        page.keyboard.press("Escape")
+        wb.open_file("status_empty.py")  # its lines are left unfinished: calc.py stays as the next cases want it
+        for name in ("go-1", "go-2"):  # the scripted refinements wait for this case's go
+            (control / name).unlink(missing_ok=True)
+        page.keyboard.press("Control+End")
+        page.keyboard.press("Enter")
+        page.keyboard.type("shown_case = ", delay=30)
+        wait_for(f"the draft {STEPS[0]!r} as ghost text", ghost_is(wb, STEPS[0]))
+        go(control, 1, 2)
+        wait_for(f"the final text {STEPS[2]!r} on screen", ghost_is(wb, STEPS[2]))
+        item = wait_for("the status item with the shown latency", lambda: next(
+            (s for s in wb.status() if re.search(r"llada \d+ms", s["text"])), None))
+        assert "nothing shown" not in hover_text(wb, item["id"])
+        (control / "answer-unparsable").touch()
+        try:
+            page.keyboard.press("Escape")
+            page.keyboard.press("Enter")
+            page.keyboard.type("empty_case = ", delay=30)
+            seen: list[str] = []
+
+            def why() -> str | None:
+                seen.append(hover_text(wb, item["id"]))
+                # the server's reason (here the syntax check's), not the extension's fallback
+                return seen[-1] if re.search(r"last request \(completion \d+\): nothing shown, (?!no suggestion)\w",
+                                             seen[-1]) else None
+            tip = wait_for("the tooltip to say why nothing showed", why)
+            assert wb.ghost() == "", wb.ghost()
+            now = next(s for s in wb.status() if s["id"] == item["id"])
+            assert now["text"] == item["text"], (now, item)  # the shown suggestion's latency stays
+            assert re.search(r"first suggestion \d+ ms", tip), tip  # with the shown one's timings
+        except AssertionError:
+            print("hover texts:", json.dumps(sorted(set(seen))), wb.status())
+            raise
+        finally:
+            (control / "answer-unparsable").unlink(missing_ok=True)
+            page.mouse.move(0, 0)
+            page.keyboard.press("Escape")
+            wb.open_file("calc.py")
 
 
 def test_next_edit_decorations_and_alt_y(vscode: dict[str, Any]) -> None:

@@ -6,7 +6,9 @@ directory ($LLADA_SCRIPT_DIR), and the engine writes `pushed-<k>` there (the wal
 in ms, when the event left the engine), so the test can time each refinement's way to the
 screen. An explicitly invoked request (cycling) gets the other candidates on its done event.
 The server writes `sent-<k>` (ms) once it has written the `llada/refine` of refinement k, and
-`sent-final` once it has written a finished request's final one.
+`sent-final` once it has written a finished request's final one. While the test keeps
+`answer-unparsable` in the control directory, every request is answered at once with
+UNPARSABLE, which the server's syntax check empties (an empty answer, `shown: false`).
 Differences from the real engine: no model; texts fixed; `step` counts script steps.
 
 `llada/nextEdit` is the real server's (its edit analysis needs no model). A scripted answer
@@ -39,6 +41,7 @@ from llada_lsp.nextedit.next_edit import Answer, NextEditParams, NextEditService
 
 STEPS = ("width + height", "width * height", "width * height * depth")  # draft, refinement 1, 2
 OTHERS = ("height * width", "max(width, height)")  # the candidates an invoked request adds
+UNPARSABLE = ")"  # adds a parse error after `name = ` wherever it lands
 
 
 class ScriptedEngine(EngineClient):
@@ -58,6 +61,10 @@ class ScriptedEngine(EngineClient):
     def _complete(self, job: EngineJob) -> None:
         req = job.completion
         rid = req.request_id
+        if (self.control / "answer-unparsable").exists():
+            job.push(EngineEvent("done", rid, UNPARSABLE, step=1, reason="end_of_middle", draft_complete=True,
+                                 stats={"forwards": 1, "tokens": 1, "tpf": 1.0}))
+            return
         prev = ""
         for k, text in enumerate(STEPS):
             if k > 0 and not self._await_go(k, job):

@@ -37,6 +37,8 @@ export interface StatsParams {
   cacheHit?: boolean;
   /** false: the answer came out empty (nothing was shown); absent from older servers */
   shown?: boolean;
+  /** with `shown: false`: why nothing was shown (e.g. "adds a parse error") */
+  emptyReason?: string;
   queueMs?: number;
   forwards?: number;
   tokens?: number;

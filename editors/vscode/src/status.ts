@@ -22,6 +22,7 @@ export class StatusModel {
   private message = "";
   private pace = ""; // a ready engine's speed: warming, slow: 3.1 s/step, stuck: <why>
   private stats: StatsParams | undefined;
+  private empty: StatsParams | undefined; // the newest answer, when nothing of it was shown
   private command = "llada-lsp";
   private candidate: { completionId: string; index: number; count: number } | undefined;
   private cycled = new Set<string>(); // completion ids of the answers to a cycle (Alt+] / Alt+[)
@@ -32,6 +33,7 @@ export class StatusModel {
     this.command = command;
     this.message = "";
     this.stats = undefined;
+    this.empty = undefined;
     return this.view();
   }
 
@@ -95,10 +97,18 @@ export class StatusModel {
       return this.view();
     }
     if (s.shown === false) {
-      return this.view(); // nothing was shown: the latency stays the last suggestion's
+      this.empty = s; // nothing was shown: the latency stays the last suggestion's, the tooltip says why
+      return this.view();
     }
     this.stats = s;
+    this.empty = undefined;
     return this.view();
+  }
+
+  /** The tooltip's line for the newest answer when nothing of it was shown (else ""). */
+  private emptyNote(): string {
+    const e = this.empty;
+    return e ? `\nlast request (completion ${e.completionId}): nothing shown, ${e.emptyReason ?? "no suggestion"}` : "";
   }
 
   view(): StatusView {
@@ -123,9 +133,9 @@ export class StatusModel {
         }
         if (this.stats) {
           const c = this.candidate && this.candidate.count > 0 ? ` · ${this.candidate.index}/${this.candidate.count}` : "";
-          return { text: `$(sparkle) ${formatStats(this.stats).replace(/^llada/, name)}${c}`, tooltip: `${describeStats(this.stats)}\nClick for the server's counters.`, command: STATS_COMMAND, error: false };
+          return { text: `$(sparkle) ${formatStats(this.stats).replace(/^llada/, name)}${c}`, tooltip: `${describeStats(this.stats)}${this.emptyNote()}\nClick for the server's counters.`, command: STATS_COMMAND, error: false };
         }
-        return { text: `$(sparkle) ${name} ready`, tooltip: `${name}: ready${this.message ? ` (${this.message})` : ""}`, command: STATS_COMMAND, error: false };
+        return { text: `$(sparkle) ${name} ready`, tooltip: `${name}: ready${this.message ? ` (${this.message})` : ""}${this.emptyNote()}`, command: STATS_COMMAND, error: false };
     }
   }
 }

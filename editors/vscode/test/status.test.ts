@@ -20,12 +20,21 @@ describe("StatusModel", () => {
     const m = new StatusModel();
     m.onStatus({ state: "ready" });
     assert.equal(m.onStats({ completionId: "1", uri: "u", firstMs: 35, totalMs: 35 }).text, "$(sparkle) llada 35ms");
-    assert.equal(m.onStats({ completionId: "2", uri: "u", shown: false, firstMs: 61, totalMs: 61 }).text, "$(sparkle) llada 35ms");
-    assert.equal(m.onStats({ completionId: "3", uri: "u", shown: true, firstMs: 48, totalMs: 48 }).text, "$(sparkle) llada 48ms");
-    // an empty first answer still says the engine is up, with no latency yet
+    const empty = m.onStats({ completionId: "2", uri: "u", shown: false, emptyReason: "adds a parse error", firstMs: 61, totalMs: 61 });
+    assert.equal(empty.text, "$(sparkle) llada 35ms");
+    // the tooltip keeps the shown one's timings and says why the newest showed nothing
+    assert.match(empty.tooltip, /completion 1 .*\n(.|\n)*last request \(completion 2\): nothing shown, adds a parse error/);
+    const next = m.onStats({ completionId: "3", uri: "u", shown: true, firstMs: 48, totalMs: 48 });
+    assert.equal(next.text, "$(sparkle) llada 48ms");
+    assert.doesNotMatch(next.tooltip, /nothing shown/); // a shown answer clears it
+    // an empty first answer still says the engine is up, with no latency yet, and why nothing showed
     const fresh = new StatusModel();
     fresh.starting("llada-lsp");
-    assert.equal(fresh.onStats({ completionId: "1", uri: "u", shown: false, firstMs: 20 }).text, "$(sparkle) llada ready");
+    const first = fresh.onStats({ completionId: "1", uri: "u", shown: false, firstMs: 20 });
+    assert.equal(first.text, "$(sparkle) llada ready");
+    assert.match(first.tooltip, /last request \(completion 1\): nothing shown, no suggestion/);
+    // a restart forgets it
+    assert.doesNotMatch(fresh.starting("llada-lsp").tooltip, /nothing shown/);
   });
 
   it("shows a ready engine that is warming, slow or stuck (llada/status pace)", () => {

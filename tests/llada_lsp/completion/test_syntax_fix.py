@@ -288,8 +288,11 @@ def test_an_empty_answer_is_rescued_by_candidates(rescue: int) -> None:
         assert all(p["shown"] for p in stats), stats
     else:
         assert answer is None and len(engine.requests) == 1 and svc.counters["empty_rescues"] == 0
-        # the stats say nothing was shown: the editors keep the last suggestion's latency
+        # the stats say nothing was shown, and why: the editors keep the last suggestion's
+        # latency and show the reason in the status item's tooltip / :checkhealth
         assert [p["shown"] for p in stats] == [False], stats
+        assert stats[0]["emptyReason"] == svc.last_empty.split("(", 1)[1].rstrip(")"), (stats, svc.last_empty)
+        assert stats[0]["emptyReason"] in ("adds a parse error", "trimmed to parse", "nothing left"), stats
 
 
 def test_a_speculation_that_comes_out_empty_is_rescued_too() -> None:

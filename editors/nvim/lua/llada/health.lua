@@ -69,6 +69,11 @@ function M.check()
       :format(tonumber(s.firstMs) or 0, tonumber(s.totalMs) or 0, tostring(s.forwards),
         tonumber(s.tpf) or 0, s.cacheHit and 'cache hit' or tostring(s.source or 'engine')))
   end
+  local e = llada.last_empty
+  if e then
+    h.info(('last request (completion %s): nothing shown, %s'):format(tostring(e.completionId),
+      type(e.emptyReason) == 'string' and e.emptyReason or 'no suggestion'))
+  end
 end
 
 return M

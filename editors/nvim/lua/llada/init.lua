@@ -19,6 +19,8 @@ M.next_edit = next_edit
 M.status = {}
 ---@type table|nil the latest llada/stats
 M.last_stats = nil
+---@type table|nil the newest answer's llada/stats when nothing of it was shown (emptyReason says why)
+M.last_empty = nil
 ---@type string|nil why the server could not start or stopped (statusline, :checkhealth)
 M.start_error = nil
 ---@type table<string, true> completion ids of the answers to <M-]> / <M-[> (llada.cycle)
@@ -77,8 +79,11 @@ M.handlers = {
       -- a cycle's answer from the candidates the server already had is no new latency, nor is
       -- an answer that came out empty (shown = false): the last suggestion's latency stays
       local cycled = M.cycled[tostring(params.completionId)]
-      if not (cycled and params.source ~= 'engine') and params.shown ~= false then
+      if params.shown == false then
+        M.last_empty = params
+      elseif not (cycled and params.source ~= 'engine') then
         M.last_stats = params
+        M.last_empty = nil
       end
       changed('LladaStats')
     end
@@ -247,6 +252,7 @@ end
 function M.restart()
   M.restarting = true
   M.last_stats = nil -- the old server's latency is not the new one's
+  M.last_empty = nil
   for _, client in ipairs((vim.lsp.get_clients or vim.lsp.get_active_clients)({ name = lc.NAME })) do
     stopping[client.id] = true -- its exit (code 0, signal 15) is no failure
     if vim.fn.has('nvim-0.11') == 1 then client:stop(true) else client.stop(true) end
