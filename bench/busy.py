@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,13 +276,26 @@ def mark_goal(r: dict[str, Any], quiet: float, cpus: int) -> None:
         r["meets_goal_paired"] = bool(r["paired_ratio_p50"] <= 1 + r["hogs"] / cpus + 10 / max(quiet, 1e-9))
 
 
-def table(rows: list[dict[str, Any]], cpus: int) -> None:
-    print(f"{'engine':>9} {'threads':>7} {'hogs':>4} {'runnable':>8} {'p50 ms':>8} {'p95 ms':>8} {'vs 0':>5} "
-          f"{'goal ms':>8} {'paired':>6} {'goal':>5} {'empty':>6} {'deadline':>8} {'torch thr':>9}")
+Column = tuple[str, int, Callable[[dict[str, Any]], str]]  # header, width, the cell of a row
+
+
+def print_rows(columns: list[Column], rows: list[dict[str, Any]]) -> None:
+    """A right-aligned table: a header line, then a line a row (also bench/vscode_busy.py's)."""
+    print(" ".join(f"{h:>{w}}" for h, w, _ in columns))
     for r in rows:
-        print(f"{r['engine']:>9} {r['threads']:>7} {r['hogs']:>4} {r['runnable']!s:>8} {r['p50_ms']:>8.1f} "
-              f"{r['p95_ms']:>8.1f} {r.get('vs_quiet', float('nan')):>5} {r.get('goal_ms', float('nan')):>8} "
-              f"{r['paired_ratio_p50']!s:>6} {1 + r['hogs'] / cpus:>5.2f} {r['empty_share']:>6.3f} {r['deadline_empty']:>8} {r['engine_threads']!s:>9}")
+        print(" ".join(f"{cell(r):>{w}}" for _, w, cell in columns))
+
+
+def table(rows: list[dict[str, Any]], cpus: int) -> None:
+    print_rows([("engine", 9, lambda r: r["engine"]), ("threads", 7, lambda r: r["threads"]),
+                ("hogs", 4, lambda r: str(r["hogs"])), ("runnable", 8, lambda r: str(r["runnable"])),
+                ("p50 ms", 8, lambda r: f"{r['p50_ms']:.1f}"), ("p95 ms", 8, lambda r: f"{r['p95_ms']:.1f}"),
+                ("vs 0", 5, lambda r: str(r.get("vs_quiet", float("nan")))),
+                ("goal ms", 8, lambda r: str(r.get("goal_ms", float("nan")))),
+                ("paired", 6, lambda r: str(r["paired_ratio_p50"])),
+                ("goal", 5, lambda r: f"{1 + r['hogs'] / cpus:.2f}"), ("empty", 6, lambda r: f"{r['empty_share']:.3f}"),
+                ("deadline", 8, lambda r: str(r["deadline_empty"])),
+                ("torch thr", 9, lambda r: str(r["engine_threads"]))], rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.busy import HOG_LIMIT_S, Hogs, child_env, mark_goal, runnable  # noqa: E402
+from bench.busy import HOG_LIMIT_S, Hogs, child_env, mark_goal, print_rows, runnable  # noqa: E402
 from bench.lsp_latency import DEFAULT_FILE, pct  # noqa: E402
 from engine.model.threads import usable_cpus  # noqa: E402
 from tests.fakes.vscode_real import QUIET_SETTINGS, Workbench, vscode_session, wait_for  # noqa: E402
@@ -219,13 +219,14 @@ def judge(rows: list[dict[str, Any]], cpus: int) -> None:
 
 
 def table(rows: list[dict[str, Any]], cpus: int) -> None:
-    print(f"{'hogs':>4} {'runnable':>8} {'shown':>7} {'p50 ms':>8} {'p95 ms':>8} {'vs 0':>5} {'goal ms':>8} "
-          f"{'paired':>6} {'goal':>5} {'fresh':>7} {'fresh p50':>9} {'deadline':>8}")
-    for r in rows:
-        print(f"{r['hogs']:>4} {r['runnable']!s:>8} {r['shown']:>3}/{r['trials']:<3} {r['p50_ms']:>8.1f} "
-              f"{r['p95_ms']:>8.1f} {r.get('vs_quiet', float('nan')):>5} {r.get('goal_ms', float('nan')):>8} "
-              f"{r['paired_ratio_p50']!s:>6} {1 + r['hogs'] / cpus:>5.2f} {r['fresh']:>3}/{r['shown']:<3} "
-              f"{r['fresh_p50_ms']:>9.1f} {r['deadline_empty']:>8}")
+    print_rows([("hogs", 4, lambda r: str(r["hogs"])), ("runnable", 8, lambda r: str(r["runnable"])),
+                ("shown", 7, lambda r: f"{r['shown']}/{r['trials']}"), ("p50 ms", 8, lambda r: f"{r['p50_ms']:.1f}"),
+                ("p95 ms", 8, lambda r: f"{r['p95_ms']:.1f}"), ("vs 0", 5, lambda r: str(r.get("vs_quiet", float("nan")))),
+                ("goal ms", 8, lambda r: str(r.get("goal_ms", float("nan")))),
+                ("paired", 6, lambda r: str(r["paired_ratio_p50"])), ("goal", 5, lambda r: f"{1 + r['hogs'] / cpus:.2f}"),
+                ("fresh", 7, lambda r: f"{r['fresh']}/{r['shown']}"),
+                ("fresh p50", 9, lambda r: f"{r['fresh_p50_ms']:.1f}"),
+                ("deadline", 8, lambda r: str(r["deadline_empty"]))], rows)
     print("(fresh: shown trials with no ghost text on the screen before their last key, which VS Code")
     print(" keeps and shifts when the key types its next character)")
     for r in rows:
