@@ -4,6 +4,7 @@ and decisions are in BENCHMARKS.md; these reproduce them.
     python bench/ab_sets.py t2t [--taus 0.1,0.2,0.3,0.5] [--edits 0.5,0.8] [--multi-block]
     python bench/ab_sets.py loops [--presets quality,speedy] [--repeats 0,3,4]
     python bench/ab_sets.py alternatives [--presets quality,speedy] [--counts 1,2,3,4]
+    python bench/ab_sets.py agreement [--presets quality,speedy] [--limits 0,8]
     (each with [--model DIR] [--per-kind N] [--kinds ...] [--rounds N] [--seed S])
 
 - `t2t`: does T2T editing help? Per mask threshold tau, Fast-dLLM's `threshold` (speedy's
@@ -14,6 +15,8 @@ and decisions are in BENCHMARKS.md; these reproduce them.
 - `alternatives`: do alternatives help, and what do they cost? Each preset at each
   `Plan.alternatives` count (engine.decoding.alternatives), the first the baseline; the text
   scored is the one the server would show.
+- `agreement`: does context agreement (engine.decoding.lookup) cost quality, and what does it
+  save? Each preset at each `context_agreement` limit, the first (0: the published rule) the baseline.
 The end-of-middle rule (`END_AHEAD_MIN`) is not an arm set: it is a module constant, not a
 setting a request carries; its figures stay in BENCHMARKS.md with the commit that measured it.
 """
@@ -74,8 +77,15 @@ def alternatives(args: argparse.Namespace, kinds: list[str], tasks: list[Task]) 
             for p in args.presets.split(",") for k, ks in by_kind(kinds, tasks)]
 
 
+def agreement(args: argparse.Namespace, kinds: list[str], tasks: list[Task]) -> list[Group]:
+    return [Group({"preset": p, "kind": k},
+                  [Arm(f"context_agreement={n}", p, {"context_agreement": n}, settings={"context_agreement": n})
+                   for n in ints(args.limits)], ks)
+            for p in args.presets.split(",") for k, ks in by_kind(kinds, tasks)]
+
+
 SETS = {"t2t": (t2t, ("tau", "kind"), 40), "loops": (loops, ("preset", "kind"), 120),
-        "alternatives": (alternatives, ("preset", "kind"), 120)}
+        "alternatives": (alternatives, ("preset", "kind"), 120), "agreement": (agreement, ("preset", "kind"), 120)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,6 +104,8 @@ def main(argv: list[str] | None = None) -> None:
             p.set_defaults(kinds="single_line,block")
             if name == "loops":
                 p.add_argument("--repeats", default="0,3,4", help="loop_repeats settings; the first is the baseline")
+            elif name == "agreement":
+                p.add_argument("--limits", default="0,8", help="context_agreement settings; the first is the baseline")
             else:
                 p.add_argument("--counts", default="1,2,3,4", help="alternatives settings; the first is the baseline")
     args = ap.parse_args(argv)

@@ -40,8 +40,10 @@ POLICIES: list[tuple[str, str, dict[str, object]]] = [
     ("low_confidence", "low_confidence", {}),
     ("threshold", "threshold", {}),
     ("threshold@speedy", "threshold", {"__speedy_tau__": True}),
-    ("speedy", "speedy", {}),
+    ("speedy", "speedy", {}),  # as shipped: on the native model with context agreement (engine.decoding.lookup)
     ("quality", "quality", {}),
+    ("speedy-agree", "speedy", {"context_agreement": 0}),  # Speedy's published rule, without it
+    ("quality+agree", "quality", {"context_agreement": 8}),  # Quality does not ship with it
 ]
 REPAIR = "__repair__"
 REPAIR_PASSES = 2  # the language server's default `syntax_remask_passes`
@@ -126,8 +128,8 @@ def main() -> None:
     speedy_tau = PRESETS["speedy"][1].mask_threshold
     wanted = set(filter(None, args.policies.split(",")))
     speedy_fb = PRESETS["speedy"][1].fallback
-    pols = [(lab, name, ({"threshold": speedy_tau, "fallback": speedy_fb} if ov else {})) for lab, name, ov in POLICIES
-            if not wanted or lab in wanted or lab == "one_per_step"]
+    pols = [(lab, name, ({"threshold": speedy_tau, "fallback": speedy_fb} if ov.get("__speedy_tau__") else ov))
+            for lab, name, ov in POLICIES if not wanted or lab in wanted or lab == "one_per_step"]
     if args.repair:
         pols.append(("quality+repair", "quality", {REPAIR: True}))
     rows: dict[str, dict[str, dict[str, float]]] = {k: {} for k in kinds}

@@ -47,11 +47,29 @@ def record(out: Path, chars: int) -> None:
                    env=env, check=True, stdout=subprocess.DEVNULL)
 
 
+def requests(path: Path, limit: int) -> list[Any]:
+    """The first `limit` recorded requests of `path` as the engine importable here takes them
+    (`engine.api.CompletionRequest`; a Plan field this tree lacks is left out)."""
+    from engine.api import CompletionRequest, ContextChunk, Names, Plan
+
+    plan_keys = {f.name for f in dataclasses.fields(Plan)}
+    out = []
+    for n, line in enumerate(path.read_text().splitlines()[:limit]):
+        d = json.loads(line)
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["plan"].items()
+                                  if k in plan_keys}
+        names = d.get("names")
+        out.append(CompletionRequest(f"replay-{n}", d["doc_key"], d["prefix"], d["suffix"], Plan(**fields),
+                                     tuple(ContextChunk(c["path"], c["text"]) for c in d.get("context") or ()),
+                                     Names(names["typed"], tuple(names["names"]), names.get("keep_own_above", 0.9))
+                                     if names else None))
+    return out
+
+
 def replay(path: Path, threads: str, limit: int) -> list[Draft]:
     """Every request of `path` through the engine importable here (this process's tree)."""
     import torch
 
-    from engine.api import CompletionRequest, ContextChunk, Names, Plan
     from engine.service import TextEngine
 
     if threads == "auto":
@@ -62,19 +80,8 @@ def replay(path: Path, threads: str, limit: int) -> list[Draft]:
             eng = TextEngine(threads=int(threads))
         except TypeError:  # an older tree: no threads of its own
             eng = TextEngine()
-    plan_keys = {f.name for f in dataclasses.fields(Plan)}
     out: list[Draft] = []
-    for n, line in enumerate(path.read_text().splitlines()[:limit]):
-        d = json.loads(line)
-        # the fields this tree's Plan has (an older one may lack a newer field)
-        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["plan"].items()
-                                  if k in plan_keys}
-        plan = Plan(**fields)
-        names = d.get("names")
-        req = CompletionRequest(f"replay-{n}", d["doc_key"], d["prefix"], d["suffix"], plan,
-                                tuple(ContextChunk(c["path"], c["text"]) for c in d.get("context") or ()),
-                                Names(names["typed"], tuple(names["names"]), names.get("keep_own_above", 0.9))
-                                if names else None)
+    for req in requests(path, limit):
         t0 = time.perf_counter()
         first: Draft | None = None
         for ev in eng.complete(req):

@@ -12,6 +12,7 @@ sequences, and the one step loop (`engine.decoding.scheduler`) drives them.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import torch
@@ -20,6 +21,7 @@ from torch import Tensor
 import kernels
 from engine.decoding.commits import choose, find_end, is_end
 from engine.decoding.constraint import NameConstraint
+from engine.decoding.lookup import ContextLookup, agreeing_run
 from engine.decoding.loops import loop_bans
 from engine.decoding.policies import BlockView, Policy
 from engine.decoding.rejections import TooLong
@@ -93,6 +95,11 @@ class Sequence:
         self.end_ahead_min = END_AHEAD_MIN if end_ahead_min is None else end_ahead_min
         # a unit may repeat this many times back to back (engine.decoding.loops); 0: no guard
         self.loop_repeats: int = getattr(getattr(policy, "config", None), "loop_repeats", 0)
+        # at most this many more commits a step where the model agrees with the context
+        # (engine.decoding.lookup); 0: off. Its lookup is built at the first step (end_ids final)
+        self.agreement: int = getattr(getattr(policy, "config", None), "context_agreement", 0)
+        self.lookup: ContextLookup | None = None
+        self.agreed = 0  # tokens committed by context agreement (stats `agreed_tokens`)
 
     # -- views ---------------------------------------------------------------------------
     def live_limit(self) -> int:
@@ -269,6 +276,8 @@ class Sequence:
                          top_prob=conf.top_prob.cpu(), cur_prob=conf.cur_prob.cpu(), step=self.block_step,
                          masked_at_start=self.masked_at_start)
         commit, edit = choose(self.policy, view, st, self.sp.mask, self.end_ids, self.end_ahead_min)
+        if self.agreement and not st.edit_only:
+            commit = self._agreeing(commit, edit, view, sl)
         ev = TokenEvent("edit_pass" if st.edit_only else "step", self.forwards)
         for i in edit.nonzero().flatten().tolist():
             old, new = int(cur[i]), int(view.top_id[i])
@@ -285,6 +294,19 @@ class Sequence:
         self.block_step += 1
         self._find_end()
         return ev
+
+    def _agreeing(self, commit: Tensor, edit: Tensor, view: BlockView, sl: slice) -> Tensor:
+        """`commit` and the run of masked positions after the committed prefix where the
+        model's top token is the context's guess (engine.decoding.lookup)."""
+        if self.lookup is None:
+            self.lookup = ContextLookup(self.prompt, self.end_ids | set(dataclasses.astuple(self.sp)))
+        ids: list[int | None] = [t if c else None for t, c in
+                                 zip(self.middle[:sl.stop].tolist(), self.committed[:sl.stop].tolist(), strict=True)]
+        for i in (commit | edit).nonzero().flatten().tolist():
+            ids[sl.start + i] = int(view.top_id[i])
+        out = agreeing_run(commit, view.masked, view.live, view.top_id, ids, self.lookup, self.agreement)
+        self.agreed += int(out.sum()) - int(commit.sum())
+        return out
 
     def _find_end(self) -> None:
         """Where the completion ends (`engine.decoding.commits.find_end`); an edit that removed

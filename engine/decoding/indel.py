@@ -48,10 +48,11 @@ import torch
 from torch import Tensor
 
 from engine.decoding.decode import Sequence
+from engine.decoding.lookup import NATIVE_AGREEMENT
 from engine.decoding.policies import Policy, make_policy
 from engine.decoding.policies.indel import InDel, InDelConfig, indel_config
 from engine.decoding.steps import Staged, TokenEvent
-from engine.model.native import SpecialTokens
+from engine.model.native import SpecialTokens, Transformer
 from kernels import Confidence
 
 
@@ -244,7 +245,12 @@ def policy_for(model: object, preset: str) -> Policy:
     config names the edit tokens: LLaDA2.2) decodes with the in/del rule at the preset's in/del
     configuration (`engine.decoding.policies.indel.indel_config`: Speedy is the published rule,
     Quality differs in its mask threshold only): the substitution-only rules would commit its
-    DELETE and INSERT tokens as text. Any other model: the preset's own policy."""
+    DELETE and INSERT tokens as text. The native model (the embedded checkpoints) decodes with
+    context agreement where NATIVE_AGREEMENT says (engine.decoding.lookup; measured on them
+    only: a published checkpoint keeps its published rule). Any other model: the preset's own
+    policy."""
+    if type(model) is Transformer and preset in NATIVE_AGREEMENT:
+        return make_policy(preset, context_agreement=NATIVE_AGREEMENT[preset])
     base = make_policy(preset)
     if getattr(model, "edit_tokens", None) is None or isinstance(base, InDel):
         return base

@@ -50,7 +50,7 @@ class TextStream:
         fw = seq.tally.forwards
         stats = {"forwards": fw, "tokens": n_tok, "tpf": n_tok / max(1, fw), "primary_forwards": seq.forwards,
                  "prefill_tokens": len(seq.prompt) - self.reused, "reused_tokens": self.reused,
-                 "queue_ms": self.queue_ms,
+                 "queue_ms": self.queue_ms, "agreed_tokens": seq.agreed,
                  "first_draft_ms": self.first_draft_ms if self.first_draft_ms is not None else total,
                  "total_ms": total, "min_confidence": min_conf, **(extra or {})}
         return EngineEvent("done", self.req.request_id, text, step=seq.forwards, draft_complete=True,

@@ -24,6 +24,9 @@ class DraftEditConfig:
     skip_confident_blocks: bool = True
     fallback: str = "leftmost"  # the forced commit when nothing passes (see base.at_least_one)
     loop_repeats: int = 0  # forbid a token completing this many back-to-back copies (engine.decoding.loops); 0: off
+    # commit up to this many more masked tokens a step where the model's top token is the
+    # context's guess (engine.decoding.lookup); 0: off
+    context_agreement: int = 0
 
 
 # the loop guard raises edit similarity at no cost in exact match (bench/loops.py, BENCHMARKS.md)
