@@ -13,7 +13,8 @@ continues that prefix), it stops at the first position where the two disagree, a
 never runs through a special token (an end, a mask, a FIM marker). The model's own top token
 is what commits: the context only decides which of them need not wait for another forward.
 This is a lower commit threshold where two independent predictors agree; what it does to
-the texts and to forwards is measured by bench/draft_replay.py --agreement and bench/decode.py.
+the texts and to forwards is measured by bench/agreement.py (a typing session's requests) and
+`bench/ab_sets.py agreement` (held-out tasks, paired).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def agreeing_run(commit: Tensor, masked: Tensor, live: Tensor, top_id: Tensor, c
     frontier = next((i for i, t in enumerate(committed_ids) if t is None), len(committed_ids))
     if frontier < start or frontier >= len(committed_ids):
         return commit  # the committed prefix does not reach this block, or the block is full
-    known = [t for t in committed_ids[:frontier] if t is not None]
+    known = [t for t in committed_ids[:frontier] if t is not None]  # all of them: the committed prefix
     guess = lookup.guess(known, min(limit, len(committed_ids) - frontier))
     out = commit
     for k, g in enumerate(guess):
